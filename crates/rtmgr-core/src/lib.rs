@@ -1,0 +1,10 @@
+//! rtmgr-core: the pure policy core of rtmgr (see DESIGN.md, "one policy, two worlds").
+//! Nothing here makes a system call, reads a clock or starts a thread, so every
+//! policy runs unchanged on the live machine (rtmgr-linux) and in the simulator.
+
+pub mod class;
+pub mod cpuset;
+pub mod partition;
+pub mod stats;
+
+pub use cpuset::{CpuSet, CpuSetError};

@@ -1,0 +1,10 @@
+//! rtmgr-linux: everything rtmgr does to or reads from the running kernel
+//! (DESIGN.md: the only crate that touches the OS). Every file access goes
+//! through a `Host` rooted at a path, so tests run against fake sysfs/procfs/
+//! cgroup trees as well as the real machine.
+
+pub mod host;
+pub mod lock;
+pub mod sched;
+
+pub use host::{Host, HostError};

@@ -1,0 +1,58 @@
+//! Subcommands and what they share: logging set-up, and the mapping of errors
+//! to exit codes (2 = bad input, nothing changed; 1 = failure while running).
+
+pub mod evaluate;
+pub mod measure;
+pub mod partition;
+pub mod run;
+pub mod status;
+
+use std::process::ExitCode;
+
+/// An error caused by the user's input, detected before anything changed: exit 2.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for BadInput {}
+
+/// Shorthand: return a bad-input error.
+pub fn bad_input<T>(msg: impl Into<String>) -> anyhow::Result<T> {
+    Err(BadInput(msg.into()).into())
+}
+
+/// How a subcommand ended; `Code(n)` forwards a child's exit status.
+pub enum Outcome {
+    Ok,
+    Code(u8),
+}
+
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RTMGR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}
+
+pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Code(c)) => ExitCode::from(c),
+        Err(e) => {
+            if let Some(bad) = e.downcast_ref::<BadInput>() {
+                eprintln!("rtmgr: error: {bad}");
+                ExitCode::from(2)
+            } else {
+                eprintln!("rtmgr: error: {e:#}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! rtmgr command line: one module per subcommand under `cmd/`.
+//! Exit codes: 0 success, 1 failure at run time, 2 bad input (nothing changed).
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rtmgr",
+    version,
+    about = "A real-time resource manager for stock Linux"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Is this machine fit for real time? Each item with a verdict.
+    Status(cmd::status::StatusArgs),
+    /// Split the CPUs into RT and NRT sets, or undo that exactly.
+    #[command(subcommand)]
+    Partition(cmd::partition::PartitionCmd),
+    /// Run a program (or reclassify a running one) in an ARTiS class.
+    Run(cmd::run::RunArgs),
+    /// Measure latency, execution-time variation, periodicity.
+    #[command(subcommand)]
+    Measure(cmd::measure::MeasureCmd),
+    /// The main job: stock vs shield vs rtmgr latency under load, in one interleaved run.
+    Evaluate(cmd::evaluate::EvaluateArgs),
+}
+
+fn main() -> ExitCode {
+    cmd::init_logging();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Status(a) => cmd::status::run(a),
+        Command::Partition(c) => cmd::partition::run(c),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Measure(c) => cmd::measure::run(c),
+        Command::Evaluate(a) => cmd::evaluate::run(a),
+    };
+    cmd::finish(result)
+}
