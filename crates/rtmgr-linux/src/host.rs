@@ -99,6 +99,9 @@ impl Host {
     /// Write a control file in a single write(2), as sysfs and cgroupfs expect.
     pub fn write(&self, abs: impl AsRef<Path>, value: &str) -> Result<()> {
         let p = self.path(abs.as_ref());
+        if self.fake && p.ends_with("cgroup.subtree_control") {
+            return self.fake_subtree_control(abs.as_ref(), value);
+        }
         let mut opts = std::fs::OpenOptions::new();
         opts.write(true);
         if self.fake {
@@ -107,6 +110,25 @@ impl Host {
         let mut f = opts.open(&p).map_err(|e| io_err("open", &p, e))?;
         f.write_all(value.as_bytes())
             .map_err(|e| io_err("write", &p, e))
+    }
+
+    /// cgroup.subtree_control takes "+ctl"/"-ctl" tokens and shows the result.
+    fn fake_subtree_control(&self, abs: &Path, value: &str) -> Result<()> {
+        let mut enabled: Vec<String> = self
+            .read_opt(abs)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        for token in value.split_whitespace() {
+            let (add, name) = token.split_at(1);
+            enabled.retain(|c| c != name);
+            if add == "+" {
+                enabled.push(name.to_string());
+            }
+        }
+        let p = self.path(abs);
+        std::fs::write(&p, enabled.join(" ") + "\n").map_err(|e| io_err("write", &p, e))
     }
 
     pub fn list_dir(&self, abs: impl AsRef<Path>) -> Result<Vec<String>> {

@@ -3,8 +3,15 @@
 //! through a `Host` rooted at a path, so tests run against fake sysfs/procfs/
 //! cgroup trees as well as the real machine.
 
+pub mod cgroup;
+pub mod cpus;
+pub mod fake;
 pub mod host;
+pub mod irq;
+pub mod journal;
 pub mod lock;
+pub mod partition;
 pub mod sched;
+pub mod tasks;
 
 pub use host::{Host, HostError};

@@ -1,0 +1,199 @@
+//! The undo journal (DESIGN.md: every change is first written to a journal and
+//! can be undone exactly, also after a crash). One JSON record per line,
+//! appended and fsync'd *before* the change it describes, so that after a
+//! `kill -9` at any point the journal holds the old value of everything that
+//! may have changed. A torn last line (killed mid-write) is ignored: its change
+//! was never made.
+
+use crate::cgroup::Layout;
+use crate::host::{Host, HostError, Result};
+use rtmgr_core::partition::{ApplyReport, PartitionPlan};
+use rtmgr_core::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_JOURNAL: &str = "/run/rtmgr/journal.jsonl";
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// What a task looked like before rtmgr touched it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskBefore {
+    pub tid: u32,
+    pub start_time: u64,
+    /// cpuset cgroup, relative to the mount (None if unknown).
+    pub cgroup: Option<String>,
+    pub affinity: CpuSet,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Record {
+    /// First record: what is being applied, and where.
+    Begin {
+        version: u32,
+        plan: PartitionPlan,
+        layout: Layout,
+        rt_cgroup: PathBuf,
+        nrt_cgroup: Option<PathBuf>,
+    },
+    /// A control file's old content (machine path), restored verbatim.
+    File { path: PathBuf, old: String },
+    /// The cpuset controller about to be enabled in a v2 subtree_control; reset disables it.
+    ControllerEnabled { path: PathBuf },
+    /// A cgroup directory about to be created; reset removes it.
+    CgroupCreated { path: PathBuf },
+    /// Every task's cgroup and affinity, before any task was moved.
+    Tasks { tasks: Vec<TaskBefore> },
+    /// Every IRQ's raw smp_affinity mask, before any was changed.
+    Irqs { masks: Vec<(u32, String)> },
+    /// A process put into an rtmgr cpuset after apply (e.g. by `rtmgr run`).
+    Entered {
+        pid: u32,
+        start_time: u64,
+        from: Option<String>,
+    },
+    /// Apply finished; the partition is complete.
+    Applied { report: ApplyReport },
+}
+
+/// Append-only writer.
+pub struct Journal {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Journal {
+    /// Create a new journal; fails if one exists (a partition is applied).
+    pub fn create(host: &Host, path: &Path) -> Result<Self> {
+        let real = host.path(path);
+        if let Some(dir) = real.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io("mkdir", dir, e))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(&real)
+            .map_err(|e| io("create", &real, e))?;
+        Ok(Journal { file, path: real })
+    }
+
+    /// Open an existing journal to append (e.g. `Entered` records).
+    pub fn append_to(host: &Host, path: &Path) -> Result<Self> {
+        let real = host.path(path);
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&real)
+            .map_err(|e| io("open", &real, e))?;
+        Ok(Journal { file, path: real })
+    }
+
+    /// Write one record durably before the change it describes is made.
+    pub fn record(&mut self, rec: &Record) -> Result<()> {
+        let mut line = serde_json::to_string(rec).map_err(|e| HostError::Parse {
+            path: self.path.display().to_string(),
+            msg: e.to_string(),
+        })?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| io("write", &self.path, e))
+    }
+}
+
+fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
+    HostError::Io {
+        op,
+        path: p.display().to_string(),
+        source,
+    }
+}
+
+/// Read every complete record; None if there is no journal.
+pub fn read(host: &Host, path: &Path) -> Result<Option<Vec<Record>>> {
+    let real = host.path(path);
+    let text = match std::fs::read_to_string(&real) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", &real, e)),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) => out.push(r),
+            // A torn final line: the process died while writing it.
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
+            Err(e) => {
+                return Err(HostError::Parse {
+                    path: real.display().to_string(),
+                    msg: format!("line {}: {e}", i + 1),
+                })
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Remove the journal and its directory when empty.
+pub fn remove(host: &Host, path: &Path) -> Result<()> {
+    let real = host.path(path);
+    match std::fs::remove_file(&real) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("remove", &real, e)),
+    }
+    if let Some(dir) = real.parent() {
+        let _ = std::fs::remove_dir(dir); // only succeeds when empty
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_torn_tail_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let path = Path::new("/run/rtmgr/journal.jsonl");
+        let mut j = Journal::create(&host, path).unwrap();
+        let rec = Record::File {
+            path: "/proc/irq/default_smp_affinity".into(),
+            old: "3".into(),
+        };
+        j.record(&rec).unwrap();
+        assert!(
+            Journal::create(&host, path).is_err(),
+            "second journal must be refused"
+        );
+        drop(j);
+        // Simulate a kill -9 in the middle of the next record.
+        let real = host.path(path);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&real)
+            .unwrap();
+        f.write_all(b"{\"op\":\"irqs\",\"mas").unwrap();
+        let recs = read(&host, path).unwrap().unwrap();
+        assert_eq!(recs, vec![rec]);
+        remove(&host, path).unwrap();
+        assert!(read(&host, path).unwrap().is_none());
+        assert!(!host.path("/run/rtmgr").exists());
+    }
+
+    #[test]
+    fn corrupt_middle_line_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let path = Path::new("/j.jsonl");
+        std::fs::write(
+            host.path(path),
+            "garbage\n{\"op\":\"entered\",\"pid\":1,\"start_time\":2,\"from\":null}\n",
+        )
+        .unwrap();
+        assert!(read(&host, path).is_err());
+    }
+}

@@ -1,0 +1,148 @@
+//! The tasks (threads) of the machine as /proc shows them: kernel thread or
+//! not, bound to one CPU or movable, scheduling class, start time (to tell a
+//! reused thread id from the original). ARTiS §2.4: the partition moves every
+//! movable task off the RT CPUs; McKenney §2.1: kernel daemons are pinned away.
+
+use crate::host::{Host, Result};
+
+const PF_KTHREAD: u64 = 0x0020_0000;
+const PF_NO_SETAFFINITY: u64 = 0x0400_0000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskInfo {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub kthread: bool,
+    /// The kernel forbids changing this task's affinity (per-CPU kernel thread).
+    pub no_setaffinity: bool,
+    /// Start time in clock ticks after boot: with `tid`, identifies the task.
+    pub start_time: u64,
+    pub policy: u32,
+    pub rt_priority: u32,
+}
+
+impl TaskInfo {
+    pub fn is_fifo_or_rr(&self) -> bool {
+        self.policy == libc::SCHED_FIFO as u32 || self.policy == libc::SCHED_RR as u32
+    }
+}
+
+/// Parse /proc/<tid>/stat. The comm field may contain spaces and parentheses,
+/// so split at the last ')'.
+pub fn parse_stat(pid: u32, tid: u32, text: &str) -> Option<TaskInfo> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state); field N is rest[N - 3].
+    let field = |n: usize| rest.get(n - 3).and_then(|s| s.parse::<u64>().ok());
+    let flags = field(9)?;
+    Some(TaskInfo {
+        pid,
+        tid,
+        comm,
+        kthread: flags & PF_KTHREAD != 0,
+        no_setaffinity: flags & PF_NO_SETAFFINITY != 0,
+        start_time: field(22)?,
+        rt_priority: field(40).unwrap_or(0) as u32,
+        policy: field(41).unwrap_or(0) as u32,
+    })
+}
+
+fn numeric(names: Vec<String>) -> Vec<u32> {
+    let mut v: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
+    v.sort_unstable();
+    v
+}
+
+/// Process ids.
+pub fn pids(host: &Host) -> Result<Vec<u32>> {
+    Ok(numeric(host.list_dir("/proc")?))
+}
+
+/// Thread ids of one process (empty if it is gone).
+pub fn threads_of(host: &Host, pid: u32) -> Vec<u32> {
+    host.list_dir(format!("/proc/{pid}/task"))
+        .map(numeric)
+        .unwrap_or_default()
+}
+
+/// One task, or None if it is gone.
+pub fn info(host: &Host, pid: u32, tid: u32) -> Option<TaskInfo> {
+    let text = host
+        .read_opt(format!("/proc/{pid}/task/{tid}/stat"))
+        .or_else(|| host.read_opt(format!("/proc/{tid}/stat")))?;
+    parse_stat(pid, tid, &text)
+}
+
+/// Every thread of every process. Tasks that vanish while listing are skipped.
+pub fn all(host: &Host) -> Result<Vec<TaskInfo>> {
+    let mut out = Vec::new();
+    for pid in pids(host)? {
+        for tid in threads_of(host, pid) {
+            if let Some(t) = info(host, pid, tid) {
+                out.push(t);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Does the task (tid) still exist with this start time?
+pub fn same_task(host: &Host, tid: u32, start_time: u64) -> bool {
+    host.read_opt(format!("/proc/{tid}/stat"))
+        .and_then(|t| parse_stat(tid, tid, &t))
+        .map(|t| t.start_time == start_time)
+        .unwrap_or(false)
+}
+
+/// Context switches of one thread (voluntary, involuntary) from its status file.
+pub fn context_switches(host: &Host, tid: u32) -> Option<(u64, u64)> {
+    let status = host.read_opt(format!("/proc/{tid}/status"))?;
+    let get = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((
+        get("voluntary_ctxt_switches:")?,
+        get("nonvoluntary_ctxt_switches:")?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_comm() {
+        let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 99 1 0 0 0";
+        let t = parse_stat(42, 42, line).unwrap();
+        assert_eq!(t.comm, "a (b) c");
+        assert_eq!(t.start_time, 777);
+        assert_eq!(t.rt_priority, 99);
+        assert_eq!(t.policy, 1);
+        assert!(!t.kthread);
+        assert!(t.is_fifo_or_rr());
+    }
+
+    #[test]
+    fn detects_kernel_threads() {
+        // flags = PF_KTHREAD | PF_NO_SETAFFINITY
+        let flags = PF_KTHREAD | PF_NO_SETAFFINITY;
+        let line = format!("7 (ksoftirqd/1) S 2 0 0 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0");
+        let t = parse_stat(7, 7, &line).unwrap();
+        assert!(t.kthread && t.no_setaffinity);
+    }
+
+    #[test]
+    fn lists_real_tasks_including_self() {
+        let host = Host::real();
+        let me = std::process::id();
+        let all = all(&host).unwrap();
+        assert!(all.iter().any(|t| t.pid == me));
+        assert!(context_switches(&host, me).is_some());
+    }
+}
