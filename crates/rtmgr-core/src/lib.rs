@@ -2,9 +2,14 @@
 //! Nothing here makes a system call, reads a clock or starts a thread, so every
 //! policy runs unchanged on the live machine (rtmgr-linux) and in the simulator.
 
+pub mod budget;
 pub mod class;
 pub mod cpuset;
+pub mod load;
 pub mod partition;
+pub mod plot;
+pub mod procstat;
+pub mod report;
 pub mod stats;
 
 pub use cpuset::{CpuSet, CpuSetError};
