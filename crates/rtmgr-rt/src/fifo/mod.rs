@@ -1,0 +1,40 @@
+//! The RT-FIFO (ARTiS §2.2; budget-based RTAI §2, RTAI_FIFO/RTAI_SHM): a
+//! wait-free single-producer/single-consumer channel through which a real-time
+//! task hands data to ordinary tasks without locks, allocation or system calls.
+//!
+//! * [`ring`] — in-process queue for `T: Send` (the one to use).
+//! * [`list`] — the seed's Valois list with a dummy node and preallocated
+//!   nodes, kept as the measured alternative.
+//! * [`shm`] — cross-process channel of fixed-size byte records in shared
+//!   memory; the consumer may sleep on a futex, the producer never blocks.
+//! * [`capi`] — the `rtf_*` C API (`include/rtmgr.h`), after RTAI's `rtf_*`.
+//!
+//! # Ring or list? (decided by measurement)
+//!
+//! The seed's list is wait-free with one reader and one writer, but every
+//! hand-off touches a node (`next` pointer + value) that was last written by
+//! the other CPU, and the producer writes the previous node's `next`, so each
+//! value costs at least two cache-line transfers, and the node chain defeats
+//! the prefetcher. The ring keeps values contiguous and lets each side cache
+//! the other's index, so the shared index lines move only when one side
+//! catches up with the other. `cargo bench -p rtmgr-rt --bench fifo_xproc`
+//! measures both side by side with rtrb and crossbeam's `ArrayQueue` (table in
+//! README, section `fifo`): the ring is the faster of the two in throughput
+//! and is what [`ring::channel`] and [`shm`] use.
+//!
+//! # loom
+//! `RUSTFLAGS="--cfg loom" cargo test -p rtmgr-rt --release --lib fifo_loom`
+//! model-checks both in-process queues.
+
+pub mod list;
+pub mod ring;
+mod sync;
+
+pub mod capi;
+pub mod shm;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+pub use list::{list_channel, ListConsumer, ListProducer};
+pub use ring::{channel, Consumer, Full, Producer};
