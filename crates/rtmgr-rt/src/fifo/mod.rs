@@ -31,6 +31,7 @@ pub mod ring;
 mod sync;
 
 pub mod capi;
+/// cbindgen:ignore
 pub mod shm;
 
 #[cfg(all(test, loom))]
