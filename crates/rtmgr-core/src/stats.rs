@@ -96,6 +96,17 @@ impl Hist {
         self.sum += i128::from(v) * i128::from(count);
     }
 
+    /// Forget all samples but keep the allocated buckets (so a probe can size its
+    /// histogram before the measurement and never allocate during it).
+    pub fn clear(&mut self) {
+        self.pos.reset();
+        self.neg.reset();
+        self.n = 0;
+        self.min = i64::MAX;
+        self.max = i64::MIN;
+        self.sum = 0;
+    }
+
     pub fn merge(&mut self, other: &Hist) {
         if other.n == 0 {
             return;
@@ -375,6 +386,10 @@ mod tests {
         assert_eq!(h.min(), Some(1));
         assert_eq!(h.max(), Some(3_600_000_000_000));
         assert_eq!(h.value_at_rank(2), Some(999));
+        h.clear();
+        assert!(h.is_empty() && h.max().is_none());
+        h.record(-3);
+        assert_eq!(h.summary(0).min_ns, Some(-3));
     }
 
     proptest! {

@@ -10,6 +10,7 @@ pub mod host;
 pub mod irq;
 pub mod journal;
 pub mod lock;
+pub mod measure;
 pub mod partition;
 pub mod sched;
 pub mod tasks;

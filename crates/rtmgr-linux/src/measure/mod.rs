@@ -1,0 +1,135 @@
+//! Honest real-time measurement on the running machine (DESIGN.md "Measuring";
+//! ARTiS §3.1–3.2, McKenney §2.1 and §3, DROPS §5.3): latency probe threads,
+//! stress-ng loads, disturbance snapshots, execution-time variation,
+//! periodicity, and the cyclictest cross-check. Statistics and report types are
+//! pure and live in `rtmgr_core::{stats, report}`.
+
+pub mod cyclictest;
+pub mod disturb;
+pub mod exec;
+pub mod load;
+pub mod periodicity;
+pub mod probe;
+pub mod spawn;
+
+use rtmgr_core::report::HostInfo;
+use rtmgr_core::CpuSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} not found in PATH: install it with `apt-get install -y {1}`")]
+    MissingTool(&'static str, &'static str),
+    #[error("{0}")]
+    Load(String),
+}
+
+impl MeasureError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        MeasureError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, MeasureError>;
+
+/// CLOCK_MONOTONIC in ns.
+pub fn mono_ns() -> i64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time of the calling thread in ns.
+pub fn thread_cpu_ns() -> i64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// The calling thread's id.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// Is `prog` on PATH?
+pub fn which(prog: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Holds /dev/cpu_dma_latency at 0 µs while alive (the kernel restores the old
+/// PM QoS request when the file is closed), so deep C-states do not add exit
+/// latency to the measurement.
+pub struct DmaLatencyGuard {
+    _file: Option<File>,
+}
+
+impl DmaLatencyGuard {
+    pub fn hold() -> Self {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")
+            .and_then(|mut f| f.write_all(&0i32.to_ne_bytes()).map(|_| f))
+            .ok();
+        DmaLatencyGuard { _file: file }
+    }
+
+    pub fn held(&self) -> bool {
+        self._file.is_some()
+    }
+}
+
+/// Facts about the machine for the report header.
+pub fn host_info(online: &CpuSet) -> HostInfo {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let cpuinfo = read("/proc/cpuinfo");
+    let hypervisor = if Path::new("/sys/hypervisor/type").exists() {
+        Some(read("/sys/hypervisor/type"))
+    } else if cpuinfo.contains(" hypervisor") {
+        Some("yes (cpuinfo hypervisor flag)".to_string())
+    } else {
+        None
+    };
+    HostInfo {
+        hostname: read("/proc/sys/kernel/hostname"),
+        kernel: read("/proc/sys/kernel/osrelease"),
+        cpus_online: online.clone(),
+        hypervisor,
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -1,0 +1,284 @@
+//! Starting measurement helpers (stress-ng, cyclictest) as children in their own
+//! process group, pinned and with their scheduling policy set before they run,
+//! optionally held stopped until the caller has moved them into a cpuset; and
+//! ending them: the whole group is signalled and verified gone (ARTiS §3.1
+//! loads must never outlive the measurement).
+
+use super::{MeasureError, Result};
+use rtmgr_core::CpuSet;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to start a child.
+pub struct SpawnSpec<'a> {
+    pub program: &'a str,
+    pub args: Vec<String>,
+    pub cpus: Option<CpuSet>,
+    /// Run at SCHED_IDLE (inherited by the child's own children).
+    pub sched_idle: bool,
+    /// Where stdout and stderr go.
+    pub log: Option<std::fs::File>,
+    /// Called with the child's pid while it is stopped, before it runs the program.
+    pub before_run: Option<&'a dyn Fn(u32) -> Result<()>>,
+}
+
+/// A child in its own process group; killed with its group on drop.
+pub struct GroupChild {
+    child: Child,
+    pgid: i32,
+    reaped: Option<libc::rusage>,
+}
+
+fn cpu_set(cpus: &CpuSet) -> Result<libc::cpu_set_t> {
+    // SAFETY: zeroed cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus.iter() {
+        if c as usize >= libc::CPU_SETSIZE as usize {
+            return Err(MeasureError::Setup(format!("CPU {c} out of range")));
+        }
+        // SAFETY: c < CPU_SETSIZE.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    Ok(set)
+}
+
+impl GroupChild {
+    pub fn spawn(spec: SpawnSpec<'_>) -> Result<GroupChild> {
+        let gated = spec.before_run.is_some();
+        let mut cmd = if gated {
+            // sh stops itself; the caller moves it, then continues it into exec.
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c")
+                .arg("kill -STOP $$; exec \"$@\"")
+                .arg("sh")
+                .arg(spec.program)
+                .args(&spec.args);
+            c
+        } else {
+            let mut c = Command::new(spec.program);
+            c.args(&spec.args);
+            c
+        };
+        cmd.stdin(Stdio::null()).process_group(0);
+        match spec.log {
+            Some(f) => {
+                let f2 = f.try_clone().map_err(|e| MeasureError::io("log file", e))?;
+                cmd.stdout(f).stderr(f2);
+            }
+            None => {
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        let set = spec.cpus.as_ref().map(cpu_set).transpose()?;
+        let idle = spec.sched_idle;
+        // SAFETY: the closure only makes async-signal-safe system calls on
+        // pre-built data (no allocation) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(set) = &set {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if idle {
+                    let p = libc::sched_param { sched_priority: 0 };
+                    if libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| MeasureError::io(format!("start {}", spec.program), e))?;
+        let pgid = child.id() as i32;
+        let mut gc = GroupChild {
+            child,
+            pgid,
+            reaped: None,
+        };
+        if let Some(f) = spec.before_run {
+            gc.wait_stopped()?;
+            f(pgid as u32)?;
+            if let Some(cpus) = &spec.cpus {
+                // A v1 cpuset attach resets the affinity to the cpuset's CPUs.
+                crate::sched::set_affinity(pgid as u32, cpus)
+                    .map_err(|e| MeasureError::io("pin gated child", e))?;
+            }
+            // SAFETY: signalling our own child's process group.
+            unsafe { libc::kill(-pgid, libc::SIGCONT) };
+        }
+        Ok(gc)
+    }
+
+    fn wait_stopped(&mut self) -> Result<()> {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child with a valid status pointer; WUNTRACED
+        // reports the stop without reaping.
+        let rc = unsafe { libc::waitpid(self.pgid, &mut status, libc::WUNTRACED) };
+        if rc != self.pgid || !libc::WIFSTOPPED(status) {
+            return Err(MeasureError::Setup(format!(
+                "child {} did not stop at its start gate (status {status:#x})",
+                self.pgid
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pgid as u32
+    }
+
+    /// Signal every process of the group.
+    pub fn signal_group(&self, sig: i32) {
+        // SAFETY: signalling a process group we created.
+        unsafe { libc::kill(-self.pgid, sig) };
+    }
+
+    /// Has the leader exited? Reaps it (keeping its resource usage) if so.
+    pub fn try_reap(&mut self) -> bool {
+        if self.reaped.is_some() {
+            return true;
+        }
+        let mut status = 0;
+        // SAFETY: zeroed rusage is valid plain data.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 on our own child with valid pointers.
+        let rc = unsafe { libc::wait4(self.pgid, &mut status, libc::WNOHANG, &mut ru) };
+        if rc == self.pgid {
+            self.reaped = Some(ru);
+            true
+        } else {
+            rc < 0 // ECHILD: already reaped elsewhere
+        }
+    }
+
+    /// Wait for the leader, up to `timeout`.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if self.try_reap() {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Does any process of the group still exist?
+    pub fn group_alive(&self) -> bool {
+        // SAFETY: signal 0 only checks existence.
+        unsafe { libc::kill(-self.pgid, 0) == 0 }
+    }
+
+    /// Stop the group: `sig` first, then SIGKILL after `grace`; verify it is gone.
+    pub fn stop(&mut self, sig: i32, grace: Duration) -> Result<()> {
+        if !self.try_reap() || self.group_alive() {
+            self.signal_group(sig);
+            let end = Instant::now() + grace;
+            while Instant::now() < end && (!self.try_reap() || self.group_alive()) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if !self.try_reap() || self.group_alive() {
+            self.signal_group(libc::SIGKILL);
+            self.wait_timeout(Duration::from_secs(5));
+            let end = Instant::now() + Duration::from_secs(5);
+            while self.group_alive() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if self.group_alive() {
+            return Err(MeasureError::Load(format!(
+                "process group {} still has members after SIGKILL",
+                self.pgid
+            )));
+        }
+        Ok(())
+    }
+
+    /// User + system CPU time of the reaped leader and its waited-for children, ns.
+    pub fn cpu_time_ns(&self) -> Option<u64> {
+        self.reaped.map(|ru| {
+            let t = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+            t(ru.ru_utime) + t(ru.ru_stime)
+        })
+    }
+
+    pub fn exited_ok(&self) -> bool {
+        self.reaped.is_some()
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop(libc::SIGKILL, Duration::from_millis(0)) {
+            eprintln!("rtmgr: {e}");
+        }
+        let _ = &self.child;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_is_gone_after_stop_and_drop() {
+        let mut c = GroupChild::spawn(SpawnSpec {
+            program: "/bin/sh",
+            args: vec!["-c".into(), "sleep 30 & sleep 30 & wait".into()],
+            cpus: None,
+            sched_idle: true,
+            log: None,
+            before_run: None,
+        })
+        .unwrap();
+        let pgid = c.pid();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(c.group_alive());
+        c.stop(libc::SIGTERM, Duration::from_secs(2)).unwrap();
+        assert!(!c.group_alive());
+        drop(c);
+        // SAFETY: existence check only.
+        assert_ne!(unsafe { libc::kill(-(pgid as i32), 0) }, 0);
+    }
+
+    #[test]
+    fn gate_runs_before_the_program_and_drop_kills() {
+        let seen = std::sync::Mutex::new(None);
+        let f = |pid: u32| {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            *seen.lock().unwrap() = Some(st.contains(") T "));
+            Ok(())
+        };
+        let c = GroupChild::spawn(SpawnSpec {
+            program: "sleep",
+            args: vec!["30".into()],
+            cpus: Some(CpuSet::single(0)),
+            sched_idle: false,
+            log: None,
+            before_run: Some(&f),
+        })
+        .unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(true),
+            "child was stopped at the gate"
+        );
+        let pgid = c.pid() as i32;
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            crate::sched::get_affinity(pgid as u32).unwrap(),
+            CpuSet::single(0)
+        );
+        drop(c);
+        // SAFETY: existence check only.
+        assert_ne!(unsafe { libc::kill(-pgid, 0) }, 0);
+    }
+}
