@@ -15,6 +15,48 @@
 #include <stdbool.h>
 
 /**
+ * Offset of the default budget signal from SIGRTMIN.
+ */
+#define DEFAULT_SIGNAL_OFFSET 4
+
+/**
+ * Default number of per-period records kept in the statistics ring.
+ */
+#define DEFAULT_RING_CAPACITY 1024
+
+/**
+ * Task classes (ARTiS §2.1).
+ */
+#define RTMGR_CLASS_RT0 0
+
+#define RTMGR_CLASS_RT1 1
+
+#define RTMGR_CLASS_LINUX 2
+
+/**
+ * Budget enforcement modes for `rtmgr_task_make_periodic_budget`.
+ */
+#define RTMGR_BUDGET_SOFT 0
+
+#define RTMGR_BUDGET_HARD 1
+
+/**
+ * Soft mode, plain re-arm variant.
+ */
+#define RTMGR_BUDGET_SOFT_REARM 2
+
+/**
+ * Soft mode, compensation variant (seed §3.3.3).
+ */
+#define RTMGR_BUDGET_SOFT_COMPENSATE 3
+
+#define SCHED_DEADLINE 6
+
+#define SCHED_FLAG_RESET_ON_FORK 1
+
+#define SCHED_FLAG_DL_OVERRUN 4
+
+/**
  * Result of every `rtf_*` call: 0 is success, positive values are normal
  * outcomes (full, empty, timed out), negative values are errors.
  */
@@ -91,9 +133,126 @@ typedef enum RtfRole {
 } RtfRole;
 
 /**
+ * Result of every `rtmgr_task_*` call: 0 is success (for `wait_period`: on
+ * time), positive values are the other normal outcomes of `wait_period`,
+ * negative values are errors (see `rtmgr_task_last_error()`).
+ */
+enum RtmgrTaskStatus
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Success; `wait_period`: the task slept until its next release.
+   */
+  RTMGR_TASK_OK = 0,
+  /**
+   * `wait_period`: releases were missed (count in `*missed`); returned at once.
+   */
+  RTMGR_TASK_MISSED = 1,
+  /**
+   * `wait_period`: a delayed wait of an earlier period, ignored (seed §3.2).
+   */
+  RTMGR_TASK_IGNORED = 2,
+  /**
+   * Bad argument (NULL, zero period, budget > period, unknown class or mode, ...).
+   */
+  RTMGR_TASK_EINVAL = -1,
+  /**
+   * `wait_period` on a task that is not periodic.
+   */
+  RTMGR_TASK_ENOTPERIODIC = -2,
+  /**
+   * `make_periodic*` on a task that is already periodic.
+   */
+  RTMGR_TASK_EPERIODIC = -3,
+  /**
+   * SCHED_DEADLINE admission refused; the message gives the utilisations.
+   */
+  RTMGR_TASK_EBUSY = -4,
+  /**
+   * Called from another thread than the one that created the task.
+   */
+  RTMGR_TASK_ETHREAD = -5,
+  /**
+   * A system call failed; `errno` tells which error.
+   */
+  RTMGR_TASK_EOS = -6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RtmgrTaskStatus RtmgrTaskStatus;
+#else
+typedef int32_t RtmgrTaskStatus;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * An open FIFO end (opaque).
  */
 typedef struct RtfFifo RtfFifo;
+
+/**
+ * A periodic task (opaque); belongs to the thread that created it.
+ */
+typedef struct RtmgrTask RtmgrTask;
+
+/**
+ * Counters readable from any thread (all ns unless named otherwise).
+ */
+typedef struct RtmgrTaskStats {
+  /**
+   * Periods (windows) closed.
+   */
+  uint64_t periods;
+  /**
+   * Windows in which the budget ran out.
+   */
+  uint64_t exhaustions;
+  /**
+   * `wait_period` calls ignored (delayed waits, seed §3.2).
+   */
+  uint64_t ignored_waits;
+  /**
+   * Releases reported missed.
+   */
+  uint64_t missed;
+  /**
+   * Pending delayed waits now (the seed's `if_wait`).
+   */
+  uint64_t if_wait;
+  /**
+   * Exhaustions that found `if_wait` at its cap.
+   */
+  uint64_t if_wait_saturated;
+  /**
+   * SIGXCPU received (hard mode, SCHED_FLAG_DL_OVERRUN).
+   */
+  uint64_t kernel_overruns;
+  /**
+   * Budget-timer signals handled.
+   */
+  uint64_t expirations;
+  /**
+   * Thread CPU time spent in the signal handler, excluding the deliberate
+   * spin to the exact budget end: sum and maximum per expiration.
+   */
+  uint64_t handler_cpu_sum;
+  uint64_t handler_cpu_max;
+  /**
+   * CPU time spent spinning to the exact budget end (part of the budget).
+   */
+  uint64_t spin_cpu_sum;
+  /**
+   * Timer expiry → handler entry (CLOCK_MONOTONIC): sum and maximum.
+   */
+  uint64_t signal_late_sum;
+  uint64_t signal_late_max;
+  /**
+   * EarlySpin's learned margin now.
+   */
+  uint64_t margin;
+} RtmgrTaskStats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -204,6 +363,96 @@ RtfStatus rtf_unlink(const char *name);
  * A static, human-readable description of a status code.
  */
 const char *rtf_strerror(int status);
+
+/**
+ * The message of the calling thread's last failed `rtmgr_task_*` call
+ * ("" if none). Valid until the next failing call on this thread.
+ */
+const char *rtmgr_task_last_error(void);
+
+/**
+ * Create a task for the calling thread (RTAI `rt_task_init`): `class` is
+ * `RTMGR_CLASS_RT0` (SCHED_FIFO 99, memory locked), `RTMGR_CLASS_RT1`
+ * (SCHED_FIFO `priority`, 1..98) or `RTMGR_CLASS_LINUX` (policy unchanged);
+ * `cpu` pins the thread (-1: no pin). Stores the task in `*out`.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `out` must be valid for writing a pointer.
+ */
+RtmgrTaskStatus rtmgr_task_init(const char *name,
+                                int class_,
+                                int priority,
+                                int cpu,
+                                struct RtmgrTask **out);
+
+/**
+ * Periodic without budget: first release at `start_ns` (CLOCK_MONOTONIC,
+ * absolute; 0 = now), period `period_ns`. Sleeps until the first release.
+ *
+ * # Safety
+ * `t` must be NULL or a task from `rtmgr_task_init` not yet deleted.
+ */
+RtmgrTaskStatus rtmgr_task_make_periodic(struct RtmgrTask *t,
+                                         uint64_t start_ns,
+                                         uint64_t period_ns);
+
+/**
+ * Periodic with budget `budget_ns` per period, enforced by `mode`
+ * (`RTMGR_BUDGET_SOFT`, `RTMGR_BUDGET_HARD`, `RTMGR_BUDGET_SOFT_REARM`,
+ * `RTMGR_BUDGET_SOFT_COMPENSATE`). Soft modes use signal SIGRTMIN+4.
+ * Hard mode: SCHED_DEADLINE with deadline = period.
+ *
+ * # Safety
+ * `t` must be NULL or a task from `rtmgr_task_init` not yet deleted.
+ */
+RtmgrTaskStatus rtmgr_task_make_periodic_budget(struct RtmgrTask *t,
+                                                uint64_t start_ns,
+                                                uint64_t period_ns,
+                                                uint64_t budget_ns,
+                                                int mode);
+
+/**
+ * End the job and wait for the next release. Returns `RTMGR_TASK_OK` (on
+ * time), `RTMGR_TASK_MISSED` (and the number of missed releases in
+ * `*missed` if not NULL), `RTMGR_TASK_IGNORED`, or an error.
+ *
+ * # Safety
+ * `t` must be NULL or a live task; `missed` NULL or writable.
+ */
+RtmgrTaskStatus rtmgr_task_wait_period(struct RtmgrTask *t, uint64_t *missed);
+
+/**
+ * Copy the task's counters into `*out`.
+ *
+ * # Safety
+ * `t` must be NULL or a live task; `out` NULL or writable.
+ */
+RtmgrTaskStatus rtmgr_task_stats(const struct RtmgrTask *t, struct RtmgrTaskStats *out);
+
+/**
+ * Last per-period record: budget assigned and received (ns) of the most
+ * recently closed period. Returns `RTMGR_TASK_EINVAL` if none yet.
+ *
+ * # Safety
+ * `t` must be NULL or a live task; the out pointers NULL or writable.
+ */
+RtmgrTaskStatus rtmgr_task_last_period(const struct RtmgrTask *t,
+                                       uint64_t *budget_ns,
+                                       uint64_t *received_ns);
+
+/**
+ * Current CLOCK_MONOTONIC time in ns (for `start_ns`).
+ */
+uint64_t rtmgr_task_now_ns(void);
+
+/**
+ * Delete the task: stop it, restore the thread's scheduling policy and
+ * affinity, free it. NULL is ignored.
+ *
+ * # Safety
+ * `t` must be NULL or a live task, deleted once, from its own thread.
+ */
+RtmgrTaskStatus rtmgr_task_delete(struct RtmgrTask *t);
 
 #ifdef __cplusplus
 }  // extern "C"
