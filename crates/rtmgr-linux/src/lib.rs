@@ -9,10 +9,14 @@ pub mod fake;
 pub mod host;
 pub mod irq;
 pub mod journal;
+pub mod launch;
 pub mod lock;
 pub mod measure;
 pub mod partition;
+pub mod preload;
 pub mod sched;
+pub mod snapshot;
+pub mod status;
 pub mod tasks;
 
 pub use host::{Host, HostError};

@@ -278,6 +278,10 @@ fn create_cpusets(
     Ok(())
 }
 
+/// Tasks that fork while we move their parents can escape one pass, so
+/// passes repeat over the tasks not seen yet until none is new.
+const MAX_TASK_PASSES: usize = 8;
+
 fn move_tasks(
     host: &Host,
     j: &mut Journal,
@@ -287,9 +291,48 @@ fn move_tasks(
     nrt_dir: Option<&Path>,
     report: &mut ApplyReport,
 ) -> Result<()> {
-    let all = tasks::all(host)?;
+    let mut seen = std::collections::BTreeSet::new();
+    for pass in 0..MAX_TASK_PASSES {
+        let fresh: Vec<tasks::TaskInfo> = tasks::all(host)?
+            .into_iter()
+            .filter(|t| !seen.contains(&(t.tid, t.start_time)))
+            .collect();
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        seen.extend(fresh.iter().map(|t| (t.tid, t.start_time)));
+        move_task_batch(
+            host,
+            j,
+            layout,
+            plan,
+            rt_dir,
+            nrt_dir,
+            report,
+            &fresh,
+            pass == 0,
+        )?;
+    }
+    report.notes.push(format!(
+        "tasks were still being created after {MAX_TASK_PASSES} passes; the newest may keep RT CPUs"
+    ));
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn move_task_batch(
+    host: &Host,
+    j: &mut Journal,
+    layout: &Layout,
+    plan: &PartitionPlan,
+    rt_dir: &Path,
+    nrt_dir: Option<&Path>,
+    report: &mut ApplyReport,
+    all: &[tasks::TaskInfo],
+    first_pass: bool,
+) -> Result<()> {
     let mut before = Vec::with_capacity(all.len());
-    for t in &all {
+    for t in all {
         if let Ok(aff) = host.get_affinity(t.tid) {
             before.push(TaskBefore {
                 tid: t.tid,
@@ -306,7 +349,7 @@ fn move_tasks(
     let by_tid: BTreeMap<u32, &TaskBefore> = before.iter().map(|b| (b.tid, b)).collect();
     let half = all.len() / 2;
     for (i, t) in all.iter().enumerate() {
-        if i == half {
+        if i == half && first_pass {
             crash_point("tasks-half");
         }
         let label = format!("{} {}", t.tid, t.comm);
@@ -330,13 +373,12 @@ fn move_tasks(
                 match cgroup::attach(host, layout, nrt, t.tid) {
                     Ok(()) => {}
                     Err(e) if e.is_gone() => continue,
-                    Err(e) => {
-                        report.skip(
-                            "the kernel refused to move it into the NRT cpuset",
-                            format!("{label} ({e})"),
-                        );
-                        continue;
-                    }
+                    // kthreadd and a few others may not change cpuset; their
+                    // affinity still can (new kernel threads inherit kthreadd's).
+                    Err(e) => report.notes.push(format!(
+                        "task {label} stays in the root cpuset (the kernel refuses: {}); its affinity is narrowed instead",
+                        e.errno().map(|n| std::io::Error::from_raw_os_error(n).to_string()).unwrap_or_else(|| e.to_string())
+                    )),
                 }
             } else {
                 report.notes.push(format!(

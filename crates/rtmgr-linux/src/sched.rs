@@ -188,6 +188,12 @@ pub fn get_policy(tid: u32) -> io::Result<Policy> {
     Ok(from_attr(&attr))
 }
 
+/// Is this process running with root's effective user id?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and takes no arguments.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Lock all current and future memory of the calling process.
 pub fn mlockall() -> io::Result<()> {
     // SAFETY: no pointers involved.

@@ -6,46 +6,24 @@ use rtmgr_core::CpuSet;
 use rtmgr_linux::cgroup::{self, Layout};
 use rtmgr_linux::fake::{FakeCgroup, FakeMachine};
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionError, Role};
+use rtmgr_linux::snapshot::{self, MachineState};
 use rtmgr_linux::{irq, Host};
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Everything a partition may change, read back from the fake tree.
-fn state(host: &Host) -> BTreeMap<String, String> {
-    let mut s = BTreeMap::new();
-    let layout = partition::layout(host).ok();
-    for t in rtmgr_linux::tasks::all(host).unwrap() {
-        s.insert(
-            format!("aff {}", t.tid),
-            host.get_affinity(t.tid).unwrap().to_list(),
-        );
-        if let Some(l) = &layout {
-            s.insert(
-                format!("cg {}", t.tid),
-                cgroup::task_cgroup(host, l, t.tid).unwrap_or_default(),
-            );
-        }
-    }
-    for n in irq::numbers(host).unwrap() {
-        s.insert(format!("irq {n}"), irq::raw_mask(host, n).unwrap());
-    }
-    s.insert("default".into(), irq::default_affinity_raw(host).unwrap());
-    for f in [
-        "/sys/devices/virtual/workqueue/cpumask",
-        "/sys/fs/cgroup/cpuset/cpuset.sched_load_balance",
-        "/sys/fs/cgroup/cgroup.subtree_control",
-    ] {
-        s.insert(
-            f.into(),
-            host.read_opt(f).unwrap_or_default().trim().to_string(),
-        );
-    }
-    let mount = layout.map(|l| l.mount().to_path_buf()).unwrap_or_default();
-    s.insert(
-        "cgroups".into(),
-        host.list_dir(&mount).unwrap_or_default().join(" "),
+fn state(host: &Host) -> MachineState {
+    snapshot::capture(host)
+}
+
+/// Identical: same values and the same tasks (nothing appears or vanishes in a fake tree).
+fn assert_same(before: &MachineState, after: &MachineState, what: &str) {
+    let d = before.diff(after);
+    assert!(d.is_empty(), "{what}: {d:?}");
+    assert_eq!(
+        before.tasks.len(),
+        after.tasks.len(),
+        "{what}: task set changed"
     );
-    s
 }
 
 fn plan(host: &Host, rt: &str) -> rtmgr_core::partition::PartitionPlan {
@@ -136,22 +114,22 @@ fn apply_and_check(cg: FakeCgroup) {
         partition::apply(&host, &p, &opts()),
         Err(PartitionError::AlreadyApplied(_))
     ));
-    assert_eq!(state(&host), mid);
+    assert_same(&mid, &state(&host), "refused apply changed something");
 
     // An RT task enters the RT set; reset moves it back.
     partition::enter(&host, &applied, Role::Rt, 400).unwrap();
     let r = partition::reset(&host, Path::new("/run/rtmgr/journal.jsonl")).unwrap();
     assert!(r.had_partition);
-    assert_eq!(
-        state(&host),
-        before,
-        "reset did not restore the exact state"
+    assert_same(
+        &before,
+        &state(&host),
+        "reset did not restore the exact state",
     );
     assert!(!host.exists("/run/rtmgr"));
     // Idempotent.
     let again = partition::reset(&host, Path::new("/run/rtmgr/journal.jsonl")).unwrap();
     assert!(!again.had_partition);
-    assert_eq!(state(&host), before);
+    assert_same(&before, &state(&host), "state changed");
 }
 
 #[test]
@@ -174,7 +152,7 @@ fn no_cpuset_anywhere_is_refused_without_change() {
     let before = state(&host);
     let err = partition::apply(&host, &plan(&host, "1"), &opts()).unwrap_err();
     assert!(matches!(err, PartitionError::NoCpuset), "{err}");
-    assert_eq!(state(&host), before);
+    assert_same(&before, &state(&host), "state changed");
     assert!(!host.exists("/run/rtmgr"));
 }
 
@@ -202,7 +180,7 @@ fn config_exceptions_are_honoured() {
         .keys()
         .any(|k| k.contains("kernel_threads")));
     partition::reset(&host, Path::new("/run/rtmgr/journal.jsonl")).unwrap();
-    assert_eq!(state(&host), before);
+    assert_same(&before, &state(&host), "state changed");
 }
 
 #[test]
@@ -236,5 +214,8 @@ fn torn_journal_after_begin_resets_cleanly() {
     // this checks only that reset copes with a partial journal.
     partition::reset(&host, Path::new("/run/rtmgr/journal.jsonl")).unwrap();
     let after = state(&host);
-    assert_eq!(after["cgroups"], before["cgroups"]);
+    assert_eq!(
+        after.system["rtmgr cgroups"],
+        before.system["rtmgr cgroups"]
+    );
 }

@@ -34,6 +34,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    rtmgr_linux::launch::default_sigpipe();
     cmd::init_logging();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -7,7 +7,47 @@ pub mod partition;
 pub mod run;
 pub mod status;
 
+use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
+use rtmgr_linux::Host;
+use std::path::Path;
 use std::process::ExitCode;
+
+/// The machine to work on: the real one, or a fake tree named by
+/// RTMGR_SYSROOT (tests only; then root is not required).
+pub fn host() -> Host {
+    match std::env::var_os("RTMGR_SYSROOT") {
+        Some(root) => Host::fake(root),
+        None => Host::real(),
+    }
+}
+
+/// Refuse to change the machine unless root (checked before anything changes).
+pub fn require_root(host: &Host, what: &str) -> anyhow::Result<()> {
+    if !host.is_fake() && !rtmgr_linux::sched::is_root() {
+        return bad_input(format!(
+            "{what} needs root (CAP_SYS_ADMIN and CAP_SYS_NICE): run it with sudo"
+        ));
+    }
+    Ok(())
+}
+
+/// Take the machine-wide lock so no other rtmgr changes the machine meanwhile.
+/// A test (or script) that already holds the lock and runs rtmgr under it sets
+/// RTMGR_LOCK_HELD=1; then no lock is taken (it would wait for its own parent).
+pub fn machine_lock(host: &Host) -> anyhow::Result<Option<MachineLock>> {
+    if std::env::var_os("RTMGR_LOCK_HELD").is_some() {
+        return Ok(None);
+    }
+    let path = host.path(DEFAULT_LOCK_PATH);
+    if let Some(l) = MachineLock::try_acquire(&path)? {
+        return Ok(Some(l));
+    }
+    eprintln!(
+        "rtmgr: waiting for another rtmgr to release {}",
+        Path::new(DEFAULT_LOCK_PATH).display()
+    );
+    Ok(Some(MachineLock::acquire(&path)?))
+}
 
 /// An error caused by the user's input, detected before anything changed: exit 2.
 #[derive(Debug)]
