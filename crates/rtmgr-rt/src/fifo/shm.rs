@@ -640,32 +640,45 @@ impl ShmConsumer {
                 want,
             });
         }
+        Ok(self.try_pop_with(|rec| buf.copy_from_slice(rec))?.is_some())
+    }
+
+    /// Zero-copy pop: run `f` on the oldest record in place, then release its
+    /// slot. `Ok(None)` when empty. If this process dies inside `f`, the record
+    /// is still in the FIFO and the next consumer gets it again.
+    #[inline]
+    pub fn try_pop_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, FifoError> {
         if self.head == self.tail_cache {
             self.tail_cache = self.seg.index(off::TAIL, "tail index out of range")?;
             if self.head == self.tail_cache {
-                return Ok(false);
+                return Ok(None);
             }
         }
-        // SAFETY: slot `head` < slots is in head..tail, published by the
-        // producer's store of `tail` that we acquired; buf has `want` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(self.seg.slot(self.head), buf.as_mut_ptr(), want) };
+        // SAFETY: slot `head` < slots lies inside the mapping and is in
+        // head..tail: published by the producer's store of `tail`, which we
+        // acquired, and not written again until we store the new `head`.
+        let rec = unsafe {
+            std::slice::from_raw_parts(self.seg.slot(self.head), self.seg.geo.record_size as usize)
+        };
+        let r = f(rec);
         self.head = self.seg.next(self.head);
         self.seg
             .u32_field(off::HEAD)
             .store(self.head, Ordering::Release);
-        Ok(true)
+        Ok(Some(r))
     }
 
-    /// Take the oldest record, sleeping up to `timeout` (`None`: forever)
-    /// until one arrives. `Ok(false)` on timeout.
-    pub fn pop_timeout(
-        &mut self,
-        buf: &mut [u8],
-        timeout: Option<Duration>,
-    ) -> Result<bool, FifoError> {
+    /// Sleep until a record is waiting (`Ok(true)`) or `timeout` (`None`:
+    /// forever) has passed (`Ok(false)`). Spins on nothing: if empty, it
+    /// announces itself in `waiting` and sleeps on the futex.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool, FifoError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            if self.try_pop(buf)? {
+            if self.head != self.tail_cache {
+                return Ok(true);
+            }
+            self.tail_cache = self.seg.index(off::TAIL, "tail index out of range")?;
+            if self.head != self.tail_cache {
                 return Ok(true);
             }
             let remaining = match deadline {
@@ -676,13 +689,14 @@ impl ShmConsumer {
                 },
             };
             let waiting = self.seg.u32_field(off::WAITING);
+            // SeqCst store, then SeqCst load of `tail`: pairs with the
+            // producer's SeqCst exchange of `tail`, then load of `waiting`.
             waiting.store(1, Ordering::SeqCst);
-            let tail = self.seg.index(off::TAIL, "tail index out of range");
-            if tail.as_ref().is_ok_and(|&t| t != self.head) {
+            let tail = self.seg.u32_field(off::TAIL).load(Ordering::SeqCst);
+            if tail != self.head {
                 waiting.store(0, Ordering::Relaxed);
                 continue;
             }
-            tail?;
             let ts = remaining.map(|r| libc::timespec {
                 tv_sec: r.as_secs().min(i64::MAX as u64) as libc::time_t,
                 tv_nsec: r.subsec_nanos() as libc::c_long,
@@ -690,6 +704,20 @@ impl ShmConsumer {
             // Returns on wake, timeout, EINTR, or EAGAIN (producer already cleared the flag).
             futex(waiting, libc::FUTEX_WAIT, 1, ts.as_ref());
             waiting.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Take the oldest record, sleeping up to `timeout` (`None`: forever)
+    /// until one arrives. `Ok(false)` on timeout.
+    pub fn pop_timeout(
+        &mut self,
+        buf: &mut [u8],
+        timeout: Option<Duration>,
+    ) -> Result<bool, FifoError> {
+        if self.wait(timeout)? {
+            self.try_pop(buf)
+        } else {
+            Ok(false)
         }
     }
 
