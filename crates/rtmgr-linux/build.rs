@@ -10,7 +10,18 @@ fn main() {
     let so = out.join("librtmgr_mlock.so");
     println!("cargo:rerun-if-changed=preload/mlock.rs");
     let status = Command::new(rustc)
-        .args(["--crate-type", "cdylib", "--edition", "2021", "-C", "panic=abort", "-C", "opt-level=2", "-C", "strip=symbols"])
+        .args([
+            "--crate-type",
+            "cdylib",
+            "--edition",
+            "2021",
+            "-C",
+            "panic=abort",
+            "-C",
+            "opt-level=2",
+            "-C",
+            "strip=symbols",
+        ])
         .args(["--target", &target])
         .arg("preload/mlock.rs")
         .arg("-o")

@@ -24,7 +24,8 @@ extern "C" fn rtmgr_mlock_init() {
     // SAFETY: plain system calls; the message is a static byte string.
     unsafe {
         if mlockall(MCL_CURRENT | MCL_FUTURE) != 0 {
-            let m = b"rtmgr-mlock: mlockall failed: memory NOT locked (RLIMIT_MEMLOCK? not root?)\n";
+            let m =
+                b"rtmgr-mlock: mlockall failed: memory NOT locked (RLIMIT_MEMLOCK? not root?)\n";
             write(2, m.as_ptr(), m.len());
         }
     }
