@@ -22,12 +22,10 @@ use std::path::Path;
 pub enum MeasureError {
     #[error("{0}")]
     Setup(String),
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is part of the message (not a `source`), so that it survives
+    /// `to_string()` and is not printed twice in error chains.
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: std::io::Error },
     #[error("{0} not found in PATH: install it with `apt-get install -y {1}`")]
     MissingTool(&'static str, &'static str),
     #[error("{0}")]
@@ -38,7 +36,7 @@ impl MeasureError {
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         MeasureError::Io {
             what: what.into(),
-            source,
+            cause: source,
         }
     }
 }

@@ -70,7 +70,13 @@ impl GroupChild {
                 cmd.stdout(Stdio::null()).stderr(Stdio::null());
             }
         }
-        let set = spec.cpus.as_ref().map(cpu_set).transpose()?;
+        // A gated child is pinned after `before_run` has moved it into its cpuset:
+        // before that, the target CPUs may lie outside its current cpuset (EINVAL).
+        let set = if gated {
+            None
+        } else {
+            spec.cpus.as_ref().map(cpu_set).transpose()?
+        };
         let idle = spec.sched_idle;
         // SAFETY: the closure only makes async-signal-safe system calls on
         // pre-built data (no allocation) between fork and exec.
