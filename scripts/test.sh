@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace --all-targets
-cargo test --workspace -- --test-threads=1
+cargo test --workspace --no-fail-fast -- --test-threads=1
