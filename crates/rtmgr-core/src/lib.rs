@@ -2,6 +2,7 @@
 //! Nothing here makes a system call, reads a clock or starts a thread, so every
 //! policy runs unchanged on the live machine (rtmgr-linux) and in the simulator.
 
+pub mod balance;
 pub mod budget;
 pub mod class;
 pub mod cpuset;

@@ -1,0 +1,450 @@
+//! The asymmetric load-balancing policy of ARTiS §2.2–2.3, written once over an
+//! observed state so that it runs unchanged live (`rtmgr balance`, observing
+//! /proc) and in the simulator (`rtmgr-sim`). It decides which RT1+ and Linux
+//! tasks may be guests on RT CPUs: RT-load weighting of the run-queue length,
+//! eviction of guests about to be non-preemptible for long (the user-space
+//! analogue of ARTiS's migration trigger), next-migration-attempt estimation
+//! against ping-pong (Figs. 2–3), task/processor association, and pushes only.
+//! `scenario` is the lbµ scenario format of ARTiS §3.3 (Fig. 4).
+
+pub mod scenario;
+
+use crate::class::TaskClass;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A task (thread) as the observer names it: a tid live, an index in the simulator.
+pub type TaskId = u64;
+
+/// Where a task may run, as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Place {
+    /// Anywhere in the NRT set (the kernel balances inside it).
+    Nrt,
+    /// A guest pinned to this RT CPU.
+    Rt(u32),
+    /// Not the policy's business (RT0, per-CPU kernel threads, user-pinned tasks).
+    Fixed,
+}
+
+/// One CPU in one observation window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuObs {
+    pub cpu: u32,
+    /// Is this an RT CPU of the partition?
+    pub rt: bool,
+    /// Share of the window (0..1) taken by what the policy does not move: RT0
+    /// tasks on an RT CPU, pinned tasks, kernel threads and interrupts elsewhere.
+    pub rt_load: f64,
+    /// Recent p99 wake-up latency of the latency probe on this CPU, if probed.
+    pub latency_p99_ns: Option<u64>,
+}
+
+/// One task in one observation window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskObs {
+    pub id: TaskId,
+    pub class: TaskClass,
+    pub place: Place,
+    /// Runnable (running or waiting for a CPU) at sampling time.
+    pub runnable: bool,
+    /// CPU time in user and kernel mode during the window.
+    pub user_ns: u64,
+    pub kernel_ns: u64,
+    /// Context switches during the window.
+    pub voluntary: u64,
+    pub involuntary: u64,
+    /// CPU time since the task started (fairness between candidates).
+    pub total_ns: u64,
+    /// The observer saw the task enter a non-preemptible section during the
+    /// window (only an in-kernel observer such as the simulator can know).
+    pub np_entered: bool,
+}
+
+/// What the observer saw at `now_ns` over the last `window_ns`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    pub now_ns: u64,
+    pub window_ns: u64,
+    pub cpus: Vec<CpuObs>,
+    pub tasks: Vec<TaskObs>,
+}
+
+/// Tunables; the defaults are the ones `rtmgr balance` and the simulator use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyConfig {
+    /// A task whose kernel-time share of its CPU time in the window reaches this is kernel-heavy.
+    pub kernel_share_max: f64,
+    /// ... and only if it ran at least this share of the window (noise floor).
+    pub min_busy_share: f64,
+    /// A task blocking (voluntary switches) this often per second is system-call/IRQ-heavy.
+    pub switch_rate_max: f64,
+    /// A guest should stay at least this long on its RT CPU for a move to pay off:
+    /// a task whose next kernel-heavy phase is expected sooner is not brought back.
+    pub min_stay_ns: u64,
+    /// Forbidden-migration time after an eviction when no period is known yet;
+    /// doubles with each further eviction, up to `max_backoff_ns`.
+    pub initial_backoff_ns: u64,
+    pub max_backoff_ns: u64,
+    /// Relative gain in CPU share a move must bring (against oscillation).
+    pub hysteresis: f64,
+    /// Linux tasks are considered for NRT→RT moves every this many steps
+    /// (RT1+ tasks at every step: ARTiS "checks more frequently for RT1+ tasks").
+    pub linux_every: u32,
+    /// At most this many moves per step.
+    pub max_moves: usize,
+    /// Latency bound of the RT CPUs; None disables the latency guard.
+    pub latency_bound_ns: Option<u64>,
+    /// How long an RT CPU stays closed to guests after its guard tripped (doubles on repeats).
+    pub guard_backoff_ns: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            kernel_share_max: 0.30,
+            min_busy_share: 0.02,
+            switch_rate_max: 2000.0,
+            min_stay_ns: 500_000_000,
+            initial_backoff_ns: 1_000_000_000,
+            max_backoff_ns: 32_000_000_000,
+            hysteresis: 0.05,
+            linux_every: 2,
+            max_moves: 16,
+            latency_bound_ns: None,
+            guard_backoff_ns: 2_000_000_000,
+        }
+    }
+}
+
+/// Why a task was moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Kernel-heavy guest pushed off an RT CPU (the ARTiS migration trigger).
+    KernelHeavy,
+    /// The latency guard of its RT CPU tripped: every guest leaves at once.
+    LatencyGuard,
+    /// Its RT CPU is no longer an open RT CPU (partition or guard rules).
+    NotAllowed,
+    /// RT→NRT: the guest gets less CPU than it would on the NRT CPUs.
+    Rebalance,
+    /// NRT→RT: the RT CPU has spare capacity for one more guest.
+    Fill,
+}
+
+/// A push decided by the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub task: TaskId,
+    pub from: Place,
+    pub to: Place,
+    pub reason: Reason,
+}
+
+/// What the policy remembers of one task (ARTiS §2.3, Fig. 3: "the period is
+/// deducted from the study of the previous behavior of the given task").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    /// Kernel-heavy in the last window.
+    pub heavy: bool,
+    /// Kernel-heavy phases seen so far.
+    pub phases: u32,
+    pub last_phase_start_ns: Option<u64>,
+    /// Smoothed time between the starts of two kernel-heavy phases.
+    pub mean_period_ns: Option<u64>,
+    /// Evictions so far (drives the back-off when no period is known).
+    pub evictions: u32,
+    /// Hard lower bound for the next NRT→RT move, fixed at eviction time.
+    pub not_before_ns: u64,
+}
+
+impl History {
+    /// A kernel-heavy phase starts at `now` (its first window, or an ARTiS trigger).
+    pub fn phase_started(&mut self, now: u64) {
+        if let Some(last) = self.last_phase_start_ns {
+            let p = now.saturating_sub(last).max(1);
+            self.mean_period_ns = Some(match self.mean_period_ns {
+                Some(m) => (m + p) / 2,
+                None => p,
+            });
+        }
+        self.last_phase_start_ns = Some(now);
+        self.phases += 1;
+    }
+
+    /// When the next kernel-heavy phase is expected, if the task has a period.
+    pub fn next_phase_ns(&self, now: u64) -> Option<u64> {
+        let (last, p) = (self.last_phase_start_ns?, self.mean_period_ns?);
+        let k = now.saturating_sub(last) / p + 1;
+        Some(last + k * p)
+    }
+
+    /// The estimate of Fig. 3: is the next kernel-heavy phase far enough away
+    /// for a stay on an RT CPU to pay off? Also honours the hard bound.
+    pub fn may_return(&self, now: u64, cfg: &PolicyConfig) -> bool {
+        if self.heavy || now < self.not_before_ns {
+            return false;
+        }
+        match self.next_phase_ns(now) {
+            Some(next) => next - now >= cfg.min_stay_ns,
+            None => true,
+        }
+    }
+
+    /// Record an eviction at `now` (after `phase_started` if it was one) and
+    /// fix the earliest time the task may come back.
+    pub fn evicted(&mut self, now: u64, window_ns: u64, cfg: &PolicyConfig) {
+        self.evictions += 1;
+        let periodic = self
+            .mean_period_ns
+            .is_some_and(|p| p >= cfg.min_stay_ns + window_ns);
+        let wait = if periodic {
+            // Rare, periodic phases: back once this phase is over.
+            2 * window_ns
+        } else {
+            let shift = self.evictions.saturating_sub(1).min(16);
+            cfg.initial_backoff_ns
+                .saturating_mul(1u64 << shift)
+                .min(cfg.max_backoff_ns)
+        };
+        self.not_before_ns = now + wait;
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Guard {
+    trips: u32,
+    closed_until_ns: u64,
+    last_trip_ns: u64,
+}
+
+/// The policy with its memory. Deterministic: same observations, same moves.
+#[derive(Debug, Clone)]
+pub struct Balancer {
+    pub cfg: PolicyConfig,
+    history: BTreeMap<TaskId, History>,
+    guards: BTreeMap<u32, Guard>,
+    steps: u64,
+}
+
+/// Share of a CPU capacity split among `n` runnable tasks.
+fn share(cap: f64, n: usize) -> f64 {
+    if n == 0 {
+        f64::INFINITY
+    } else {
+        cap / n as f64
+    }
+}
+
+const MIN_CAPACITY: f64 = 0.001;
+
+impl Balancer {
+    pub fn new(cfg: PolicyConfig) -> Self {
+        Balancer {
+            cfg,
+            history: BTreeMap::new(),
+            guards: BTreeMap::new(),
+            steps: 0,
+        }
+    }
+
+    pub fn history(&self, task: TaskId) -> Option<&History> {
+        self.history.get(&task)
+    }
+
+    /// Is this RT CPU closed to guests by its latency guard at `now`?
+    pub fn closed(&self, cpu: u32, now: u64) -> bool {
+        self.guards
+            .get(&cpu)
+            .is_some_and(|g| now < g.closed_until_ns)
+    }
+
+    fn is_heavy(&self, t: &TaskObs, window_ns: u64) -> bool {
+        if t.np_entered {
+            return true;
+        }
+        let busy = t.user_ns + t.kernel_ns;
+        let w = window_ns.max(1) as f64;
+        let kernel_heavy = busy as f64 >= self.cfg.min_busy_share * w
+            && t.kernel_ns as f64 >= self.cfg.kernel_share_max * busy as f64;
+        let switch_heavy = t.voluntary as f64 * 1e9 / w >= self.cfg.switch_rate_max;
+        kernel_heavy || switch_heavy
+    }
+
+    /// One balancing step: learn from the observation, then decide the pushes.
+    pub fn step(&mut self, obs: &Observation) -> Vec<Move> {
+        self.steps += 1;
+        let now = obs.now_ns;
+        let cfg = self.cfg.clone();
+        // 1. History (only for tasks the policy may move).
+        let present: std::collections::BTreeSet<TaskId> = obs.tasks.iter().map(|t| t.id).collect();
+        for t in obs.tasks.iter().filter(|t| movable(t)) {
+            let heavy = self.is_heavy(t, obs.window_ns);
+            let h = self.history.entry(t.id).or_default();
+            if heavy && !h.heavy {
+                h.phase_started(now);
+            }
+            h.heavy = heavy;
+        }
+        // A task that left the observation (exited) is forgotten.
+        self.history.retain(|id, _| present.contains(id));
+
+        // 2. Latency guard.
+        let mut tripped = Vec::new();
+        if let Some(bound) = cfg.latency_bound_ns {
+            for c in obs.cpus.iter().filter(|c| c.rt) {
+                let g = self.guards.entry(c.cpu).or_default();
+                if now >= g.last_trip_ns.saturating_add(10 * cfg.guard_backoff_ns) {
+                    g.trips = 0;
+                }
+                if c.latency_p99_ns.is_some_and(|p| p > bound) && now >= g.closed_until_ns {
+                    let shift = g.trips.min(4);
+                    g.closed_until_ns = now + (cfg.guard_backoff_ns << shift);
+                    g.trips += 1;
+                    g.last_trip_ns = now;
+                    tripped.push(c.cpu);
+                }
+            }
+        }
+
+        let rt_cpus: BTreeMap<u32, &CpuObs> = obs
+            .cpus
+            .iter()
+            .filter(|c| c.rt)
+            .map(|c| (c.cpu, c))
+            .collect();
+        let mut moves = Vec::new();
+        let mut moved = BTreeMap::new();
+
+        // 3. Evictions: rules first, then the guard, then kernel-heavy guests.
+        for t in obs.tasks.iter().filter(|t| movable(t)) {
+            let Place::Rt(cpu) = t.place else { continue };
+            let reason = if !rt_cpus.contains_key(&cpu) {
+                Reason::NotAllowed
+            } else if tripped.contains(&cpu) {
+                Reason::LatencyGuard
+            } else if self.closed(cpu, now) {
+                Reason::NotAllowed
+            } else if self.history.get(&t.id).is_some_and(|h| h.heavy) {
+                Reason::KernelHeavy
+            } else {
+                continue;
+            };
+            let h = self.history.entry(t.id).or_default();
+            if reason != Reason::NotAllowed {
+                h.evicted(now, obs.window_ns, &cfg);
+            }
+            moves.push(Move {
+                task: t.id,
+                from: t.place,
+                to: Place::Nrt,
+                reason,
+            });
+            moved.insert(t.id, ());
+        }
+
+        // 4. RT-load weighted capacities and run-queue lengths (§2.3).
+        let cap_nrt: f64 = obs
+            .cpus
+            .iter()
+            .filter(|c| !c.rt)
+            .map(|c| (1.0 - c.rt_load).clamp(MIN_CAPACITY, 1.0))
+            .sum();
+        let mut n_nrt = 0usize;
+        let mut guests: BTreeMap<u32, Vec<&TaskObs>> =
+            rt_cpus.keys().map(|&c| (c, Vec::new())).collect();
+        for t in obs.tasks.iter().filter(|t| movable(t) && t.runnable) {
+            match (t.place, moved.contains_key(&t.id)) {
+                (Place::Nrt, _) | (Place::Rt(_), true) => n_nrt += 1,
+                (Place::Rt(c), false) => guests.entry(c).or_default().push(t),
+                (Place::Fixed, _) => {}
+            }
+        }
+        let cap = |cpu: u32| (1.0 - rt_cpus[&cpu].rt_load).clamp(MIN_CAPACITY, 1.0);
+        let gain = 1.0 + cfg.hysteresis;
+
+        // 5. RT→NRT: Linux tasks go first, the ones that received most first.
+        for (&cpu, list) in guests.iter_mut() {
+            list.sort_by_key(|t| {
+                (
+                    t.class != TaskClass::Linux,
+                    std::cmp::Reverse(t.total_ns),
+                    t.id,
+                )
+            });
+            while !list.is_empty()
+                && moves.len() < cfg.max_moves
+                && share(cap(cpu), list.len()) * gain < share(cap_nrt, n_nrt + 1)
+            {
+                let t = list.remove(0);
+                moves.push(Move {
+                    task: t.id,
+                    from: t.place,
+                    to: Place::Nrt,
+                    reason: Reason::Rebalance,
+                });
+                moved.insert(t.id, ());
+                n_nrt += 1;
+            }
+        }
+
+        // 6. NRT→RT: RT1+ tasks first (highest priority first) and at every
+        // step; Linux tasks every `linux_every` steps, poorest first.
+        let linux_turn = self.steps.is_multiple_of(u64::from(cfg.linux_every.max(1)));
+        let mut candidates: Vec<&TaskObs> = obs
+            .tasks
+            .iter()
+            .filter(|t| movable(t) && t.runnable && t.place == Place::Nrt)
+            .filter(|t| linux_turn || t.class != TaskClass::Linux)
+            .filter(|t| {
+                self.history
+                    .get(&t.id)
+                    .is_none_or(|h| h.may_return(now, &cfg))
+            })
+            .collect();
+        candidates.sort_by_key(|t| (class_rank(t.class), t.total_ns, t.id));
+        let mut counts: BTreeMap<u32, usize> = guests.iter().map(|(&c, l)| (c, l.len())).collect();
+        for t in candidates {
+            if moves.len() >= cfg.max_moves || n_nrt <= 1 {
+                break;
+            }
+            let best = counts
+                .iter()
+                .filter(|(&c, _)| !self.closed(c, now))
+                .map(|(&c, &n)| (c, share(cap(c), n + 1)))
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+            let Some((cpu, s)) = best else { break };
+            if s < share(cap_nrt, n_nrt) * gain {
+                break;
+            }
+            moves.push(Move {
+                task: t.id,
+                from: Place::Nrt,
+                to: Place::Rt(cpu),
+                reason: Reason::Fill,
+            });
+            *counts.get_mut(&cpu).expect("known cpu") += 1;
+            n_nrt -= 1;
+        }
+        moves
+    }
+}
+
+/// The policy moves RT1+ and Linux tasks that are not fixed; never RT0.
+fn movable(t: &TaskObs) -> bool {
+    t.class != TaskClass::Rt0 && t.place != Place::Fixed
+}
+
+/// NRT→RT order: RT1+ (higher priority first) before Linux tasks.
+fn class_rank(c: TaskClass) -> u32 {
+    match c {
+        TaskClass::Rt1 { priority } => 100 - u32::from(priority),
+        TaskClass::Linux => 1000,
+        TaskClass::Rt0 => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests;

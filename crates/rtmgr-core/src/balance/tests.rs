@@ -1,0 +1,385 @@
+//! Unit and property tests of the ARTiS policy (§2.2–2.3).
+
+use super::*;
+use proptest::prelude::*;
+
+const MS: u64 = 1_000_000;
+
+fn cpus(nrt: &[u32], rt: &[(u32, f64)]) -> Vec<CpuObs> {
+    let mut v: Vec<CpuObs> = nrt
+        .iter()
+        .map(|&c| CpuObs {
+            cpu: c,
+            rt: false,
+            rt_load: 0.0,
+            latency_p99_ns: None,
+        })
+        .collect();
+    v.extend(rt.iter().map(|&(c, l)| CpuObs {
+        cpu: c,
+        rt: true,
+        rt_load: l,
+        latency_p99_ns: None,
+    }));
+    v
+}
+
+fn busy(id: TaskId, class: TaskClass, place: Place) -> TaskObs {
+    TaskObs {
+        id,
+        class,
+        place,
+        runnable: true,
+        user_ns: 50 * MS,
+        kernel_ns: 0,
+        voluntary: 0,
+        involuntary: 5,
+        total_ns: 0,
+        np_entered: false,
+    }
+}
+
+fn obs(now: u64, cpus: Vec<CpuObs>, tasks: Vec<TaskObs>) -> Observation {
+    Observation {
+        now_ns: now,
+        window_ns: 50 * MS,
+        cpus,
+        tasks,
+    }
+}
+
+/// Apply moves to the observed places, as the observer would see them next time.
+fn apply(tasks: &mut [TaskObs], moves: &[Move]) {
+    for m in moves {
+        let t = tasks.iter_mut().find(|t| t.id == m.task).unwrap();
+        assert_eq!(t.place, m.from);
+        t.place = m.to;
+    }
+}
+
+#[test]
+fn rt_load_weighting_spreads_13_linux_tasks_like_artis() {
+    // ARTiS §3.3: 4 CPUs, 3 RT CPUs each 90 % busy with an RT0 task.
+    let c = cpus(&[0], &[(1, 0.9), (2, 0.9), (3, 0.9)]);
+    let mut tasks: Vec<TaskObs> = (0..13)
+        .map(|i| busy(i, TaskClass::Linux, Place::Nrt))
+        .collect();
+    tasks.push(busy(100, TaskClass::Rt0, Place::Fixed));
+    let mut b = Balancer::new(PolicyConfig::default());
+    for step in 0..10 {
+        let m = b.step(&obs(step * 50 * MS, c.clone(), tasks.clone()));
+        apply(&mut tasks, &m);
+    }
+    // Capacity 1.0 + 3 × 0.1: ten tasks on the NRT CPU, one guest per RT CPU.
+    for cpu in 1..=3 {
+        assert_eq!(
+            tasks.iter().filter(|t| t.place == Place::Rt(cpu)).count(),
+            1,
+            "{tasks:?}"
+        );
+    }
+    assert_eq!(tasks.iter().filter(|t| t.place == Place::Nrt).count(), 10);
+    // Stable: nothing moves any more.
+    assert!(b.step(&obs(11 * 50 * MS, c, tasks)).is_empty());
+}
+
+#[test]
+fn unweighted_idle_rt_cpu_takes_more_guests() {
+    let c = cpus(&[0], &[(1, 0.0)]);
+    let mut tasks: Vec<TaskObs> = (0..4)
+        .map(|i| busy(i, TaskClass::Linux, Place::Nrt))
+        .collect();
+    let mut b = Balancer::new(PolicyConfig::default());
+    for step in 0..6 {
+        let m = b.step(&obs(step * 50 * MS, c.clone(), tasks.clone()));
+        apply(&mut tasks, &m);
+    }
+    assert_eq!(tasks.iter().filter(|t| t.place == Place::Rt(1)).count(), 2);
+}
+
+#[test]
+fn rt1_first_and_every_step_linux_every_other_step() {
+    let c = cpus(&[0], &[(1, 0.0)]);
+    let tasks = vec![
+        busy(1, TaskClass::Linux, Place::Nrt),
+        busy(2, TaskClass::Rt1 { priority: 10 }, Place::Nrt),
+        busy(3, TaskClass::Rt1 { priority: 40 }, Place::Nrt),
+    ];
+    let mut b = Balancer::new(PolicyConfig::default());
+    // Step 1 is not a Linux turn (linux_every = 2): only RT1+ considered, the
+    // higher priority one first.
+    let m = b.step(&obs(0, c.clone(), tasks.clone()));
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0].task, 3);
+    let linux_only: Vec<TaskObs> = vec![
+        busy(1, TaskClass::Linux, Place::Nrt),
+        busy(4, TaskClass::Linux, Place::Nrt),
+    ];
+    let mut b = Balancer::new(PolicyConfig::default());
+    assert!(b.step(&obs(0, c.clone(), linux_only.clone())).is_empty());
+    assert_eq!(b.step(&obs(50 * MS, c, linux_only)).len(), 1);
+}
+
+#[test]
+fn rt_to_nrt_pushes_linux_before_rt1() {
+    // RT CPU got busy with RT0 work: its two guests would do better on NRT.
+    let c = cpus(&[0, 1], &[(2, 0.95)]);
+    let tasks = vec![
+        busy(1, TaskClass::Rt1 { priority: 10 }, Place::Rt(2)),
+        busy(2, TaskClass::Linux, Place::Rt(2)),
+    ];
+    let mut b = Balancer::new(PolicyConfig::default());
+    let m = b.step(&obs(0, c, tasks));
+    assert_eq!(m[0].task, 2, "{m:?}");
+    assert!(m.iter().all(|m| m.reason == Reason::Rebalance));
+}
+
+#[test]
+fn kernel_heavy_guest_is_evicted_and_kept_away() {
+    let c = cpus(&[0], &[(1, 0.0)]);
+    let mut t = busy(7, TaskClass::Linux, Place::Rt(1));
+    t.user_ns = 10 * MS;
+    t.kernel_ns = 30 * MS;
+    let other = busy(8, TaskClass::Linux, Place::Nrt);
+    let mut b = Balancer::new(PolicyConfig::default());
+    let m = b.step(&obs(0, c.clone(), vec![t.clone(), other.clone()]));
+    assert!(m.contains(&Move {
+        task: 7,
+        from: Place::Rt(1),
+        to: Place::Nrt,
+        reason: Reason::KernelHeavy
+    }));
+    let nb = b.history(7).unwrap().not_before_ns;
+    assert_eq!(nb, PolicyConfig::default().initial_backoff_ns);
+    // Back to user mode on the NRT CPU: not brought back before the estimate.
+    t.place = Place::Nrt;
+    t.kernel_ns = 0;
+    let mut now = 50 * MS;
+    while now < nb {
+        let m = b.step(&obs(now, c.clone(), vec![t.clone(), other.clone()]));
+        assert!(m.iter().all(|m| m.task != 7), "back at {now}: {m:?}");
+        now += 50 * MS;
+    }
+    let mut back = false;
+    for _ in 0..4 {
+        back |= b
+            .step(&obs(now, c.clone(), vec![t.clone(), other.clone()]))
+            .iter()
+            .any(|m| m.task == 7);
+        now += 50 * MS;
+    }
+    assert!(back, "never brought back after the estimate");
+}
+
+#[test]
+fn periodic_phases_predict_the_next_one() {
+    let cfg = PolicyConfig::default();
+    let mut h = History::default();
+    for k in 0..4 {
+        h.phase_started(k * 200 * MS);
+        h.heavy = false;
+    }
+    assert_eq!(h.mean_period_ns, Some(200 * MS));
+    // The next phase is 200 ms after the last: shorter than min_stay (500 ms).
+    assert_eq!(h.next_phase_ns(650 * MS), Some(800 * MS));
+    assert!(!h.may_return(650 * MS, &cfg));
+    // Rare phases (every 5 s) leave room for a stay.
+    let mut h = History::default();
+    h.phase_started(0);
+    h.phase_started(5000 * MS);
+    h.heavy = false;
+    assert!(h.may_return(5100 * MS, &cfg));
+    assert!(!h.may_return(9800 * MS, &cfg));
+}
+
+#[test]
+fn ping_pong_backoff_doubles() {
+    let cfg = PolicyConfig::default();
+    let mut h = History::default();
+    h.evicted(0, 50 * MS, &cfg);
+    assert_eq!(h.not_before_ns, cfg.initial_backoff_ns);
+    h.evicted(10 * MS, 50 * MS, &cfg);
+    assert_eq!(h.not_before_ns, 10 * MS + 2 * cfg.initial_backoff_ns);
+    for _ in 0..30 {
+        h.evicted(0, 50 * MS, &cfg);
+    }
+    assert_eq!(h.not_before_ns, cfg.max_backoff_ns);
+}
+
+#[test]
+fn switch_heavy_task_counts_as_kernel_heavy() {
+    let c = cpus(&[0], &[(1, 0.0)]);
+    let mut t = busy(3, TaskClass::Linux, Place::Rt(1));
+    t.voluntary = 500; // 10 000 per second
+    let mut b = Balancer::new(PolicyConfig::default());
+    let m = b.step(&obs(0, c, vec![t]));
+    assert_eq!(m[0].reason, Reason::KernelHeavy);
+}
+
+#[test]
+fn latency_guard_evicts_all_guests_and_closes_the_cpu() {
+    let mut c = cpus(&[0], &[(1, 0.0), (2, 0.0)]);
+    let tasks = vec![
+        busy(1, TaskClass::Linux, Place::Rt(1)),
+        busy(2, TaskClass::Rt1 { priority: 5 }, Place::Rt(1)),
+        busy(3, TaskClass::Linux, Place::Rt(2)),
+        busy(4, TaskClass::Linux, Place::Nrt),
+    ];
+    let cfg = PolicyConfig {
+        latency_bound_ns: Some(300_000),
+        ..Default::default()
+    };
+    let mut b = Balancer::new(cfg.clone());
+    c[1].latency_p99_ns = Some(900_000);
+    let m = b.step(&obs(0, c.clone(), tasks.clone()));
+    let guard: Vec<_> = m
+        .iter()
+        .filter(|m| m.reason == Reason::LatencyGuard)
+        .collect();
+    assert_eq!(guard.len(), 2, "{m:?}");
+    assert!(guard.iter().all(|m| m.from == Place::Rt(1)));
+    assert!(m.iter().all(|m| m.to != Place::Rt(1)));
+    assert!(b.closed(1, 1) && !b.closed(2, 1));
+    // Still closed (latency fine again) until the back-off ends.
+    c[1].latency_p99_ns = Some(10_000);
+    let mut t2 = tasks.clone();
+    apply(&mut t2, &m);
+    for step in 1..10 {
+        let m = b.step(&obs(step * 50 * MS, c.clone(), t2.clone()));
+        assert!(m.iter().all(|m| m.to != Place::Rt(1)), "{m:?}");
+        apply(&mut t2, &m);
+    }
+    assert!(!b.closed(1, cfg.guard_backoff_ns));
+}
+
+#[test]
+fn guest_on_a_non_rt_cpu_is_sent_back() {
+    let c = cpus(&[0, 1], &[(2, 0.0)]);
+    let mut b = Balancer::new(PolicyConfig::default());
+    let m = b.step(&obs(0, c, vec![busy(1, TaskClass::Linux, Place::Rt(1))]));
+    assert_eq!(m[0].reason, Reason::NotAllowed);
+    assert_eq!(m[0].to, Place::Nrt);
+}
+
+fn arb_class() -> impl Strategy<Value = TaskClass> {
+    prop_oneof![
+        Just(TaskClass::Rt0),
+        (1u8..=98).prop_map(|priority| TaskClass::Rt1 { priority }),
+        Just(TaskClass::Linux),
+        Just(TaskClass::Linux),
+    ]
+}
+
+fn arb_task(id: TaskId, n_cpus: u32) -> impl Strategy<Value = TaskObs> {
+    (
+        arb_class(),
+        0..n_cpus + 2,
+        any::<bool>(),
+        0u64..60 * MS,
+        0u64..60 * MS,
+        0u64..400,
+        any::<bool>(),
+    )
+        .prop_map(
+            move |(class, p, runnable, user_ns, kernel_ns, voluntary, np)| {
+                let place = if class == TaskClass::Rt0 || p == n_cpus + 1 {
+                    Place::Fixed
+                } else if p == n_cpus {
+                    Place::Nrt
+                } else {
+                    Place::Rt(p)
+                };
+                TaskObs {
+                    id,
+                    class,
+                    place,
+                    runnable,
+                    user_ns,
+                    kernel_ns,
+                    voluntary,
+                    involuntary: 0,
+                    total_ns: user_ns + kernel_ns,
+                    np_entered: np && voluntary % 7 == 0,
+                }
+            },
+        )
+}
+
+/// CPU count, per-CPU RT load, per-step tasks, per-step probe p99.
+type Run = (u32, Vec<f64>, Vec<Vec<TaskObs>>, Vec<Option<u64>>);
+
+fn arb_run() -> impl Strategy<Value = Run> {
+    (2u32..6).prop_flat_map(|n| {
+        let steps = proptest::collection::vec(
+            (0..12u64).map(|i| arb_task(i, n)).collect::<Vec<_>>(),
+            1..25,
+        );
+        (
+            Just(n),
+            proptest::collection::vec(0.0f64..1.0, n as usize),
+            steps,
+            proptest::collection::vec(proptest::option::of(0u64..1_000_000), 25),
+        )
+    })
+}
+
+proptest! {
+    /// Over arbitrary observation sequences: RT0 and fixed tasks are never
+    /// moved; moves go only to open RT CPUs of the partition or to the NRT
+    /// set; no kernel-heavy task is brought to an RT CPU; a task is never
+    /// brought back before the estimate fixed when it was evicted.
+    #[test]
+    fn policy_respects_the_partition_rules((n, loads, steps, lat) in arb_run()) {
+        // CPU 0 is NRT, the others RT.
+        let cfg = PolicyConfig { latency_bound_ns: Some(300_000), ..Default::default() };
+        let mut b = Balancer::new(cfg);
+        let mut not_before: BTreeMap<TaskId, u64> = BTreeMap::new();
+        for (k, tasks) in steps.iter().enumerate() {
+            let now = k as u64 * 50 * MS;
+            let cpus: Vec<CpuObs> = (0..n).map(|c| CpuObs {
+                cpu: c, rt: c != 0, rt_load: loads[c as usize], latency_p99_ns: lat[k],
+            }).collect();
+            let moves = b.step(&obs(now, cpus, tasks.clone()));
+            let mut seen = BTreeMap::new();
+            for m in &moves {
+                prop_assert!(seen.insert(m.task, ()).is_none(), "task moved twice in one step");
+                let t = tasks.iter().find(|t| t.id == m.task).unwrap();
+                prop_assert!(t.class != TaskClass::Rt0, "RT0 moved: {:?}", m);
+                prop_assert!(t.place != Place::Fixed, "fixed task moved: {:?}", m);
+                prop_assert_eq!(t.place, m.from);
+                match m.to {
+                    Place::Rt(c) => {
+                        prop_assert!(c != 0 && c < n, "to a non-RT CPU: {:?}", m);
+                        prop_assert!(!b.closed(c, now), "to a closed CPU: {:?}", m);
+                        let h = b.history(t.id);
+                        prop_assert!(!h.is_some_and(|h| h.heavy), "kernel-heavy task placed on RT: {:?}", m);
+                        if let Some(&nb) = not_before.get(&t.id) {
+                            prop_assert!(now >= nb, "back at {} before its estimate {}", now, nb);
+                        }
+                        prop_assert!(t.runnable);
+                    }
+                    Place::Nrt => prop_assert!(matches!(m.from, Place::Rt(_))),
+                    Place::Fixed => prop_assert!(false, "moved to Fixed"),
+                }
+                if matches!(m.reason, Reason::KernelHeavy | Reason::LatencyGuard) {
+                    not_before.insert(t.id, b.history(t.id).unwrap().not_before_ns);
+                }
+            }
+        }
+    }
+
+    /// Same observations, same decisions.
+    #[test]
+    fn policy_is_deterministic((n, loads, steps, _lat) in arb_run()) {
+        let run = || {
+            let mut b = Balancer::new(PolicyConfig::default());
+            steps.iter().enumerate().map(|(k, tasks)| {
+                let cpus: Vec<CpuObs> = (0..n).map(|c| CpuObs {
+                    cpu: c, rt: c != 0, rt_load: loads[c as usize], latency_p99_ns: None,
+                }).collect();
+                b.step(&obs(k as u64 * 50 * MS, cpus, tasks.clone()))
+            }).collect::<Vec<_>>()
+        };
+        prop_assert_eq!(run(), run());
+    }
+}
