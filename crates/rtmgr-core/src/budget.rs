@@ -278,6 +278,9 @@ pub struct BudgetAccount {
     /// Consumed-in-window level the armed timer aims at (EarlySpin learning).
     armed_at: Option<u64>,
     margin_ns: u64,
+    /// EarlySpin: CPU charged after the spin ends (suspend path), learned
+    /// from the overshoot of exhausted windows; the spin stops this early.
+    spin_bias_ns: u64,
     totals: Totals,
 }
 
@@ -316,6 +319,7 @@ impl BudgetAccount {
                 ..Default::default()
             },
             armed_at: None,
+            spin_bias_ns: 0,
             margin_ns: INITIAL_MARGIN_NS.min(w / 4).max(MIN_MARGIN_NS.min(w / 4)),
             totals: Totals::default(),
         })
@@ -336,6 +340,10 @@ impl BudgetAccount {
     /// The learned early-fire margin (EarlySpin).
     pub fn margin_ns(&self) -> u64 {
         self.margin_ns
+    }
+    /// EarlySpin's learned tail cost (the spin ends this much early).
+    pub fn spin_bias_ns(&self) -> u64 {
+        self.spin_bias_ns
     }
     /// The window being accounted.
     pub fn window(&self) -> u64 {
@@ -379,6 +387,12 @@ impl BudgetAccount {
             }
             let w = self.res.budget_ns.unwrap_or(0);
             let overshoot = received.saturating_sub(self.win_budget);
+            if self.enforcer == Enforcer::Soft(SoftVariant::EarlySpin) && self.cur.exhausted {
+                // Learn the tail cost: move a quarter of the error, at most W/10.
+                let err = received as i64 - self.win_budget as i64;
+                let b = self.spin_bias_ns as i64 + err / 4;
+                self.spin_bias_ns = b.clamp(0, (w / 10) as i64) as u64;
+            }
             sink(self.cur);
             self.totals.periods += 1;
             self.win += 1;
@@ -498,7 +512,11 @@ impl BudgetAccount {
                 }
             }
         }
-        if consumed >= budget {
+        let end = match variant {
+            SoftVariant::EarlySpin => budget.saturating_sub(self.spin_bias_ns),
+            _ => budget,
+        };
+        if consumed >= end {
             self.count_exhaustion();
             self.state = State::Suspended;
             return Enforce::Suspend(self.res.release(self.win + 1));
@@ -508,8 +526,9 @@ impl BudgetAccount {
             return Enforce::Arm(remaining.min(to_boundary));
         }
         if remaining <= self.margin_ns {
+            let target = budget.saturating_sub(self.spin_bias_ns).max(consumed);
             return Enforce::Spin {
-                cpu_ns: self.win_cpu0 + budget,
+                cpu_ns: self.win_cpu0 + target,
                 until_ns: self.res.release(self.win + 1),
             };
         }
@@ -764,13 +783,51 @@ mod tests {
         );
         spin.run(50 * MS, late);
         // After a few periods of learning the margin covers the delay.
-        let tail = &spin.records[5..];
+        let tail = &spin.records[10..];
         assert!(
-            tail.iter().all(|r| r.received_ns == 250 * US),
+            tail.iter().all(|r| r.received_ns.abs_diff(250 * US) <= US),
             "{:?}",
             &tail[..3]
         );
         assert!(spin.acct.margin_ns() >= late);
+    }
+
+    #[test]
+    fn early_spin_learns_the_suspend_tail() {
+        // Every suspension costs 8 µs of CPU after the decision (charged to
+        // the window): the spin learns to stop that much early.
+        let mut f = Fake::new(
+            MS,
+            Some(250 * US),
+            Enforcer::Soft(SoftVariant::EarlySpin),
+            100,
+        );
+        for _ in 0..60 {
+            let mut recs = vec![];
+            let e = f.acct.poll(f.now, f.cpu, &mut |r| recs.push(r));
+            f.records.extend(recs);
+            match e {
+                Enforce::Arm(a) => {
+                    f.now += a;
+                    f.cpu += a;
+                }
+                Enforce::Spin { cpu_ns, .. } => {
+                    f.now += cpu_ns - f.cpu;
+                    f.cpu = cpu_ns;
+                }
+                Enforce::Suspend(t) => {
+                    f.cpu += 8 * US;
+                    f.now = t;
+                    let mut recs = vec![];
+                    f.acct.released(f.now, f.cpu, &mut |r| recs.push(r));
+                    f.records.extend(recs);
+                }
+                Enforce::Idle => unreachable!(),
+            }
+        }
+        let last = f.records.last().unwrap();
+        assert!(last.received_ns.abs_diff(250 * US) <= US, "{last:?}");
+        assert!(f.acct.spin_bias_ns() >= 6 * US);
     }
 
     #[test]

@@ -334,20 +334,32 @@ fn max_atomic(a: &AtomicU64, v: u64) {
     a.fetch_max(v, Relaxed);
 }
 
+/// Add one handler invocation's CPU cost to the counters.
+fn account_handler(c: &Counters, used: u64, spin: u64) {
+    c.handler_cpu_sum.fetch_add(used, Relaxed);
+    max_atomic(&c.handler_cpu_max, used);
+    c.spin_cpu_sum.fetch_add(spin, Relaxed);
+}
+
 /// Run the soft enforcer (from the handler, or main-line with `in_cs` clear
-/// and no armed timer). `entry`: handler entry (mono, thread cpu).
+/// and no armed timer). `entry`: handler entry (mono, thread cpu), reused as
+/// the first reading (each thread-CPU-clock read is a system call).
+///
+/// Handler cost accounted = its thread CPU time minus the deliberate spin to
+/// the budget end and minus the suspension (from the decision to sleep until
+/// the wake-up, which a task calling `wait_period` pays as well).
 fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
     let Some(timer) = &inner.timer else { return };
     let c = &inner.shared.c;
-    let c0 = entry.map(|e| e.1).unwrap_or_else(sys::thread_cpu_ns);
+    let (mut now, mut cpu) = entry.unwrap_or_else(|| (sys::mono_ns(), sys::thread_cpu_ns()));
+    let c0 = cpu;
+    let mut excluded = 0u64;
     let mut spin = 0u64;
     let mut sink = |r: rtmgr_core::budget::PeriodRecord| inner.shared.ring.push(&r);
     // SAFETY: we are the handler with in_cs clear, or main-line code with no
     // timer armed (so no handler can run concurrently).
     let acct = unsafe { inner.acct() };
     loop {
-        let now = sys::mono_ns();
-        let cpu = sys::thread_cpu_ns();
         match acct.poll(now, cpu, &mut sink) {
             Enforce::Idle => {
                 inner.shared.mirror(acct);
@@ -356,10 +368,8 @@ fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
             Enforce::Arm(after) => {
                 inner.shared.mirror(acct);
                 if entry.is_some() {
-                    let used = sys::thread_cpu_ns().saturating_sub(c0).saturating_sub(spin);
-                    c.handler_cpu_sum.fetch_add(used, Relaxed);
-                    max_atomic(&c.handler_cpu_max, used);
-                    c.spin_cpu_sum.fetch_add(spin, Relaxed);
+                    let used = sys::thread_cpu_ns().saturating_sub(c0);
+                    account_handler(c, used.saturating_sub(excluded), spin);
                 }
                 let at = now + after;
                 inner.armed_abs.store(at, Relaxed);
@@ -369,25 +379,28 @@ fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
             }
             Enforce::Spin { cpu_ns, until_ns } => {
                 let s0 = cpu;
-                let mut t = cpu;
-                while t < cpu_ns && sys::mono_ns() < until_ns {
-                    t = sys::thread_cpu_ns();
+                while cpu < cpu_ns && now < until_ns {
+                    cpu = sys::thread_cpu_ns();
+                    now = sys::mono_ns();
                 }
-                spin += t.saturating_sub(s0);
+                spin += cpu - s0;
+                excluded += cpu - s0;
             }
             Enforce::Suspend(until) => {
                 inner.armed_abs.store(0, Relaxed);
                 inner.shared.mirror(acct);
+                let before = cpu;
                 sys::sleep_until(until);
-                acct.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut sink);
+                now = sys::mono_ns();
+                cpu = sys::thread_cpu_ns();
+                excluded += cpu.saturating_sub(before);
+                acct.released(now, cpu, &mut sink);
             }
         }
     }
     if entry.is_some() {
-        let used = sys::thread_cpu_ns().saturating_sub(c0).saturating_sub(spin);
-        c.handler_cpu_sum.fetch_add(used, Relaxed);
-        max_atomic(&c.handler_cpu_max, used);
-        c.spin_cpu_sum.fetch_add(spin, Relaxed);
+        let used = sys::thread_cpu_ns().saturating_sub(c0);
+        account_handler(c, used.saturating_sub(excluded), spin);
     }
 }
 
@@ -412,8 +425,13 @@ extern "C" fn on_budget_signal(
             let c = &inner.shared.c;
             c.expirations.fetch_add(1, Relaxed);
             let armed = inner.armed_abs.load(Relaxed);
-            if armed != 0 {
-                let late = entry.0.saturating_sub(armed);
+            if armed != 0 && entry.0 >= armed {
+                let mut late = entry.0 - armed;
+                if inner.kind == Kind::Hard {
+                    // Periodic sampler: lateness after the latest expiry.
+                    // SAFETY: in_cs is clear; reading the reservation only.
+                    late %= unsafe { inner.acct() }.reservation().period_ns;
+                }
                 c.signal_late_sum.fetch_add(late, Relaxed);
                 max_atomic(&c.signal_late_max, late);
             }
@@ -424,6 +442,7 @@ extern "C" fn on_budget_signal(
                     let acct = unsafe { inner.acct() };
                     acct.observe(entry.0, entry.1, &mut |r| inner.shared.ring.push(&r));
                     inner.shared.mirror(acct);
+                    account_handler(c, sys::thread_cpu_ns().saturating_sub(entry.1), 0);
                 }
                 Kind::Plain => {}
             }

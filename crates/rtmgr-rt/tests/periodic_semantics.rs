@@ -1,0 +1,289 @@
+//! Real-thread tests of the periodic-task API (budget-based RTAI §3.2):
+//! behaviour, not precision (generous tolerances; this is a 2-vCPU VM).
+//! Soft-mode tests run as Linux (SCHED_OTHER) tasks and need no root; the
+//! RT1+/SCHED_DEADLINE tests need root, take the machine lock, and check that
+//! the thread's policy and affinity are restored.
+
+use rtmgr_rt::periodic::{
+    mono_ns, thread_cpu_ns, BudgetError, BudgetMode, SoftVariant, Task, TaskClass, TaskConfig,
+    TaskError, WaitOutcome,
+};
+use std::path::Path;
+
+const MS: u64 = 1_000_000;
+
+fn linux_task(name: &str) -> Task {
+    Task::init(TaskConfig::new(name, TaskClass::Linux)).expect("init")
+}
+
+fn burn(ns: u64) {
+    let t0 = thread_cpu_ns();
+    while thread_cpu_ns() - t0 < ns {
+        std::hint::spin_loop();
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn machine_lock() -> rtmgr_linux::lock::MachineLock {
+    rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
+        .expect("machine lock")
+}
+
+fn policy() -> i32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::sched_getscheduler(0) }
+}
+
+#[test]
+fn bad_input_gives_errors_not_crashes() {
+    let mut t = linux_task("bad");
+    assert!(matches!(t.wait_period(), Err(TaskError::NotPeriodic)));
+    assert!(matches!(
+        t.make_periodic(0, 0),
+        Err(TaskError::Budget(BudgetError::ZeroPeriod))
+    ));
+    assert!(matches!(
+        t.make_periodic_budget(0, MS, 2 * MS, BudgetMode::soft()),
+        Err(TaskError::Budget(BudgetError::BudgetExceedsPeriod { .. }))
+    ));
+    assert!(matches!(
+        t.make_periodic_budget(0, MS, 0, BudgetMode::hard()),
+        Err(TaskError::Budget(BudgetError::ZeroBudget))
+    ));
+    let bad_signal = BudgetMode::Soft {
+        signal: Some(libc::SIGUSR1),
+        variant: SoftVariant::Rearm,
+    };
+    assert!(matches!(
+        t.make_periodic_budget(0, 10 * MS, MS, bad_signal),
+        Err(TaskError::Invalid(_))
+    ));
+    assert!(!t.is_periodic());
+    let e = Task::init(TaskConfig::new("p", TaskClass::Rt1 { priority: 0 })).unwrap_err();
+    assert!(e.to_string().contains("priority"), "{e}");
+    assert!(Task::init(TaskConfig::new("c", TaskClass::Linux).cpu(4096)).is_err());
+    assert!(Task::init(TaskConfig::new("", TaskClass::Linux)).is_err());
+    // Hard mode refuses a pinned task (SCHED_DEADLINE admission).
+    let mut pinned = Task::init(TaskConfig::new("pin", TaskClass::Linux).cpu(0)).unwrap();
+    assert!(matches!(
+        pinned.make_periodic_budget(0, 10 * MS, MS, BudgetMode::hard()),
+        Err(TaskError::Invalid(_))
+    ));
+    // (Using a task from another thread is refused by the type system: Task is
+    // neither Send nor Sync; the C API checks it at run time: RTMGR_TASK_ETHREAD.)
+}
+
+#[test]
+fn plain_periodic_releases_are_absolute() {
+    let mut t = linux_task("plain");
+    let start = mono_ns() + 5 * MS;
+    t.make_periodic(start, 5 * MS).unwrap();
+    for _ in 0..10 {
+        burn(200_000);
+        let o = t.wait_period().unwrap();
+        assert!(matches!(o, WaitOutcome::OnTime | WaitOutcome::Missed(_)));
+    }
+    let now = mono_ns();
+    // 10 waits after the first release: release 10 is at start + 50 ms.
+    assert!(now >= start + 50 * MS, "woke before release 10");
+    assert_eq!(t.stats().periods, 10);
+    assert!(matches!(
+        t.make_periodic(0, MS),
+        Err(TaskError::AlreadyPeriodic)
+    ));
+    t.delete().unwrap();
+}
+
+/// Seed §3.2: an overrunning job is suspended at its budget, continues in the
+/// next period, and the wait that belonged to the earlier period is ignored.
+fn overrun_catch_up(mode: BudgetMode, class: TaskClass) {
+    let mut t = Task::init(TaskConfig::new("overrun", class)).unwrap();
+    let p = 20 * MS;
+    let w = 4 * MS;
+    let start = mono_ns() + 2 * MS;
+    t.make_periodic_budget(start, p, w, mode).unwrap();
+    burn(MS);
+    assert_eq!(t.wait_period().unwrap(), WaitOutcome::OnTime);
+    // Job 1 needs 2.5 W: exhausted in windows 1 and 2, done in window 3.
+    burn(10 * MS);
+    let o = t.wait_period().unwrap();
+    assert_eq!(o, WaitOutcome::Ignored);
+    let after = mono_ns();
+    assert!(
+        after >= start + 3 * p,
+        "not suspended: {} ms",
+        (after - start) / MS
+    );
+    assert_eq!(t.wait_period().unwrap(), WaitOutcome::Ignored);
+    assert_eq!(t.wait_period().unwrap(), WaitOutcome::OnTime);
+    let s = t.stats();
+    assert!(s.exhaustions >= 2, "{s:?}");
+    assert_eq!(s.ignored_waits, 2, "{s:?}");
+    let recs = t.records();
+    let exhausted: Vec<_> = recs.iter().filter(|r| r.exhausted).collect();
+    assert!(exhausted.len() >= 2);
+    for r in exhausted {
+        // Generous: budget + 2 ms (tick-based kernel accounting, VM noise).
+        assert!(r.received_ns <= w + 2 * MS, "{r:?}");
+        assert!(r.received_ns >= w / 2, "{r:?}");
+    }
+    t.delete().unwrap();
+}
+
+#[test]
+fn soft_overrun_catches_up() {
+    overrun_catch_up(BudgetMode::soft(), TaskClass::Linux);
+}
+
+#[test]
+fn soft_runaway_stays_within_budget() {
+    for variant in [
+        SoftVariant::Rearm,
+        SoftVariant::EarlySpin,
+        SoftVariant::Compensate,
+    ] {
+        let mut t = linux_task("runaway");
+        let (p, w) = (10 * MS, 2 * MS);
+        let mode = BudgetMode::Soft {
+            signal: None,
+            variant,
+        };
+        t.make_periodic_budget(0, p, w, mode).unwrap();
+        let shared = t.shared();
+        // Never calls wait_period for 150 ms of wall time.
+        let (t0, c0) = (mono_ns(), thread_cpu_ns());
+        while mono_ns() - t0 < 150 * MS {
+            std::hint::spin_loop();
+        }
+        let cpu = thread_cpu_ns() - c0;
+        // 15 periods: at most 16 budgets (+1 ms slack each); far below 150 ms.
+        assert!(cpu <= 16 * (w + MS), "{variant:?}: got {} ms CPU", cpu / MS);
+        let s = shared.stats();
+        assert!(s.exhaustions >= 10, "{variant:?}: {s:?}");
+        assert!(s.if_wait >= 10, "{variant:?}: {s:?}");
+        // The statistics ring is readable from another thread.
+        let n = std::thread::spawn(move || {
+            let mut v = vec![];
+            shared.ring().read_from(0, &mut v);
+            v.len()
+        })
+        .join()
+        .unwrap();
+        assert!(n >= 10);
+        t.delete().unwrap();
+    }
+}
+
+#[test]
+fn rt1_soft_task_restores_policy_and_affinity() {
+    if !is_root() {
+        eprintln!("skip: needs root (SCHED_FIFO)");
+        return;
+    }
+    let _lock = machine_lock();
+    std::thread::spawn(|| {
+        let before = policy();
+        let t = Task::init(TaskConfig::new("rt1", TaskClass::Rt1 { priority: 10 }).cpu(0)).unwrap();
+        assert_eq!(policy() & !libc::SCHED_RESET_ON_FORK, libc::SCHED_FIFO);
+        drop(t);
+        assert_eq!(policy(), before);
+        overrun_catch_up(BudgetMode::soft(), TaskClass::Rt1 { priority: 10 });
+        assert_eq!(policy(), before);
+        // SAFETY: zeroed cpu_set_t is valid; sched_getaffinity fills it.
+        let n = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+            libc::CPU_COUNT(&set)
+        };
+        assert_eq!(
+            n as usize,
+            std::thread::available_parallelism().unwrap().get()
+        );
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn hard_mode_deadline() {
+    if !is_root() {
+        eprintln!("skip: needs root (SCHED_DEADLINE)");
+        return;
+    }
+    let _lock = machine_lock();
+    std::thread::spawn(|| {
+        let before = policy();
+        overrun_catch_up(BudgetMode::hard(), TaskClass::Linux);
+        assert_eq!(policy(), before, "SCHED_DEADLINE not reset");
+        // A runaway is throttled by the kernel.
+        let mut t = linux_task("hard-runaway");
+        let (p, w) = (10 * MS, 2 * MS);
+        t.make_periodic_budget(0, p, w, BudgetMode::hard()).unwrap();
+        let (t0, c0) = (mono_ns(), thread_cpu_ns());
+        while mono_ns() - t0 < 100 * MS {
+            std::hint::spin_loop();
+        }
+        let cpu = thread_cpu_ns() - c0;
+        assert!(cpu <= 11 * (w + MS), "got {} ms CPU", cpu / MS);
+        assert!(t.stats().periods >= 5);
+        t.delete().unwrap();
+        assert_eq!(policy(), before);
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn hard_mode_admission_error_states_utilisation() {
+    if !is_root() {
+        eprintln!("skip: needs root (SCHED_DEADLINE)");
+        return;
+    }
+    let _lock = machine_lock();
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    // Hold 0.9 per CPU in sleeping tasks, then ask for 0.2 more: refused.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let holders: Vec<_> = (0..cpus)
+        .map(|_| {
+            let (rx, ready_tx) = (rx.clone(), ready_tx.clone());
+            std::thread::spawn(move || {
+                let mut t = linux_task("holder");
+                let r = t.make_periodic_budget(0, 10 * MS, 9 * MS, BudgetMode::hard());
+                ready_tx.send(r.is_ok()).unwrap();
+                // Sleep (do not spin) until told to stop.
+                let _ = rx.lock().unwrap().recv();
+                drop(t);
+                policy()
+            })
+        })
+        .collect();
+    let held: Vec<bool> = (0..cpus).map(|_| ready_rx.recv().unwrap()).collect();
+    let res = std::thread::spawn(|| {
+        let mut t = linux_task("asker");
+        t.make_periodic_budget(0, 10 * MS, 2 * MS, BudgetMode::hard())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .join()
+    .unwrap();
+    drop(tx);
+    for h in holders {
+        assert_eq!(h.join().unwrap(), libc::SCHED_OTHER);
+    }
+    assert!(
+        held.iter().all(|&b| b),
+        "could not set up the holders: {held:?}"
+    );
+    let msg = res.expect_err("admission should fail");
+    assert!(
+        msg.contains("EBUSY") && msg.contains("requested utilisation 0.200"),
+        "{msg}"
+    );
+    assert!(msg.contains("sched_rt_runtime_us"), "{msg}");
+}

@@ -1,0 +1,702 @@
+//! `rtmgr measure budget`: budget-based RTAI §4 on this machine, soft and hard
+//! enforcement side by side. §4.1: enforcement overhead per timer expiration
+//! for the task set {(P=2 ms, W=1 ms), (P=5 ms, W=1 ms)}; §4.2: budget rate
+//! (received / assigned budget) per period for three compute tasks and one
+//! I/O-heavy task, violations counted, plotted like the seed's Fig. 6.
+
+use super::{bad_input, Outcome};
+use anyhow::Context;
+use rtmgr_rt::periodic::{
+    mono_ns, thread_cpu_ns, BudgetMode, PeriodRecord, SoftVariant, Task, TaskClass, TaskConfig,
+    TaskStats,
+};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(clap::Args, Debug)]
+pub struct BudgetArgs {
+    /// Which part of seed §4: overhead (§4.1), precision (§4.2) or all.
+    #[arg(long, default_value = "all", value_parser = ["overhead", "precision", "all"])]
+    experiment: String,
+    /// Enforcement modes to run: soft, hard or both.
+    #[arg(long, default_value = "both", value_parser = ["soft", "hard", "both"])]
+    mode: String,
+    /// Soft-mode variants (comma-separated): rearm, early-spin, compensate.
+    #[arg(
+        long,
+        default_value = "rearm,early-spin,compensate",
+        value_delimiter = ','
+    )]
+    variants: Vec<SoftVariant>,
+    /// §4.2: periods of the longest-period task to record (the run lasts that long).
+    #[arg(long, default_value_t = 500)]
+    periods: u64,
+    /// §4.1: run time per configuration, ms.
+    #[arg(long, default_value_t = 2000)]
+    overhead_ms: u64,
+    /// §4.2 task set file (TOML, `[[task]]` tables; see README section `budget`).
+    #[arg(long)]
+    taskset: Option<PathBuf>,
+    /// Write the JSON report here (default: stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the Fig. 6-style budget-rate plot (SVG) here.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+/// One task of a task set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    pub name: String,
+    pub period_ms: f64,
+    pub budget_ms: f64,
+    /// "compute" (runs without ever calling wait_period unless `job_ms`) or
+    /// "io" (reads a file in 512-byte chunks; jobs of 0.6–1.4 W).
+    #[serde(default = "compute")]
+    pub kind: String,
+    /// compute: CPU time per job; absent = never waits (a runaway).
+    #[serde(default)]
+    pub job_ms: Option<f64>,
+    /// Soft mode: pin to this CPU (hard mode runs unpinned).
+    #[serde(default)]
+    pub cpu: Option<u32>,
+    /// Soft mode SCHED_FIFO priority (default: rate-monotonic from 60 down).
+    #[serde(default)]
+    pub priority: Option<u8>,
+}
+
+fn compute() -> String {
+    "compute".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskSetFile {
+    task: Vec<TaskSpec>,
+}
+
+fn spec(name: &str, p: f64, w: f64, kind: &str, cpu: Option<u32>) -> TaskSpec {
+    TaskSpec {
+        name: name.into(),
+        period_ms: p,
+        budget_ms: w,
+        kind: kind.into(),
+        job_ms: None,
+        cpu,
+        priority: None,
+    }
+}
+
+/// Seed §4.1 task set.
+fn overhead_set() -> Vec<TaskSpec> {
+    vec![
+        spec("tau1", 2.0, 1.0, "compute", Some(0)),
+        spec("tau2", 5.0, 1.0, "compute", Some(0)),
+    ]
+}
+
+/// Seed §4.2 task set: three compute tasks on the last CPU, the I/O task on CPU 0.
+fn precision_set() -> Vec<TaskSpec> {
+    let last = std::thread::available_parallelism().map_or(1, |n| n.get() as u32) - 1;
+    vec![
+        spec("tau1", 4.0, 1.0, "compute", Some(last)),
+        spec("tau2", 2.0, 0.5, "compute", Some(last)),
+        spec("tau3", 1.0, 0.25, "compute", Some(last)),
+        spec("tau4-io", 20.0, 5.0, "io", Some(0)),
+    ]
+}
+
+/// Check a task set; returns it with the periods/budgets in ns.
+fn validate(set: &[TaskSpec]) -> anyhow::Result<()> {
+    if set.is_empty() {
+        return bad_input("task set is empty");
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    for t in set {
+        let ok = t.period_ms.is_finite()
+            && t.budget_ms.is_finite()
+            && t.period_ms > 0.0
+            && t.budget_ms > 0.0
+            && t.budget_ms <= t.period_ms
+            && t.period_ms <= 10_000.0;
+        if !ok {
+            return bad_input(format!(
+                "task {}: need 0 < budget_ms <= period_ms <= 10000 (got P={} W={})",
+                t.name, t.period_ms, t.budget_ms
+            ));
+        }
+        if t.kind != "compute" && t.kind != "io" {
+            return bad_input(format!("task {}: kind must be compute or io", t.name));
+        }
+        if let Some(j) = t.job_ms {
+            if !(j.is_finite() && j > 0.0) {
+                return bad_input(format!("task {}: job_ms must be > 0", t.name));
+            }
+        }
+        if t.cpu.is_some_and(|c| c >= cpus) {
+            return bad_input(format!("task {}: CPU {:?} does not exist", t.name, t.cpu));
+        }
+        if t.priority.is_some_and(|p| !(1..=98).contains(&p)) {
+            return bad_input(format!("task {}: priority must be 1..98", t.name));
+        }
+    }
+    Ok(())
+}
+
+fn ns(ms: f64) -> u64 {
+    (ms * 1e6).round() as u64
+}
+
+/// Allowed deviation of the budget rate (issue goals): ±2 % for W ≥ 1 ms,
+/// ±10 % below.
+fn tolerance_pct(budget_ns: u64) -> f64 {
+    if budget_ns >= 1_000_000 {
+        2.0
+    } else {
+        10.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[serde(rename_all = "kebab-case")]
+enum Mode {
+    Soft(SoftVariant),
+    Hard,
+}
+
+impl Mode {
+    fn label(&self) -> String {
+        match self {
+            Mode::Soft(v) => format!(
+                "soft/{}",
+                serde_json::to_value(v).unwrap().as_str().unwrap_or("?")
+            ),
+            Mode::Hard => "hard".into(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct TaskResult {
+    name: String,
+    kind: String,
+    period_ns: u64,
+    budget_ns: u64,
+    cpu: Option<u32>,
+    periods: usize,
+    /// Periods dropped at the start (learning / start-up).
+    warmup: usize,
+    tolerance_pct: f64,
+    within_tolerance_pct: f64,
+    violations: usize,
+    rate_min_pct: f64,
+    rate_mean_pct: f64,
+    rate_max_pct: f64,
+    exhaustions: u64,
+    ignored_waits: u64,
+    missed: u64,
+    kernel_overruns: u64,
+    expirations: u64,
+    handler_cpu_avg_ns: f64,
+    handler_cpu_max_ns: u64,
+    signal_late_avg_ns: f64,
+    signal_late_max_ns: u64,
+    overhead_per_period_ns: f64,
+    release_latency_avg_ns: f64,
+    release_latency_max_ns: u64,
+    /// Budget rate per period in % (after warm-up, at most 500).
+    rates: Vec<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct RunResult {
+    experiment: String,
+    mode: String,
+    duration_ms: u64,
+    tasks: Vec<TaskResult>,
+    errors: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    schema: &'static str,
+    command: String,
+    interrupted: bool,
+    runs: Vec<RunResult>,
+}
+
+const WARMUP: usize = 5;
+
+fn summarise(
+    t: &TaskSpec,
+    records: &[PeriodRecord],
+    s: &TaskStats,
+    cpu: Option<u32>,
+) -> TaskResult {
+    let w = ns(t.budget_ms);
+    let tol = tolerance_pct(w);
+    let used: Vec<&PeriodRecord> = records.iter().skip(WARMUP).collect();
+    let rates: Vec<f64> = used
+        .iter()
+        .map(|r| r.received_ns as f64 * 100.0 / w as f64)
+        .collect();
+    let unbounded = t.kind == "compute" && t.job_ms.is_none();
+    let violations = used
+        .iter()
+        .zip(&rates)
+        .filter(|(r, &rate)| {
+            if unbounded || r.exhausted {
+                (rate - 100.0).abs() > tol
+            } else {
+                rate > 100.0 + tol
+            }
+        })
+        .count();
+    let n = rates.len().max(1) as f64;
+    let lats: Vec<u64> = used.iter().filter_map(|r| r.latency_ns).collect();
+    let exp = s.expirations.max(1) as f64;
+    TaskResult {
+        name: t.name.clone(),
+        kind: t.kind.clone(),
+        period_ns: ns(t.period_ms),
+        budget_ns: w,
+        cpu,
+        periods: rates.len(),
+        warmup: records.len().min(WARMUP),
+        tolerance_pct: tol,
+        within_tolerance_pct: 100.0 * (rates.len() - violations) as f64 / n,
+        violations,
+        rate_min_pct: rates.iter().copied().fold(f64::INFINITY, f64::min).min(1e9),
+        rate_mean_pct: rates.iter().sum::<f64>() / n,
+        rate_max_pct: rates.iter().copied().fold(0.0, f64::max),
+        exhaustions: s.exhaustions,
+        ignored_waits: s.ignored_waits,
+        missed: s.missed,
+        kernel_overruns: s.kernel_overruns,
+        expirations: s.expirations,
+        handler_cpu_avg_ns: s.handler_cpu_sum as f64 / exp,
+        handler_cpu_max_ns: s.handler_cpu_max,
+        signal_late_avg_ns: s.signal_late_sum as f64 / exp,
+        signal_late_max_ns: s.signal_late_max,
+        overhead_per_period_ns: s.handler_cpu_sum as f64 / s.periods.max(1) as f64,
+        release_latency_avg_ns: lats.iter().sum::<u64>() as f64 / lats.len().max(1) as f64,
+        release_latency_max_ns: lats.iter().copied().max().unwrap_or(0),
+        rates: rates.into_iter().take(500).collect(),
+    }
+}
+
+/// A file the I/O task reads (removed on drop).
+struct IoFile {
+    path: PathBuf,
+    file: std::fs::File,
+    len: u64,
+}
+
+impl IoFile {
+    fn create() -> anyhow::Result<Self> {
+        let path = std::env::temp_dir().join(format!("rtmgr-budget-io-{}.dat", std::process::id()));
+        let data: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        std::fs::write(&path, &data).with_context(|| format!("writing {}", path.display()))?;
+        let file = std::fs::File::open(&path)?;
+        Ok(Self {
+            path,
+            file,
+            len: data.len() as u64,
+        })
+    }
+}
+
+impl Drop for IoFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Burn `ns` of this thread's CPU time (or until `stop`/`end`).
+fn burn(ns: u64, end: u64, stop: &AtomicBool) {
+    let t0 = thread_cpu_ns();
+    while thread_cpu_ns() - t0 < ns && mono_ns() < end && !stop.load(Ordering::Relaxed) {
+        std::hint::spin_loop();
+    }
+}
+
+/// The I/O job: read 512-byte chunks (many system calls) and checksum them
+/// until `demand` ns of CPU time are used, like the seed's MPEG player.
+fn io_job(f: &IoFile, pos: &mut u64, demand: u64, end: u64, stop: &AtomicBool) -> u64 {
+    let t0 = thread_cpu_ns();
+    let mut buf = [0u8; 512];
+    let mut sum = 0u64;
+    while thread_cpu_ns() - t0 < demand && mono_ns() < end && !stop.load(Ordering::Relaxed) {
+        let n = f.file.read_at(&mut buf, *pos).unwrap_or(0);
+        sum = buf[..n]
+            .iter()
+            .fold(sum, |a, &b| a.rotate_left(5) ^ b as u64);
+        *pos = (*pos + 512) % (f.len - 512);
+    }
+    sum
+}
+
+#[allow(clippy::too_many_arguments)]
+fn task_thread(
+    t: TaskSpec,
+    priority: u8,
+    mode: Mode,
+    start: u64,
+    end: u64,
+    stop: Arc<AtomicBool>,
+    io: Arc<IoFile>,
+) -> Result<TaskResult, String> {
+    let p = ns(t.period_ms);
+    let w = ns(t.budget_ms);
+    let (class, cpu, bmode) = match mode {
+        Mode::Soft(v) => (
+            TaskClass::Rt1 { priority },
+            t.cpu,
+            BudgetMode::Soft {
+                signal: None,
+                variant: v,
+            },
+        ),
+        Mode::Hard => (TaskClass::Linux, None, BudgetMode::hard()),
+    };
+    let mut cfg = TaskConfig::new(t.name.clone(), class);
+    cfg.cpu = cpu;
+    cfg.lock_memory = false;
+    cfg.ring_capacity = ((end - start) / p + 64) as usize;
+    let err = |e: rtmgr_rt::periodic::TaskError| format!("{}: {e}", t.name);
+    let mut task = Task::init(cfg).map_err(err)?;
+    task.make_periodic_budget(start, p, w, bmode).map_err(err)?;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ p;
+    let mut pos = 0u64;
+    let mut sink = 0u64;
+    while mono_ns() < end && !stop.load(Ordering::Relaxed) {
+        match (t.kind.as_str(), t.job_ms) {
+            ("io", _) => {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let demand = w * 6 / 10 + (seed >> 33) % (w * 8 / 10);
+                sink ^= io_job(&io, &mut pos, demand, end, &stop);
+            }
+            (_, Some(job)) => burn(ns(job), end, &stop),
+            (_, None) => {
+                burn(u64::MAX, end, &stop);
+                continue;
+            }
+        }
+        task.wait_period().map_err(err)?;
+    }
+    std::hint::black_box(sink);
+    let records = task.records();
+    let stats = task.stats();
+    task.delete().map_err(err)?;
+    Ok(summarise(&t, &records, &stats, cpu))
+}
+
+fn run_set(
+    experiment: &str,
+    set: &[TaskSpec],
+    mode: Mode,
+    duration_ns: u64,
+    stop: &Arc<AtomicBool>,
+    io: &Arc<IoFile>,
+) -> RunResult {
+    let start = mono_ns() + 50_000_000;
+    let end = start + duration_ns;
+    // Rate-monotonic priorities: shorter period, higher priority.
+    let mut order: Vec<usize> = (0..set.len()).collect();
+    order.sort_by(|&a, &b| set[a].period_ms.total_cmp(&set[b].period_ms));
+    let mut prio = vec![0u8; set.len()];
+    for (rank, &i) in order.iter().enumerate() {
+        prio[i] = set[i]
+            .priority
+            .unwrap_or(60u8.saturating_sub(rank as u8).max(1));
+    }
+    let handles: Vec<_> = set
+        .iter()
+        .cloned()
+        .zip(prio)
+        .map(|(t, pr)| {
+            let (stop, io) = (stop.clone(), io.clone());
+            std::thread::Builder::new()
+                .name(format!("budget-{}", t.name))
+                .spawn(move || task_thread(t, pr, mode, start, end, stop, io))
+        })
+        .collect();
+    let mut tasks = vec![];
+    let mut errors = vec![];
+    for h in handles {
+        match h {
+            Ok(h) => match h.join() {
+                Ok(Ok(r)) => tasks.push(r),
+                Ok(Err(e)) => errors.push(e),
+                Err(_) => errors.push("task thread panicked".into()),
+            },
+            Err(e) => errors.push(format!("spawn: {e}")),
+        }
+    }
+    RunResult {
+        experiment: experiment.into(),
+        mode: mode.label(),
+        duration_ms: duration_ns / 1_000_000,
+        tasks,
+        errors,
+    }
+}
+
+fn table(runs: &[RunResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<10} {:<17} {:<8} {:>6} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9}",
+        "experiment", "mode", "task", "P(ms)", "W(ms)", "n", "within%", "viol", "rate min", "mean", "max",
+        "hdl avg", "hdl max", "sig late", "ovh/per"
+    );
+    for r in runs {
+        for t in &r.tasks {
+            let _ = writeln!(
+                s,
+                "{:<10} {:<17} {:<8} {:>6.2} {:>6.2} {:>6} {:>8.2} {:>6} {:>8.1} {:>8.2} {:>8.1} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.2}µs",
+                r.experiment,
+                r.mode,
+                t.name,
+                t.period_ns as f64 / 1e6,
+                t.budget_ns as f64 / 1e6,
+                t.periods,
+                t.within_tolerance_pct,
+                t.violations,
+                t.rate_min_pct,
+                t.rate_mean_pct,
+                t.rate_max_pct,
+                t.handler_cpu_avg_ns / 1e3,
+                t.handler_cpu_max_ns as f64 / 1e3,
+                t.signal_late_avg_ns / 1e3,
+                t.overhead_per_period_ns / 1e3,
+            );
+        }
+        for e in &r.errors {
+            let _ = writeln!(s, "{:<10} {:<17} error: {e}", r.experiment, r.mode);
+        }
+    }
+    s
+}
+
+/// Seed Fig. 6: budget rate (%) per period, one panel per task (rows) and
+/// enforcement mode (columns); the grey band is the tolerance.
+fn svg(runs: &[&RunResult]) -> String {
+    let (pw, ph, ml, mt) = (300.0, 130.0, 45.0, 30.0);
+    let rows = runs.iter().map(|r| r.tasks.len()).max().unwrap_or(0);
+    let (w, h) = (
+        ml + pw * runs.len() as f64 + 10.0,
+        mt + ph * rows as f64 + 20.0,
+    );
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="10"><rect width="{w}" height="{h}" fill="white"/>"#
+    );
+    let (lo, hi) = (80.0, 120.0);
+    for (c, r) in runs.iter().enumerate() {
+        let x0 = ml + pw * c as f64;
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="14" text-anchor="middle" font-size="12">{}</text>"#,
+            x0 + pw / 2.0,
+            r.mode
+        );
+        for (k, t) in r.tasks.iter().enumerate() {
+            let y0 = mt + ph * k as f64;
+            let (iw, ih) = (pw - 15.0, ph - 25.0);
+            let y = |v: f64| y0 + ih * (1.0 - (v.clamp(lo, hi) - lo) / (hi - lo));
+            let tol = t.tolerance_pct;
+            let _ = write!(
+                s,
+                r##"<rect x="{x0}" y="{}" width="{iw}" height="{}" fill="#eee"/><rect x="{x0}" y="{y0}" width="{iw}" height="{ih}" fill="none" stroke="black"/>"##,
+                y(100.0 + tol),
+                y(100.0 - tol) - y(100.0 + tol)
+            );
+            let _ = write!(
+                s,
+                r#"<text x="{}" y="{}">{} P={}ms W={}ms: {} viol/{}</text>"#,
+                x0 + 3.0,
+                y0 + ih + 12.0,
+                t.name,
+                t.period_ns as f64 / 1e6,
+                t.budget_ns as f64 / 1e6,
+                t.violations,
+                t.periods
+            );
+            if c == 0 {
+                for v in [lo, 100.0, hi] {
+                    let _ = write!(
+                        s,
+                        r#"<text x="{}" y="{}" text-anchor="end">{v}%</text>"#,
+                        x0 - 3.0,
+                        y(v) + 3.0
+                    );
+                }
+            }
+            let n = t.rates.len().max(2) as f64 - 1.0;
+            let pts: String = t
+                .rates
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| format!("{:.1},{:.1} ", x0 + iw * i as f64 / n, y(v)))
+                .collect();
+            let _ = write!(
+                s,
+                r##"<polyline points="{pts}" fill="none" stroke="#1f77b4" stroke-width="0.8"/>"##
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
+    let precision = match &args.taskset {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            match toml::from_str::<TaskSetFile>(&text) {
+                Ok(f) => f.task,
+                Err(e) => return bad_input(format!("{}: {e}", p.display())),
+            }
+        }
+        None => precision_set(),
+    };
+    validate(&precision)?;
+    if args.periods == 0 || args.overhead_ms == 0 {
+        return bad_input("--periods and --overhead-ms must be > 0");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return bad_input("rtmgr measure budget needs root (SCHED_FIFO / SCHED_DEADLINE tasks)");
+    }
+    let mut modes: Vec<Mode> = vec![];
+    if args.mode != "hard" {
+        modes.extend(args.variants.iter().map(|&v| Mode::Soft(v)));
+    }
+    if args.mode != "soft" {
+        modes.push(Mode::Hard);
+    }
+    let mut plan: Vec<(&str, Vec<TaskSpec>, u64)> = vec![];
+    if args.experiment != "precision" {
+        plan.push(("overhead", overhead_set(), args.overhead_ms * 1_000_000));
+    }
+    if args.experiment != "overhead" {
+        let pmax = precision.iter().map(|t| t.period_ms).fold(0.0, f64::max);
+        plan.push((
+            "precision",
+            precision,
+            ns(pmax) * (args.periods + WARMUP as u64),
+        ));
+    }
+    let _lock = rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
+        rtmgr_linux::lock::DEFAULT_LOCK_PATH,
+    ))
+    .context("taking the machine lock")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let io = Arc::new(IoFile::create()?);
+    let total = plan.len() * modes.len();
+    let mut runs = vec![];
+    let mut k = 0;
+    'outer: for (exp, set, dur) in &plan {
+        for &m in &modes {
+            if stop.load(Ordering::Relaxed) {
+                break 'outer;
+            }
+            k += 1;
+            eprintln!(
+                "[{k}/{total}] {exp} {} ({:.1} s)",
+                m.label(),
+                *dur as f64 / 1e9
+            );
+            runs.push(run_set(exp, set, m, *dur, &stop, &io));
+        }
+    }
+    let interrupted = stop.load(Ordering::Relaxed);
+    eprint!("{}", table(&runs));
+    let report = Report {
+        schema: "rtmgr.budget/1",
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        interrupted,
+        runs,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    match &args.json {
+        Some(p) => std::fs::write(p, json).with_context(|| format!("writing {}", p.display()))?,
+        None => println!("{json}"),
+    }
+    if let Some(p) = &args.svg {
+        let prec: Vec<&RunResult> = report
+            .runs
+            .iter()
+            .filter(|r| r.experiment == "precision")
+            .collect();
+        std::fs::write(p, svg(&prec)).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(if interrupted {
+        Outcome::Code(130)
+    } else {
+        Outcome::Ok
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sets_are_valid_and_file_parses() {
+        validate(&overhead_set()).unwrap();
+        validate(&precision_set()).unwrap();
+        let f: TaskSetFile = toml::from_str(
+            "[[task]]\nname = \"a\"\nperiod_ms = 4.0\nbudget_ms = 1.0\n\n[[task]]\nname = \"b\"\nperiod_ms = 20\nbudget_ms = 5\nkind = \"io\"\n",
+        )
+        .unwrap();
+        validate(&f.task).unwrap();
+        let mut bad = f.task.clone();
+        bad[0].budget_ms = 5.0;
+        assert!(validate(&bad).is_err());
+        bad[0].budget_ms = 1.0;
+        bad[0].kind = "gpu".into();
+        assert!(validate(&bad).is_err());
+        assert!(toml::from_str::<TaskSetFile>(
+            "[[task]]\nname=\"x\"\nperiod_ms=1\nbudget_ms=1\nbogus=1\n"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn summary_counts_violations() {
+        let t = spec("t", 4.0, 1.0, "compute", None);
+        let recs: Vec<PeriodRecord> = (0..105u64)
+            .map(|i| PeriodRecord {
+                index: i,
+                budget_ns: 1_000_000,
+                received_ns: if i == 50 { 1_100_000 } else { 1_005_000 },
+                exhausted: true,
+                ..Default::default()
+            })
+            .collect();
+        let r = summarise(&t, &recs, &TaskStats::default(), None);
+        assert_eq!(r.periods, 100);
+        assert_eq!(r.violations, 1);
+        assert!((r.within_tolerance_pct - 99.0).abs() < 1e-9);
+        assert!(svg(&[&RunResult {
+            experiment: "precision".into(),
+            mode: "soft".into(),
+            duration_ms: 1,
+            tasks: vec![r],
+            errors: vec![],
+        }])
+        .contains("polyline"));
+    }
+}
