@@ -1,0 +1,153 @@
+//! `rtmgr evaluate` on the real machine (root only, a few seconds): the report's
+//! structure and counts, the machine restored after a normal run and after
+//! SIGINT, and the refusal when the user already applied a partition.
+
+mod measure_common;
+use measure_common::*;
+use std::time::Duration;
+
+fn two_cpus() -> bool {
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if n < 2 {
+        eprintln!("skip: evaluate needs 2 CPUs");
+    }
+    n >= 2
+}
+
+#[test]
+fn short_evaluate_report_and_restore() {
+    if !live_ready("short_evaluate_report_and_restore") || !two_cpus() {
+        return;
+    }
+    let tmp = tempdir();
+    let out = run(
+        tmp.path(),
+        &[
+            "evaluate",
+            "--duration",
+            "1600ms",
+            "--rounds",
+            "1",
+            "--interval",
+            "1ms",
+            "--out",
+            "ev",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("p99/stock") && stdout.contains("shield"),
+        "{stdout}"
+    );
+    let r = json(&tmp.path().join("ev/report.json"));
+    assert_eq!(r["kind"], "evaluate");
+    assert_eq!(r["partial"], false);
+    assert_eq!(r["rounds_done"], 1);
+    let names: Vec<&str> = r["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["idle", "stock", "shield", "rtmgr"]);
+    for c in r["configs"].as_array().unwrap() {
+        let n = check_result(&c["result"]);
+        assert!((300..=401).contains(&n), "{}: n = {n}", c["name"]);
+        assert_eq!(c["segments"], 1);
+        let loaded = c["name"] != "idle";
+        assert_eq!(
+            !c["throughput"].as_array().unwrap().is_empty(),
+            loaded,
+            "{}",
+            c["name"]
+        );
+    }
+    assert!(!r["verdicts"].as_array().unwrap().is_empty());
+    assert!(std::fs::read_to_string(tmp.path().join("ev/report.html"))
+        .unwrap()
+        .contains("<svg"));
+    assert_machine_restored();
+    assert!(
+        processes_mentioning(tmp.path()).is_empty(),
+        "stress-ng left behind"
+    );
+}
+
+#[test]
+fn sigint_resets_partition_and_writes_partial_report() {
+    if !live_ready("sigint_resets_partition_and_writes_partial_report") || !two_cpus() {
+        return;
+    }
+    let tmp = tempdir();
+    // Round 1 reversed order is not used with one round: idle, stock, then the
+    // partitioned ones; SIGINT lands while the partition is applied.
+    let mut child = spawn(
+        tmp.path(),
+        &[
+            "evaluate",
+            "--duration",
+            "8s",
+            "--rounds",
+            "1",
+            "--out",
+            "ev",
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::path::Path::new("/run/rtmgr/journal.jsonl").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "partition never applied"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    sigint(&child);
+    assert_eq!(wait(&mut child, Duration::from_secs(60)), 130);
+    let r = json(&tmp.path().join("ev/report.json"));
+    assert_eq!(r["partial"], true);
+    assert_eq!(r["rounds_done"], 0);
+    assert!(check_result(&r["configs"][0]["result"]) > 0);
+    assert_machine_restored();
+    assert!(
+        processes_mentioning(tmp.path()).is_empty(),
+        "stress-ng left behind"
+    );
+}
+
+#[test]
+fn refuses_when_a_partition_is_applied() {
+    if !live_ready("refuses_when_a_partition_is_applied") || !two_cpus() {
+        return;
+    }
+    let tmp = tempdir();
+    let ap = run(tmp.path(), &["partition", "apply", "--rt-cpus", "1"]);
+    assert!(
+        ap.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ap.stderr)
+    );
+    let out = run(tmp.path(), &["evaluate", "--quick", "--out", "ev"]);
+    let reset = run(tmp.path(), &["partition", "reset"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already applied"));
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    assert!(!tmp.path().join("ev").exists());
+    assert_machine_restored();
+}

@@ -1,0 +1,131 @@
+//! Helpers shared by the measure_* and evaluate_* integration tests: running the
+//! rtmgr binary with a private TMPDIR (so the stress-ng it starts can be found
+//! by command line), and checking that nothing was left behind.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn have(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+/// Root and stress-ng present, or print why the test skips.
+pub fn live_ready(test: &str) -> bool {
+    if !is_root() {
+        eprintln!("skip {test}: needs root (SCHED_FIFO, cpusets)");
+        return false;
+    }
+    if !have("stress-ng") {
+        eprintln!("skip {test}: stress-ng not installed (apt-get install -y stress-ng)");
+        return false;
+    }
+    true
+}
+
+pub fn rtmgr(tmp: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rtmgr"));
+    c.env("TMPDIR", tmp).current_dir(tmp);
+    c
+}
+
+pub fn run(tmp: &Path, args: &[&str]) -> Output {
+    rtmgr(tmp).args(args).output().expect("run rtmgr")
+}
+
+pub fn spawn(tmp: &Path, args: &[&str]) -> Child {
+    rtmgr(tmp)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rtmgr")
+}
+
+/// Processes whose command line mentions `tmp` (the loads rtmgr started there).
+pub fn processes_mentioning(tmp: &Path) -> Vec<u32> {
+    let needle = tmp.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(&needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Wait for `child` up to `limit`; its exit code.
+pub fn wait(child: &mut Child, limit: Duration) -> i32 {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < end, "rtmgr did not finish in {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn sigint(child: &Child) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+}
+
+pub fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The report's summary n equals its histogram's total, and per-bucket counts add up.
+pub fn check_result(r: &serde_json::Value) -> u64 {
+    let n = r["summary"]["n"].as_u64().unwrap();
+    assert_eq!(r["hist"]["n"].as_u64().unwrap(), n);
+    let sum: u64 = r["hist"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b[1].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, n);
+    assert!(r["summary"]["missed"].as_u64().unwrap() <= n);
+    n
+}
+
+/// The machine is as before: no partition journal, no rtmgr cgroups.
+pub fn assert_machine_restored() {
+    assert!(
+        !Path::new("/run/rtmgr/journal.jsonl").exists(),
+        "journal left behind"
+    );
+    for root in [
+        "/sys/fs/cgroup/cpuset",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                assert!(!name.contains("rtmgr"), "cgroup {root}/{name} left behind");
+            }
+        }
+    }
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+pub fn path(tmp: &Path, name: &str) -> PathBuf {
+    tmp.join(name)
+}
