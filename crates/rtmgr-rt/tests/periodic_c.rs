@@ -1,0 +1,66 @@
+//! The periodic-task C API from C (budget-based RTAI §3.2): the C test and the
+//! two C examples build with `cc -std=c11 -Wall -Wextra -Werror` against
+//! include/rtmgr.h and the static library, and run (as RT1+ tasks when root,
+//! then under the machine lock). The header's freshness and the pkg-config /
+//! shared-library builds are checked by the `c_api` test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// librtmgr_rt.a built alongside this test binary.
+fn static_lib() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps, deps.parent().unwrap()]
+        .iter()
+        .map(|d| d.join("librtmgr_rt.a"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("librtmgr_rt.a not found next to {}", exe.display()))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn c_periodic_programs_build_and_run() {
+    // SAFETY: geteuid has no preconditions.
+    let _lock = (unsafe { libc::geteuid() } == 0).then(|| {
+        rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
+            .expect("machine lock")
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let root = repo_root();
+    for (prog, args) in [
+        ("periodic_test", vec![]),
+        ("periodic_budget", vec!["25", "soft"]),
+        ("overrun_demo", vec!["8", "soft"]),
+    ] {
+        let exe = tmp.path().join(prog);
+        run(Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .arg("-I")
+            .arg(root.join("include"))
+            .arg(root.join(format!("examples/c/{prog}.c")))
+            .arg(static_lib())
+            .args(["-lpthread", "-ldl", "-lm", "-o"])
+            .arg(&exe));
+        let out = run(Command::new(&exe).args(&args));
+        println!("{prog}: {}", out.trim());
+    }
+}
