@@ -41,6 +41,9 @@ pub struct BudgetArgs {
     /// §4.2 task set file (TOML, `[[task]]` tables; see README section `budget`).
     #[arg(long)]
     taskset: Option<PathBuf>,
+    /// Interleave the modes in this many rounds (the run time is split).
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
     /// Write the JSON report here (default: stdout).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -69,6 +72,12 @@ pub struct TaskSpec {
     /// Soft mode SCHED_FIFO priority (default: rate-monotonic from 60 down).
     #[serde(default)]
     pub priority: Option<u8>,
+}
+
+/// Online CPUs (not this process's affinity, which a partition may narrow).
+fn online_cpus() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as u32
 }
 
 fn compute() -> String {
@@ -103,7 +112,7 @@ fn overhead_set() -> Vec<TaskSpec> {
 
 /// Seed §4.2 task set: three compute tasks on the last CPU, the I/O task on CPU 0.
 fn precision_set() -> Vec<TaskSpec> {
-    let last = std::thread::available_parallelism().map_or(1, |n| n.get() as u32) - 1;
+    let last = online_cpus() - 1;
     vec![
         spec("tau1", 4.0, 1.0, "compute", Some(last)),
         spec("tau2", 2.0, 0.5, "compute", Some(last)),
@@ -117,7 +126,7 @@ fn validate(set: &[TaskSpec]) -> anyhow::Result<()> {
     if set.is_empty() {
         return bad_input("task set is empty");
     }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let cpus = online_cpus();
     for t in set {
         let ok = t.period_ms.is_finite()
             && t.budget_ms.is_finite()
@@ -195,6 +204,11 @@ struct TaskResult {
     tolerance_pct: f64,
     within_tolerance_pct: f64,
     violations: usize,
+    /// Violations above the tolerance (the task got more than its budget).
+    over_budget: usize,
+    /// Violations below it (a task that wanted its budget did not get it:
+    /// preemption, hypervisor or kernel interference; not enforcement).
+    under_budget: usize,
     rate_min_pct: f64,
     rate_mean_pct: f64,
     rate_max_pct: f64,
@@ -233,15 +247,44 @@ struct Report {
 
 const WARMUP: usize = 5;
 
-fn summarise(
-    t: &TaskSpec,
-    records: &[PeriodRecord],
-    s: &TaskStats,
+/// One task's raw results, possibly merged over several rounds.
+#[derive(Debug, Default)]
+struct Raw {
+    /// Records after each round's warm-up.
+    records: Vec<PeriodRecord>,
+    warmup: usize,
+    stats: TaskStats,
     cpu: Option<u32>,
-) -> TaskResult {
+}
+
+impl Raw {
+    fn merge(&mut self, b: Raw) {
+        self.records.extend(b.records);
+        self.warmup += b.warmup;
+        self.cpu = b.cpu;
+        let (x, y) = (&mut self.stats, b.stats);
+        x.periods += y.periods;
+        x.exhaustions += y.exhaustions;
+        x.ignored_waits += y.ignored_waits;
+        x.missed += y.missed;
+        x.if_wait = y.if_wait;
+        x.if_wait_saturated += y.if_wait_saturated;
+        x.kernel_overruns += y.kernel_overruns;
+        x.expirations += y.expirations;
+        x.handler_cpu_sum += y.handler_cpu_sum;
+        x.handler_cpu_max = x.handler_cpu_max.max(y.handler_cpu_max);
+        x.spin_cpu_sum += y.spin_cpu_sum;
+        x.signal_late_sum += y.signal_late_sum;
+        x.signal_late_max = x.signal_late_max.max(y.signal_late_max);
+        x.margin = y.margin;
+    }
+}
+
+fn summarise(t: &TaskSpec, raw: &Raw) -> TaskResult {
+    let (s, cpu) = (&raw.stats, raw.cpu);
     let w = ns(t.budget_ms);
     let tol = tolerance_pct(w);
-    let used: Vec<&PeriodRecord> = records.iter().skip(WARMUP).collect();
+    let used: Vec<&PeriodRecord> = raw.records.iter().collect();
     let rates: Vec<f64> = used
         .iter()
         .map(|r| r.received_ns as f64 * 100.0 / w as f64)
@@ -258,6 +301,7 @@ fn summarise(
             }
         })
         .count();
+    let over_budget = rates.iter().filter(|&&r| r > 100.0 + tol).count();
     let n = rates.len().max(1) as f64;
     let lats: Vec<u64> = used.iter().filter_map(|r| r.latency_ns).collect();
     let exp = s.expirations.max(1) as f64;
@@ -268,10 +312,12 @@ fn summarise(
         budget_ns: w,
         cpu,
         periods: rates.len(),
-        warmup: records.len().min(WARMUP),
+        warmup: raw.warmup,
         tolerance_pct: tol,
         within_tolerance_pct: 100.0 * (rates.len() - violations) as f64 / n,
         violations,
+        over_budget,
+        under_budget: violations - over_budget,
         rate_min_pct: rates.iter().copied().fold(f64::INFINITY, f64::min).min(1e9),
         rate_mean_pct: rates.iter().sum::<f64>() / n,
         rate_max_pct: rates.iter().copied().fold(0.0, f64::max),
@@ -353,7 +399,7 @@ fn task_thread(
     end: u64,
     stop: Arc<AtomicBool>,
     io: Arc<IoFile>,
-) -> Result<TaskResult, String> {
+) -> Result<Raw, String> {
     let p = ns(t.period_ms);
     let w = ns(t.budget_ms);
     let (class, cpu, bmode) = match mode {
@@ -396,17 +442,22 @@ fn task_thread(
     let records = task.records();
     let stats = task.stats();
     task.delete().map_err(err)?;
-    Ok(summarise(&t, &records, &stats, cpu))
+    Ok(Raw {
+        warmup: records.len().min(WARMUP),
+        records: records.into_iter().skip(WARMUP).collect(),
+        stats,
+        cpu,
+    })
 }
 
+/// Run one task set in one mode for `duration_ns`: per task, its raw results.
 fn run_set(
-    experiment: &str,
     set: &[TaskSpec],
     mode: Mode,
     duration_ns: u64,
     stop: &Arc<AtomicBool>,
     io: &Arc<IoFile>,
-) -> RunResult {
+) -> Vec<Result<Raw, String>> {
     let start = mono_ns() + 50_000_000;
     let end = start + duration_ns;
     // Rate-monotonic priorities: shorter period, higher priority.
@@ -429,40 +480,91 @@ fn run_set(
                 .spawn(move || task_thread(t, pr, mode, start, end, stop, io))
         })
         .collect();
-    let mut tasks = vec![];
-    let mut errors = vec![];
-    for h in handles {
-        match h {
-            Ok(h) => match h.join() {
-                Ok(Ok(r)) => tasks.push(r),
-                Ok(Err(e)) => errors.push(e),
-                Err(_) => errors.push("task thread panicked".into()),
-            },
-            Err(e) => errors.push(format!("spawn: {e}")),
+    handles
+        .into_iter()
+        .map(|h| match h {
+            Ok(h) => h
+                .join()
+                .unwrap_or_else(|_| Err("task thread panicked".into())),
+            Err(e) => Err(format!("spawn: {e}")),
+        })
+        .collect()
+}
+
+/// Run every mode in `rounds` interleaved rounds (the mode order rotates each
+/// round) and merge each mode's rounds.
+#[allow(clippy::too_many_arguments)]
+fn run_experiment(
+    experiment: &str,
+    set: &[TaskSpec],
+    modes: &[Mode],
+    duration_ns: u64,
+    rounds: u64,
+    stop: &Arc<AtomicBool>,
+    io: &Arc<IoFile>,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<RunResult> {
+    let mut acc: Vec<(Vec<Raw>, Vec<String>, u64)> = modes
+        .iter()
+        .map(|_| ((0..set.len()).map(|_| Raw::default()).collect(), vec![], 0))
+        .collect();
+    let chunk = duration_ns / rounds;
+    'rounds: for round in 0..rounds {
+        for k in 0..modes.len() {
+            if stop.load(Ordering::Relaxed) {
+                break 'rounds;
+            }
+            let m = (k + round as usize) % modes.len();
+            progress(&format!(
+                "{experiment} {} round {}/{rounds} ({:.1} s)",
+                modes[m].label(),
+                round + 1,
+                chunk as f64 / 1e9
+            ));
+            let (raws, errors, ran) = &mut acc[m];
+            *ran += chunk;
+            for (i, r) in run_set(set, modes[m], chunk, stop, io)
+                .into_iter()
+                .enumerate()
+            {
+                match r {
+                    Ok(raw) => raws[i].merge(raw),
+                    Err(e) => errors.push(e),
+                }
+            }
         }
     }
-    RunResult {
-        experiment: experiment.into(),
-        mode: mode.label(),
-        duration_ms: duration_ns / 1_000_000,
-        tasks,
-        errors,
-    }
+    modes
+        .iter()
+        .zip(acc)
+        .map(|(m, (raws, errors, ran))| RunResult {
+            experiment: experiment.into(),
+            mode: m.label(),
+            duration_ms: ran / 1_000_000,
+            tasks: set
+                .iter()
+                .zip(&raws)
+                .filter(|(_, r)| r.stats.periods > 0)
+                .map(|(t, r)| summarise(t, r))
+                .collect(),
+            errors,
+        })
+        .collect()
 }
 
 fn table(runs: &[RunResult]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<10} {:<17} {:<8} {:>6} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9}",
-        "experiment", "mode", "task", "P(ms)", "W(ms)", "n", "within%", "viol", "rate min", "mean", "max",
+        "{:<10} {:<17} {:<8} {:>6} {:>6} {:>6} {:>8} {:>11} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9}",
+        "experiment", "mode", "task", "P(ms)", "W(ms)", "n", "within%", "over/under", "rate min", "mean", "max",
         "hdl avg", "hdl max", "sig late", "ovh/per"
     );
     for r in runs {
         for t in &r.tasks {
             let _ = writeln!(
                 s,
-                "{:<10} {:<17} {:<8} {:>6.2} {:>6.2} {:>6} {:>8.2} {:>6} {:>8.1} {:>8.2} {:>8.1} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.2}µs",
+                "{:<10} {:<17} {:<8} {:>6.2} {:>6.2} {:>6} {:>8.2} {:>11} {:>8.1} {:>8.2} {:>8.1} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.2}µs",
                 r.experiment,
                 r.mode,
                 t.name,
@@ -470,7 +572,7 @@ fn table(runs: &[RunResult]) -> String {
                 t.budget_ns as f64 / 1e6,
                 t.periods,
                 t.within_tolerance_pct,
-                t.violations,
+                format!("{}/{}", t.over_budget, t.under_budget),
                 t.rate_min_pct,
                 t.rate_mean_pct,
                 t.rate_max_pct,
@@ -570,8 +672,8 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
         None => precision_set(),
     };
     validate(&precision)?;
-    if args.periods == 0 || args.overhead_ms == 0 {
-        return bad_input("--periods and --overhead-ms must be > 0");
+    if args.periods == 0 || args.overhead_ms == 0 || args.rounds == 0 {
+        return bad_input("--periods, --overhead-ms and --rounds must be > 0");
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -593,7 +695,7 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
         plan.push((
             "precision",
             precision,
-            ns(pmax) * (args.periods + WARMUP as u64),
+            ns(pmax) * (args.periods + WARMUP as u64 * args.rounds),
         ));
     }
     let _lock = rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
@@ -604,22 +706,24 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let io = Arc::new(IoFile::create()?);
-    let total = plan.len() * modes.len();
+    let total = plan.len() as u64 * modes.len() as u64 * args.rounds;
     let mut runs = vec![];
     let mut k = 0;
-    'outer: for (exp, set, dur) in &plan {
-        for &m in &modes {
-            if stop.load(Ordering::Relaxed) {
-                break 'outer;
-            }
-            k += 1;
-            eprintln!(
-                "[{k}/{total}] {exp} {} ({:.1} s)",
-                m.label(),
-                *dur as f64 / 1e9
-            );
-            runs.push(run_set(exp, set, m, *dur, &stop, &io));
-        }
+    let mut progress = |what: &str| {
+        k += 1;
+        eprintln!("[{k}/{total}] {what}");
+    };
+    for (exp, set, dur) in &plan {
+        runs.extend(run_experiment(
+            exp,
+            set,
+            &modes,
+            *dur,
+            args.rounds,
+            &stop,
+            &io,
+            &mut progress,
+        ));
     }
     let interrupted = stop.load(Ordering::Relaxed);
     eprint!("{}", table(&runs));
@@ -677,7 +781,7 @@ mod tests {
     #[test]
     fn summary_counts_violations() {
         let t = spec("t", 4.0, 1.0, "compute", None);
-        let recs: Vec<PeriodRecord> = (0..105u64)
+        let recs: Vec<PeriodRecord> = (0..100u64)
             .map(|i| PeriodRecord {
                 index: i,
                 budget_ns: 1_000_000,
@@ -686,7 +790,14 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        let r = summarise(&t, &recs, &TaskStats::default(), None);
+        let mut raw = Raw::default();
+        raw.merge(Raw {
+            records: recs,
+            warmup: 5,
+            ..Default::default()
+        });
+        let r = summarise(&t, &raw);
+        assert_eq!(r.warmup, 5);
         assert_eq!(r.periods, 100);
         assert_eq!(r.violations, 1);
         assert!((r.within_tolerance_pct - 99.0).abs() < 1e-9);
