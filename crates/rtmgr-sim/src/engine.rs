@@ -1,0 +1,856 @@
+//! The event loop: per-CPU run queues (FIFO priorities above a round-robin
+//! fair class), ticks, device interrupts, non-preemptible sections, wake-ups,
+//! migrations and the accounting behind the lbµ figures (ARTiS §3.3).
+
+use crate::{BalancerKind, SimConfig, SimError, SimReport, TaskDef, TaskReport};
+use rtmgr_core::balance::{Balancer, History, Place};
+use rtmgr_core::class::TaskClass;
+use rtmgr_core::stats::Hist;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// splitmix64: small, fast, and the same on every platform.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Machine-wide events; per-CPU segment ends and ticks live in `Timers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Ev {
+    /// The running segment of a CPU ends.
+    Run {
+        cpu: u32,
+    },
+    Wake {
+        task: u32,
+    },
+    Tick {
+        cpu: u32,
+    },
+    Irq,
+    Balance,
+    Sample,
+}
+
+/// Per-CPU deadlines (segment end, next tick) in a tournament tree: the
+/// earliest CPU event in O(1), an update in O(log N), no stale entries.
+#[derive(Debug, Clone)]
+struct Timers {
+    size: usize,
+    run: Vec<u64>,
+    tick: Vec<u64>,
+    /// (time, cpu) per node; leaves at [size, 2·size).
+    tree: Vec<(u64, u32)>,
+}
+
+impl Timers {
+    fn new(n: usize) -> Self {
+        let size = n.next_power_of_two();
+        let mut tree = vec![(u64::MAX, u32::MAX); 2 * size];
+        for (c, leaf) in tree[size..size + n].iter_mut().enumerate() {
+            leaf.1 = c as u32;
+        }
+        for i in (1..size).rev() {
+            tree[i] = tree[2 * i].min(tree[2 * i + 1]);
+        }
+        Timers {
+            size,
+            run: vec![u64::MAX; n],
+            tick: vec![u64::MAX; n],
+            tree,
+        }
+    }
+    fn update(&mut self, cpu: u32) {
+        let c = cpu as usize;
+        let mut i = self.size + c;
+        self.tree[i] = (self.run[c].min(self.tick[c]), cpu);
+        while i > 1 {
+            i /= 2;
+            self.tree[i] = self.tree[2 * i].min(self.tree[2 * i + 1]);
+        }
+    }
+    fn set_run(&mut self, cpu: u32, t: u64) {
+        self.run[cpu as usize] = t;
+        self.update(cpu);
+    }
+    fn set_tick(&mut self, cpu: u32, t: u64) {
+        self.tick[cpu as usize] = t;
+        self.update(cpu);
+    }
+    /// The earliest CPU event (a segment end before a tick at the same time).
+    fn first(&self) -> Option<(u64, Ev)> {
+        let (t, cpu) = self.tree[1];
+        if t == u64::MAX {
+            return None;
+        }
+        Some(if self.run[cpu as usize] == t {
+            (t, Ev::Run { cpu })
+        } else {
+            (t, Ev::Tick { cpu })
+        })
+    }
+}
+
+impl Ev {
+    fn code(self) -> u64 {
+        match self {
+            Ev::Run { cpu, .. } => u64::from(cpu) << 3,
+            Ev::Wake { task } => (u64::from(task) << 3) | 1,
+            Ev::Tick { cpu } => (u64::from(cpu) << 3) | 2,
+            Ev::Irq => 3,
+            Ev::Balance => 4,
+            Ev::Sample => 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Ready,
+    Running,
+    Sleeping,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub(crate) def: TaskDef,
+    pub(crate) prio: u8,
+    pub(crate) mask: Vec<bool>,
+    /// The policy may move it (not RT0, not pinned by its scenario mask).
+    pub(crate) movable: bool,
+    pub(crate) cpu: u32,
+    pub(crate) state: State,
+    work_left: u64,
+    burst_left: u64,
+    np_next: u64,
+    pub(crate) np_left: u64,
+    slice_left: i64,
+    wake_at: Option<u64>,
+    // accounting
+    pub(crate) per_cpu: Vec<u64>,
+    pub(crate) kernel_ns: u64,
+    pub(crate) switches: u64,
+    pub(crate) migrations: u64,
+    pub(crate) pingpongs: u64,
+    last_cross: Option<(u64, bool)>,
+    pub(crate) done_at: Option<u64>,
+    // sampling window (rtmgr observer)
+    pub(crate) w_user: u64,
+    pub(crate) w_kernel: u64,
+    pub(crate) w_vol: u64,
+    pub(crate) w_invol: u64,
+    pub(crate) w_np: bool,
+    pub(crate) history: History,
+    pub(crate) place: Place,
+}
+
+impl Task {
+    pub(crate) fn total_ns(&self) -> u64 {
+        self.per_cpu.iter().sum()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cpu {
+    pub(crate) rt: bool,
+    pub(crate) running: Option<u32>,
+    seg_start: u64,
+    seg_end: u64,
+    irq_until: u64,
+    tick_armed: bool,
+    need_resched: bool,
+    /// FIFO tasks, highest priority first, FIFO among equals.
+    pub(crate) fifo: Vec<u32>,
+    pub(crate) fair: VecDeque<u32>,
+    pub(crate) busy_ns: u64,
+    /// Time taken by unmovable work (RT0, pinned tasks, interrupts) in the window.
+    pub(crate) w_fixed: u64,
+    pub(crate) rt_load: f64,
+    /// Recent RT0 wake-up latencies (the simulated latency probe).
+    pub(crate) w_lat: Vec<u64>,
+}
+
+impl Cpu {
+    pub(crate) fn nr_running(&self) -> usize {
+        self.fifo.len() + self.fair.len() + usize::from(self.running.is_some())
+    }
+}
+
+pub struct Sim {
+    pub(crate) cfg: SimConfig,
+    pub(crate) now: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    timers: Timers,
+    seq: u64,
+    pub(crate) rng: Rng,
+    pub(crate) cpus: Vec<Cpu>,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) nrt: Vec<u32>,
+    lat: Hist,
+    events: u64,
+    hash: u64,
+    pub trace: Vec<(u64, u64)>,
+    left: usize,
+    all_rt0: bool,
+    pub(crate) policy: Balancer,
+    pub(crate) last_sample: u64,
+    pub(crate) balance_round: u64,
+}
+
+impl Sim {
+    pub fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Sim, SimError> {
+        if cfg.cpus == 0 || cfg.cpus > 4096 {
+            return Err(SimError::Cpus(cfg.cpus));
+        }
+        if cfg.rt.iter().any(|c| c >= cfg.cpus) {
+            return Err(SimError::RtOutside(cfg.rt.clone(), cfg.cpus));
+        }
+        if defs.is_empty() {
+            return Err(SimError::NoTasks);
+        }
+        let n = cfg.cpus as usize;
+        let nrt: Vec<u32> = (0..cfg.cpus).filter(|c| !cfg.rt.contains(*c)).collect();
+        if nrt.is_empty() {
+            return Err(SimError::NoNrt(cfg.rt.to_list()));
+        }
+        let partitioned = cfg.balancer != BalancerKind::Linux;
+        let mut tasks = Vec::new();
+        for d in defs {
+            if d.class == TaskClass::Rt0 && (d.mask.len() != 1 || !d.mask.is_subset(&cfg.rt)) {
+                return Err(SimError::Rt0Placement(d.name.clone()));
+            }
+            let whole = d.mask.len() == n;
+            let movable = d.class != TaskClass::Rt0 && whole;
+            let mut mask: Vec<bool> = (0..cfg.cpus).map(|c| d.mask.contains(c)).collect();
+            // A partition confines ordinary tasks to the NRT CPUs (shield,
+            // rtmgr); ARTiS and Linux leave them their whole mask.
+            let confine = matches!(cfg.balancer, BalancerKind::Shield | BalancerKind::Rtmgr);
+            if confine && movable {
+                mask = (0..cfg.cpus).map(|c| !cfg.rt.contains(c)).collect();
+            }
+            tasks.push(Task {
+                prio: d.prio(),
+                work_left: d.work_ns,
+                burst_left: if d.burst_ns > 0 { d.burst_ns } else { u64::MAX },
+                np_next: if d.np_every_ns > 0 {
+                    d.np_every_ns
+                } else {
+                    u64::MAX
+                },
+                np_left: 0,
+                slice_left: cfg.slice_ns as i64,
+                wake_at: None,
+                mask,
+                movable,
+                cpu: 0,
+                state: State::Sleeping,
+                per_cpu: vec![0; n],
+                kernel_ns: 0,
+                switches: 0,
+                migrations: 0,
+                pingpongs: 0,
+                last_cross: None,
+                done_at: None,
+                w_user: 0,
+                w_kernel: 0,
+                w_vol: 0,
+                w_invol: 0,
+                w_np: false,
+                history: History::default(),
+                place: if movable && partitioned && cfg.balancer != BalancerKind::Artis {
+                    Place::Nrt
+                } else {
+                    Place::Fixed
+                },
+                def: d,
+            });
+        }
+        let cpus = (0..cfg.cpus)
+            .map(|c| Cpu {
+                rt: cfg.rt.contains(c),
+                ..Default::default()
+            })
+            .collect();
+        // The run ends when every non-RT0 task is done (RT0 tasks are then
+        // stopped), or when every task is done if there are only RT0 tasks.
+        let others = tasks
+            .iter()
+            .filter(|t| t.def.class != TaskClass::Rt0)
+            .count();
+        let all_rt0 = others == 0;
+        let left = if all_rt0 { tasks.len() } else { others };
+        let mut sim = Sim {
+            policy: Balancer::new(cfg.policy.clone()),
+            rng: Rng(cfg.seed ^ 0x0005_eed0_fa11),
+            cfg,
+            now: 0,
+            heap: BinaryHeap::new(),
+            timers: Timers::new(n),
+            seq: 0,
+            cpus,
+            tasks,
+            nrt,
+            lat: Hist::new(),
+            events: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            trace: Vec::new(),
+            left,
+            all_rt0,
+            last_sample: 0,
+            balance_round: 0,
+        };
+        sim.start();
+        Ok(sim)
+    }
+
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn start(&mut self) {
+        // Fork placement: all tasks start at once, each on the allowed CPU
+        // with the fewest tasks so far (RT tasks first, like lbµ's RT0s).
+        let mut order: Vec<u32> = (0..self.tasks.len() as u32).collect();
+        order.sort_by_key(|&i| Reverse(self.tasks[i as usize].prio));
+        let mut count = vec![0usize; self.cpus.len()];
+        for i in order {
+            let t = &self.tasks[i as usize];
+            let cpu = (0..self.cfg.cpus)
+                .filter(|&c| t.mask[c as usize])
+                .min_by_key(|&c| (count[c as usize], c))
+                .expect("non-empty mask");
+            count[cpu as usize] += 1;
+            self.tasks[i as usize].cpu = cpu;
+            self.push(0, Ev::Wake { task: i });
+        }
+        if self.cfg.irq_per_s > 0.0 {
+            let dt = self.irq_gap();
+            self.push(dt, Ev::Irq);
+        }
+        self.push(self.cfg.balance_ns, Ev::Balance);
+        if self.cfg.balancer == BalancerKind::Rtmgr {
+            self.push(self.cfg.sample_ns, Ev::Sample);
+        }
+    }
+
+    fn irq_gap(&mut self) -> u64 {
+        let u = self.rng.unit().max(1e-12);
+        ((-u.ln()) * 1e9 / self.cfg.irq_per_s).max(1.0) as u64
+    }
+
+    /// Run to completion (or `max_ns`).
+    pub fn run(&mut self) {
+        while self.left > 0 {
+            let heap_first = self.heap.peek().map(|Reverse((t, _, ev))| (*t, *ev));
+            let (t, ev) = match (self.timers.first(), heap_first) {
+                (Some(c), Some(h)) if c.0 <= h.0 => c,
+                (_, Some(h)) => {
+                    self.heap.pop();
+                    h
+                }
+                (Some(c), None) => c,
+                (None, None) => break,
+            };
+            if t > self.cfg.max_ns {
+                self.now = self.cfg.max_ns;
+                break;
+            }
+            self.now = t;
+            self.events += 1;
+            let code = ev.code();
+            self.hash = (self.hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
+            if self.cfg.keep_trace {
+                self.trace.push((t, code));
+            }
+            match ev {
+                Ev::Run { cpu } => self.on_run(cpu),
+                Ev::Wake { task } => self.on_wake(task),
+                Ev::Tick { cpu } => self.on_tick(cpu),
+                Ev::Irq => self.on_irq(),
+                Ev::Balance => {
+                    self.balance();
+                    self.push(self.now + self.cfg.balance_ns, Ev::Balance);
+                }
+                Ev::Sample => {
+                    self.sample();
+                    self.push(self.now + self.cfg.sample_ns, Ev::Sample);
+                }
+            }
+        }
+        // Close the books of running tasks.
+        for c in 0..self.cpus.len() as u32 {
+            self.account(c);
+        }
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Charge the running task of `cpu` for the time since its segment began.
+    fn account(&mut self, cpu: u32) {
+        let now = self.now;
+        let c = &mut self.cpus[cpu as usize];
+        let Some(ti) = c.running else { return };
+        let e = now.saturating_sub(c.seg_start);
+        if e == 0 {
+            return;
+        }
+        c.seg_start = now;
+        c.busy_ns += e;
+        let t = &mut self.tasks[ti as usize];
+        if !t.movable {
+            c.w_fixed += e;
+        }
+        t.per_cpu[cpu as usize] += e;
+        if t.np_left > 0 {
+            t.np_left -= e.min(t.np_left);
+            t.kernel_ns += e;
+            t.w_kernel += e;
+        } else {
+            t.work_left -= e.min(t.work_left);
+            if t.burst_left != u64::MAX {
+                t.burst_left -= e.min(t.burst_left);
+            }
+            if t.np_next != u64::MAX {
+                t.np_next -= e.min(t.np_next);
+            }
+            t.w_user += e;
+        }
+        t.slice_left -= e as i64;
+    }
+
+    fn boundary(t: &Task) -> u64 {
+        if t.np_left > 0 {
+            t.np_left
+        } else {
+            t.work_left.min(t.burst_left).min(t.np_next)
+        }
+    }
+
+    /// Start the best queued task on an idle CPU.
+    fn dispatch(&mut self, cpu: u32) {
+        debug_assert!(self.cpus[cpu as usize].running.is_none());
+        let c = &mut self.cpus[cpu as usize];
+        let next = if !c.fifo.is_empty() {
+            Some(c.fifo.remove(0))
+        } else {
+            c.fair.pop_front()
+        };
+        let next = match next {
+            Some(n) => n,
+            None => match self.idle_pull(cpu) {
+                Some(n) => n,
+                None => return,
+            },
+        };
+        let now = self.now;
+        let c = &mut self.cpus[cpu as usize];
+        let start = now.max(c.irq_until);
+        let t = &mut self.tasks[next as usize];
+        t.state = State::Running;
+        t.cpu = cpu;
+        if let Some(w) = t.wake_at.take() {
+            if t.def.class == TaskClass::Rt0 {
+                let l = start - w + self.cfg.switch_ns;
+                self.lat.record(l as i64);
+                c.w_lat.push(l);
+            }
+        }
+        if t.slice_left <= 0 {
+            t.slice_left = self.cfg.slice_ns as i64;
+        }
+        c.running = Some(next);
+        c.need_resched = false;
+        c.seg_start = start;
+        c.seg_end = start + Self::boundary(t);
+        let end = c.seg_end;
+        let arm = !c.tick_armed;
+        c.tick_armed = true;
+        self.timers.set_run(cpu, end);
+        if arm {
+            let tick = self.cfg.tick_ns;
+            let phase = u64::from(cpu) * 7919 % tick;
+            let next_tick = (now.saturating_sub(phase) / tick + 1) * tick + phase;
+            self.timers.set_tick(cpu, next_tick);
+        }
+    }
+
+    /// Take the running task off its CPU (still runnable or not).
+    fn deschedule(&mut self, cpu: u32) -> Option<u32> {
+        self.account(cpu);
+        let c = &mut self.cpus[cpu as usize];
+        let ti = c.running.take()?;
+        self.timers.set_run(cpu, u64::MAX);
+        let t = &mut self.tasks[ti as usize];
+        t.switches += 1;
+        t.state = State::Ready;
+        Some(ti)
+    }
+
+    /// Put a runnable task on a CPU's queue; preempt if it is more urgent.
+    pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool) {
+        let prio = self.tasks[ti as usize].prio;
+        {
+            let t = &mut self.tasks[ti as usize];
+            t.cpu = cpu;
+            t.state = State::Ready;
+        }
+        let c = &mut self.cpus[cpu as usize];
+        if prio > 0 {
+            let pos = if front {
+                c.fifo
+                    .iter()
+                    .position(|&o| self.tasks[o as usize].prio <= prio)
+            } else {
+                c.fifo
+                    .iter()
+                    .position(|&o| self.tasks[o as usize].prio < prio)
+            };
+            c.fifo.insert(pos.unwrap_or(c.fifo.len()), ti);
+        } else if front {
+            c.fair.push_front(ti);
+        } else {
+            c.fair.push_back(ti);
+        }
+        self.check_preempt(cpu);
+    }
+
+    fn check_preempt(&mut self, cpu: u32) {
+        let c = &self.cpus[cpu as usize];
+        let Some(r) = c.running else {
+            self.dispatch(cpu);
+            return;
+        };
+        let top = c.fifo.first().map_or(0, |&f| self.tasks[f as usize].prio);
+        if top > self.tasks[r as usize].prio {
+            if self.tasks[r as usize].np_left > 0 {
+                self.cpus[cpu as usize].need_resched = true;
+            } else {
+                self.preempt(cpu);
+            }
+        }
+    }
+
+    fn preempt(&mut self, cpu: u32) {
+        if let Some(r) = self.deschedule(cpu) {
+            self.tasks[r as usize].w_invol += 1;
+            let prio = self.tasks[r as usize].prio;
+            let c = &mut self.cpus[cpu as usize];
+            if prio > 0 {
+                let pos = c
+                    .fifo
+                    .iter()
+                    .position(|&o| self.tasks[o as usize].prio < prio);
+                c.fifo.insert(pos.unwrap_or(c.fifo.len()), r);
+            } else {
+                c.fair.push_front(r);
+            }
+        }
+        self.dispatch(cpu);
+    }
+
+    fn on_run(&mut self, cpu: u32) {
+        let c = &self.cpus[cpu as usize];
+        debug_assert!(c.running.is_some() && c.seg_end == self.now);
+        let was_np = {
+            let ti = c.running.unwrap();
+            self.tasks[ti as usize].np_left > 0
+        };
+        self.account(cpu);
+        let ti = self.cpus[cpu as usize].running.unwrap();
+        let now = self.now;
+        let t = &mut self.tasks[ti as usize];
+        if t.np_left == 0 && t.work_left == 0 {
+            // Finished.
+            self.deschedule(cpu);
+            let t = &mut self.tasks[ti as usize];
+            t.state = State::Done;
+            t.done_at = Some(now);
+            t.w_vol += 1;
+            if t.def.class != TaskClass::Rt0 || self.all_rt0 {
+                self.left -= 1;
+            }
+            self.dispatch(cpu);
+            return;
+        }
+        if !was_np && t.burst_left == 0 {
+            t.burst_left = t.def.burst_ns;
+            self.deschedule(cpu);
+            let t = &mut self.tasks[ti as usize];
+            t.state = State::Sleeping;
+            t.w_vol += 1;
+            let at = now + t.def.sleep_ns;
+            self.push(at, Ev::Wake { task: ti });
+            self.dispatch(cpu);
+            return;
+        }
+        if !was_np && t.np_next == 0 {
+            t.np_next = t.def.np_every_ns;
+            t.np_left = t.def.np_len_ns;
+            t.w_np = true;
+            if self.cfg.balancer == BalancerKind::Artis
+                && self.cpus[cpu as usize].rt
+                && t.def.class != TaskClass::Rt0
+                && t.mask
+                    .iter()
+                    .enumerate()
+                    .any(|(c, &ok)| ok && !self.cpus[c].rt)
+            {
+                // ARTiS §2.2: the migration trigger in preempt_disable().
+                self.tasks[ti as usize].history.phase_started(now);
+                let cfg = self.cfg.policy.clone();
+                self.tasks[ti as usize]
+                    .history
+                    .evicted(now, self.cfg.balance_ns, &cfg);
+                self.tasks[ti as usize].history.heavy = false;
+                self.deschedule(cpu);
+                let target = self.least_loaded(&self.nrt.clone(), ti);
+                self.migrate_queued(ti, target);
+                self.dispatch(cpu);
+                return;
+            }
+        }
+        let c = &mut self.cpus[cpu as usize];
+        if c.need_resched {
+            self.preempt(cpu);
+            return;
+        }
+        let t = &self.tasks[ti as usize];
+        c.seg_end = now.max(c.seg_start) + Self::boundary(t);
+        let end = c.seg_end;
+        self.timers.set_run(cpu, end);
+    }
+
+    fn on_wake(&mut self, ti: u32) {
+        let now = self.now;
+        let t = &mut self.tasks[ti as usize];
+        if t.state != State::Sleeping {
+            return;
+        }
+        t.wake_at = Some(now);
+        let t = &self.tasks[ti as usize];
+        let prev = t.cpu;
+        let cpu = if t.mask[prev as usize]
+            && (t.prio > 0 || self.cpus[prev as usize].running.is_none())
+        {
+            prev
+        } else {
+            // Wake balancing: an idle allowed CPU, else the previous one if
+            // allowed, else the least loaded allowed one.
+            let idle = (0..self.cfg.cpus)
+                .find(|&c| t.mask[c as usize] && self.cpus[c as usize].nr_running() == 0);
+            match idle {
+                Some(c) => c,
+                None if t.mask[prev as usize] => prev,
+                None => {
+                    let allowed: Vec<u32> =
+                        (0..self.cfg.cpus).filter(|&c| t.mask[c as usize]).collect();
+                    self.least_loaded(&allowed, ti)
+                }
+            }
+        };
+        self.note_migration(ti, cpu);
+        self.enqueue(cpu, ti, false);
+    }
+
+    fn on_tick(&mut self, cpu: u32) {
+        let c = &mut self.cpus[cpu as usize];
+        let Some(r) = c.running else {
+            c.tick_armed = false;
+            self.timers.set_tick(cpu, u64::MAX);
+            return;
+        };
+        let now = self.now;
+        self.interrupt(cpu, self.cfg.tick_cost_ns);
+        let c = &self.cpus[cpu as usize];
+        let t = &self.tasks[r as usize];
+        if t.prio == 0 && t.np_left == 0 && t.slice_left <= 0 && !c.fair.is_empty() {
+            self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
+            if let Some(r) = self.deschedule(cpu) {
+                self.tasks[r as usize].w_invol += 1;
+                self.cpus[cpu as usize].fair.push_back(r);
+            }
+            self.dispatch(cpu);
+        }
+        self.timers.set_tick(cpu, now + self.cfg.tick_ns);
+    }
+
+    /// A non-preemptible interrupt handler of `cost` runs on `cpu` now.
+    fn interrupt(&mut self, cpu: u32, cost: u64) {
+        let now = self.now;
+        self.account(cpu);
+        let c = &mut self.cpus[cpu as usize];
+        c.irq_until = c.irq_until.max(now) + cost;
+        c.w_fixed += cost;
+        c.busy_ns += cost;
+        if c.running.is_some() {
+            c.seg_start = c.seg_start.max(now) + cost;
+            c.seg_end += cost;
+            let end = c.seg_end;
+            self.timers.set_run(cpu, end);
+        }
+    }
+
+    fn on_irq(&mut self) {
+        let targets_all = self.cfg.balancer == BalancerKind::Linux;
+        let n = if targets_all {
+            self.cfg.cpus as u64
+        } else {
+            self.nrt.len() as u64
+        };
+        let k = (self.rng.next() % n) as usize;
+        let cpu = if targets_all { k as u32 } else { self.nrt[k] };
+        self.interrupt(cpu, self.cfg.irq_cost_ns);
+        let dt = self.irq_gap();
+        self.push(self.now + dt, Ev::Irq);
+    }
+
+    /// Least loaded CPU among `cpus` for task `ti` (ties: lowest number).
+    pub(crate) fn least_loaded(&self, cpus: &[u32], ti: u32) -> u32 {
+        let _ = ti;
+        *cpus
+            .iter()
+            .min_by_key(|&&c| (self.cpus[c as usize].nr_running(), c))
+            .expect("non-empty CPU list")
+    }
+
+    /// Count a migration of `ti` to `to` (and a ping-pong if it reverses the
+    /// previous cross-role migration soon after), charging the migration cost.
+    pub(crate) fn note_migration(&mut self, ti: u32, to: u32) {
+        let now = self.now;
+        let to_rt = self.cpus[to as usize].rt;
+        let from = self.tasks[ti as usize].cpu;
+        if from == to {
+            return;
+        }
+        let from_rt = self.cpus[from as usize].rt;
+        let window = self.cfg.pingpong_ns;
+        let cost = self.cfg.migration_cost_ns;
+        let t = &mut self.tasks[ti as usize];
+        t.migrations += 1;
+        if t.work_left > 0 {
+            t.work_left += cost;
+        }
+        if from_rt != to_rt {
+            if let Some((at, was_to_rt)) = t.last_cross {
+                if was_to_rt != to_rt && now - at <= window {
+                    t.pingpongs += 1;
+                }
+            }
+            t.last_cross = Some((now, to_rt));
+        }
+    }
+
+    /// Move a task that is not running (queued or just descheduled) to `to`.
+    pub(crate) fn migrate_queued(&mut self, ti: u32, to: u32) {
+        let from = self.tasks[ti as usize].cpu;
+        let c = &mut self.cpus[from as usize];
+        if let Some(p) = c.fair.iter().position(|&x| x == ti) {
+            c.fair.remove(p);
+        } else if let Some(p) = c.fifo.iter().position(|&x| x == ti) {
+            c.fifo.remove(p);
+        }
+        self.note_migration(ti, to);
+        self.enqueue(to, ti, false);
+    }
+
+    /// Move any task (running, queued or sleeping) so that it respects its mask.
+    pub(crate) fn enforce_mask(&mut self, ti: u32, target: Option<u32>) {
+        let t = &self.tasks[ti as usize];
+        if t.mask[t.cpu as usize] || t.state == State::Done {
+            return;
+        }
+        let allowed: Vec<u32> = (0..self.cfg.cpus).filter(|&c| t.mask[c as usize]).collect();
+        let to = target.unwrap_or_else(|| self.least_loaded(&allowed, ti));
+        match t.state {
+            State::Sleeping => {
+                self.note_migration(ti, to);
+                self.tasks[ti as usize].cpu = to;
+            }
+            State::Running => {
+                let cpu = t.cpu;
+                self.deschedule(cpu);
+                self.migrate_queued(ti, to);
+                self.dispatch(cpu);
+            }
+            State::Ready => self.migrate_queued(ti, to),
+            State::Done => {}
+        }
+    }
+
+    pub fn report(&self) -> SimReport {
+        let sim_ns = self.now.max(1);
+        let tasks: Vec<TaskReport> = self
+            .tasks
+            .iter()
+            .map(|t| {
+                let total = t.total_ns();
+                TaskReport {
+                    name: t.def.name.clone(),
+                    class: t.def.class,
+                    completion_ns: t.done_at,
+                    cpu_ns: total,
+                    kernel_ns: t.kernel_ns,
+                    cpu_percent: t
+                        .per_cpu
+                        .iter()
+                        .map(|&x| 100.0 * x as f64 / total.max(1) as f64)
+                        .collect(),
+                    switches: t.switches,
+                    migrations: t.migrations,
+                    pingpongs: t.pingpongs,
+                }
+            })
+            .collect();
+        let done: Vec<u64> = tasks
+            .iter()
+            .filter(|t| t.class != TaskClass::Rt0)
+            .filter_map(|t| t.completion_ns)
+            .collect();
+        let (min, max) = (done.iter().min().copied(), done.iter().max().copied());
+        SimReport {
+            balancer: self.cfg.balancer,
+            seed: self.cfg.seed,
+            cpus: self.cfg.cpus,
+            rt_cpus: self.cfg.rt.clone(),
+            sim_ns,
+            events: self.events,
+            trace_hash: self.hash,
+            unfinished: tasks
+                .iter()
+                .filter(|t| t.class != TaskClass::Rt0 && t.completion_ns.is_none())
+                .count(),
+            migrations: tasks.iter().map(|t| t.migrations).sum(),
+            pingpongs: tasks.iter().map(|t| t.pingpongs).sum(),
+            tasks,
+            rt0_latency: self.lat.summary(0),
+            cpu_busy_percent: self
+                .cpus
+                .iter()
+                .map(|c| 100.0 * c.busy_ns as f64 / sim_ns as f64)
+                .collect(),
+            completion_min_ns: min,
+            completion_max_ns: max,
+            completion_spread: match (min, max) {
+                (Some(a), Some(b)) if a > 0 => Some(b as f64 / a as f64),
+                _ => None,
+            },
+        }
+    }
+}
