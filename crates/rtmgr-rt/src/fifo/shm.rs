@@ -21,9 +21,11 @@
 //! make calls fail but never makes this side read or write out of bounds.
 //!
 //! Blocking: the consumer sets `waiting`, re-checks `tail`, and sleeps on a
-//! shared futex. The producer publishes `tail` with a sequentially consistent
-//! exchange and then reads `waiting`; it makes the `FUTEX_WAKE` system call
-//! only when that flag was set (Dekker-style: one side always sees the other).
+//! shared futex (at most [`SAFETY_POLL`] at a time). The producer publishes
+//! `tail`, then reads `waiting`, and makes the `FUTEX_WAKE` system call only
+//! when that flag was set. With [`Wake::Fenced`] (default) both sides use
+//! sequentially consistent operations (Dekker-style: one always sees the
+//! other); [`Wake::Lazy`] drops the producer's fence, see there.
 
 use std::ffi::CString;
 use std::io;
@@ -42,6 +44,24 @@ pub const HEADER_SIZE: usize = 384;
 pub const MAX_RECORD_SIZE: u32 = 1 << 20;
 /// Largest capacity accepted.
 pub const MAX_CAPACITY: u32 = 1 << 28;
+/// A sleeping consumer re-checks the FIFO at least this often, so that a
+/// wake-up missed under [`Wake::Lazy`] delays it by at most this much.
+pub const SAFETY_POLL: Duration = Duration::from_millis(10);
+
+/// How the producer tells a sleeping consumer that data arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wake {
+    /// Publish `tail` with a sequentially consistent exchange, then read the
+    /// consumer's `waiting` flag: a sleeping consumer is never missed, but
+    /// every push pays a full fence (it waits for the `tail` cache line).
+    #[default]
+    Fenced,
+    /// Publish `tail` with a plain release store and read `waiting` without a
+    /// fence: cheapest push; in a rare race (the consumer goes to sleep while
+    /// the new `tail` is still in the producer's store buffer) the consumer
+    /// wakes on its [`SAFETY_POLL`] timeout instead, and counts a late wake-up.
+    Lazy,
+}
 
 /// Which end of the channel a handle is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -485,6 +505,7 @@ pub struct ShmProducer {
     head_cache: u32,
     /// Number of futex wake-ups issued (for tests and benchmarks).
     wakeups: u64,
+    wake: Wake,
 }
 
 /// The reading end: `try_pop` is wait-free; `pop_timeout` may sleep.
@@ -492,6 +513,7 @@ pub struct ShmConsumer {
     seg: Segment,
     head: u32,
     tail_cache: u32,
+    late_wakeups: u64,
 }
 
 impl ShmProducer {
@@ -536,6 +558,7 @@ impl ShmProducer {
             tail,
             head_cache,
             wakeups: 0,
+            wake: Wake::default(),
         })
     }
 
@@ -560,11 +583,20 @@ impl ShmProducer {
         // not read it until the store below publishes it; rec has `want` bytes.
         unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.seg.slot(self.tail), want) };
         self.tail = next;
-        // SeqCst exchange, then SeqCst load of `waiting`: pairs with the
-        // consumer's SeqCst store of `waiting` then load of `tail`.
-        self.seg.u32_field(off::TAIL).swap(next, Ordering::SeqCst);
         let waiting = self.seg.u32_field(off::WAITING);
-        if waiting.load(Ordering::SeqCst) != 0 && waiting.swap(0, Ordering::SeqCst) != 0 {
+        let announced = match self.wake {
+            // SeqCst exchange, then SeqCst load of `waiting`: pairs with the
+            // consumer's SeqCst store of `waiting` then load of `tail`.
+            Wake::Fenced => {
+                self.seg.u32_field(off::TAIL).swap(next, Ordering::SeqCst);
+                waiting.load(Ordering::SeqCst)
+            }
+            Wake::Lazy => {
+                self.seg.u32_field(off::TAIL).store(next, Ordering::Release);
+                waiting.load(Ordering::Relaxed)
+            }
+        };
+        if announced != 0 && waiting.swap(0, Ordering::SeqCst) != 0 {
             futex(waiting, libc::FUTEX_WAKE, 1, None);
             self.wakeups += 1;
         }
@@ -578,6 +610,10 @@ impl ShmProducer {
     /// Bytes per record.
     pub fn record_size(&self) -> u32 {
         self.seg.geo.record_size
+    }
+    /// Choose the wake-up protocol (default [`Wake::Fenced`]).
+    pub fn set_wake(&mut self, wake: Wake) {
+        self.wake = wake;
     }
     /// How many futex wake-ups this handle has made.
     pub fn wakeups(&self) -> u64 {
@@ -626,6 +662,7 @@ impl ShmConsumer {
             seg,
             head,
             tail_cache,
+            late_wakeups: 0,
         })
     }
 
@@ -697,13 +734,20 @@ impl ShmConsumer {
                 waiting.store(0, Ordering::Relaxed);
                 continue;
             }
-            let ts = remaining.map(|r| libc::timespec {
-                tv_sec: r.as_secs().min(i64::MAX as u64) as libc::time_t,
-                tv_nsec: r.subsec_nanos() as libc::c_long,
-            });
+            let nap = remaining.map_or(SAFETY_POLL, |r| r.min(SAFETY_POLL));
+            let ts = libc::timespec {
+                tv_sec: nap.as_secs() as libc::time_t,
+                tv_nsec: nap.subsec_nanos() as libc::c_long,
+            };
             // Returns on wake, timeout, EINTR, or EAGAIN (producer already cleared the flag).
-            futex(waiting, libc::FUTEX_WAIT, 1, ts.as_ref());
+            let rc = futex(waiting, libc::FUTEX_WAIT, 1, Some(&ts));
+            let timed_out =
+                rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT);
             waiting.store(0, Ordering::Relaxed);
+            if timed_out && self.seg.u32_field(off::TAIL).load(Ordering::Acquire) != self.head {
+                // Data arrived but no wake-up came: the Lazy race (see `Wake`).
+                self.late_wakeups += 1;
+            }
         }
     }
 
@@ -719,6 +763,13 @@ impl ShmConsumer {
         } else {
             Ok(false)
         }
+    }
+
+    /// How often a sleep ended on the safety-poll timeout with data waiting
+    /// (a wake-up missed by a [`Wake::Lazy`] producer, or data that arrived
+    /// just as the timeout expired; the latter is the only cause with `Fenced`).
+    pub fn late_wakeups(&self) -> u64 {
+        self.late_wakeups
     }
 
     /// Records waiting right now.
@@ -832,6 +883,28 @@ mod tests {
         p.try_push(&42u64.to_ne_bytes()).unwrap();
         assert_eq!(h.join().unwrap(), (true, 42));
         assert_eq!(p.wakeups(), 1, "one sleeping consumer, one wake-up");
+    }
+
+    #[test]
+    fn fifo_shm_lazy_wake_still_delivers() {
+        let (mut p, mut c, _fd) = pair(8, 4);
+        p.set_wake(Wake::Lazy);
+        let h = std::thread::spawn(move || {
+            let mut buf = [0u8; 8];
+            let ok = c
+                .pop_timeout(&mut buf, Some(Duration::from_secs(10)))
+                .unwrap();
+            (ok, u64::from_ne_bytes(buf), c.late_wakeups())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        p.try_push(&7u64.to_ne_bytes()).unwrap();
+        let (ok, v, late) = h.join().unwrap();
+        assert_eq!((ok, v), (true, 7));
+        assert_eq!(
+            p.wakeups() + late,
+            1,
+            "woken by the producer or by the safety poll"
+        );
     }
 
     #[test]
