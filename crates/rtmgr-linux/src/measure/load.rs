@@ -46,6 +46,12 @@ impl RunningLoad {
         let yaml = dir.join("metrics.yaml");
         let log = dir.join("stress-ng.log");
         let mut args = spec.kind.stress_ng_args(spec.cpus.len());
+        if spec.kind.stressors().contains(&"sock") {
+            // Two loads at once (NRT and guests) must not fight for one port range.
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 256;
+            args.extend(["--sock-port".into(), (20_000 + 128 * k).to_string()]);
+        }
         if spec.kind.stressors().contains(&"cache") {
             // The cache stressor otherwise hops between CPUs on its own.
             args.push("--cache-no-affinity".into());

@@ -15,7 +15,7 @@ pub struct SpawnSpec<'a> {
     pub program: &'a str,
     pub args: Vec<String>,
     pub cpus: Option<CpuSet>,
-    /// Run at SCHED_IDLE (inherited by the child's own children).
+    /// Run at SCHED_IDLE (inherited by the child's own children); otherwise SCHED_OTHER.
     pub sched_idle: bool,
     /// Where stdout and stderr go.
     pub log: Option<std::fs::File>,
@@ -77,7 +77,9 @@ impl GroupChild {
         } else {
             spec.cpus.as_ref().map(cpu_set).transpose()?
         };
-        let idle = spec.sched_idle;
+        // A gated child gets SCHED_IDLE after the gate too: at SCHED_IDLE on a
+        // busy CPU it might take seconds to even reach the gate.
+        let idle = spec.sched_idle && !gated;
         // SAFETY: the closure only makes async-signal-safe system calls on
         // pre-built data (no allocation) between fork and exec.
         unsafe {
@@ -88,11 +90,15 @@ impl GroupChild {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                if idle {
-                    let p = libc::sched_param { sched_priority: 0 };
-                    if libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                // Children never inherit the orchestrator's real-time policy.
+                let p = libc::sched_param { sched_priority: 0 };
+                let policy = if idle {
+                    libc::SCHED_IDLE
+                } else {
+                    libc::SCHED_OTHER
+                };
+                if libc::sched_setscheduler(0, policy, &p) != 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
@@ -113,6 +119,10 @@ impl GroupChild {
                 // A v1 cpuset attach resets the affinity to the cpuset's CPUs.
                 crate::sched::set_affinity(pgid as u32, cpus)
                     .map_err(|e| MeasureError::io("pin gated child", e))?;
+            }
+            if spec.sched_idle {
+                crate::sched::set_policy(pgid as u32, crate::sched::Policy::Idle)
+                    .map_err(|e| MeasureError::io("SCHED_IDLE for gated child", e))?;
             }
             // SAFETY: signalling our own child's process group.
             unsafe { libc::kill(-pgid, libc::SIGCONT) };
@@ -267,7 +277,7 @@ mod tests {
             program: "sleep",
             args: vec!["30".into()],
             cpus: Some(CpuSet::single(0)),
-            sched_idle: false,
+            sched_idle: true,
             log: None,
             before_run: Some(&f),
         })

@@ -166,6 +166,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
         ));
     }
     let stop = stop_flag()?;
+    let _orchestrator = Orchestrator::enter(&plan.rt, &online);
     let mlocked = lock_memory();
     let dma = DmaLatencyGuard::hold();
     let started = unix_now_s();
@@ -210,7 +211,10 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
             }
             if c.partitioned() && guard.is_none() {
                 pb.set_message(format!("round {} applying partition", r + 1));
-                match PartitionGuard::apply(&host, &plan, &opts) {
+                let t = Instant::now();
+                let applied = PartitionGuard::apply(&host, &plan, &opts);
+                tracing::debug!("partition apply took {:?}", t.elapsed());
+                match applied {
                     Ok(g) => guard = Some(g),
                     Err(e) => {
                         failure = Some(anyhow::Error::new(e).context("apply the partition"));
@@ -230,6 +234,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
             let prepare = applied.map(|a| rt_prepare(&host, a));
             let load = load_plan(c, args.load, &online, &plan);
             let i = CONFIGS.iter().position(|x| *x == c).expect("listed");
+            let seg_start = Instant::now();
             let seg = run_segment(
                 &host,
                 &probe,
@@ -246,6 +251,12 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
                         progress_msg(p)
                     ));
                 },
+            );
+            tracing::debug!(
+                "round {} {}: segment took {:?}",
+                r + 1,
+                c.name(),
+                seg_start.elapsed()
             );
             match seg {
                 Ok(seg) => {

@@ -291,6 +291,7 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
         .clone()
         .unwrap_or_else(|| CpuSet::single(s.default_cpu()));
     check_cpus("--cpus", &cpus, &s.online)?;
+    let _orchestrator = Orchestrator::enter(&cpus, &s.online);
     let load = s.load_plan(&a.load, &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus)?;
     let cfg = probe_config(&a, &cpus, policy, Some(a.duration));
@@ -418,6 +419,7 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
         .clone()
         .unwrap_or_else(|| CpuSet::single(s.default_cpu()));
     check_cpus("--cpus", &cpus, &s.online)?;
+    let _orchestrator = Orchestrator::enter(&cpus, &s.online);
     if cpus.len() != 1 {
         return bad_input("--compare-cyclictest measures one CPU: give --cpus N");
     }
@@ -433,7 +435,7 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
         ..probe_config(&a, &cpus, policy, None)
     };
     // One load for the whole comparison, so both tools see the same load.
-    let mut loads = match &load {
+    let loads = match &load {
         Some(plan) => Some(Loads::start(
             plan,
             &s.host,
@@ -443,9 +445,7 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
         None => None,
     };
     sleep_checked(WARMUP, &s.stop);
-    if let Some(l) = loads.as_mut() {
-        l.check_alive()?;
-    }
+    let loads = loads.map(Loads::check_alive).transpose()?;
     let pb = progress_bar(a.duration);
     let t0 = std::time::Instant::now();
     let (mut ours, mut theirs) = (Hist::new(), Hist::new());
@@ -592,6 +592,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
     let cpu = a.cpu.unwrap_or_else(|| s.default_cpu());
     let cpus = CpuSet::single(cpu);
     check_cpus("--cpu", &cpus, &s.online)?;
+    let _orchestrator = Orchestrator::enter(&cpus, &s.online);
     let load = s.load_plan(&a.load, &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus)?;
     let cfg = exec::ExecConfig {
@@ -616,9 +617,9 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
             );
             let max = Duration::from_nanos(unloaded.max().unwrap_or(0).max(0) as u64 * 3 * a.runs)
                 + Duration::from_secs(60);
-            let mut loads = Loads::start(plan, &s.host, s.applied.as_ref(), max)?;
+            let loads = Loads::start(plan, &s.host, s.applied.as_ref(), max)?;
             sleep_checked(WARMUP, &s.stop);
-            loads.check_alive()?;
+            let loads = loads.check_alive()?;
             let pass = exec::run_pass(&cfg, s.stop.clone(), prepare.clone()).map_err(measure_err);
             let metrics = loads.stop()?;
             loaded = Some(pass?.0);
@@ -681,6 +682,7 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
     let cpu = a.cpu.unwrap_or_else(|| s.default_cpu());
     let cpus = CpuSet::single(cpu);
     check_cpus("--cpu", &cpus, &s.online)?;
+    let _orchestrator = Orchestrator::enter(&cpus, &s.online);
     let prio = a.priority.unwrap_or_else(max_fifo_priority);
     if prio < 2 {
         return bad_input("--priority must be at least 2 (the woken tasks run one below)");
@@ -693,7 +695,7 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
         duration_ns: a.duration.as_nanos() as u64,
         priority: prio,
     };
-    let mut loads = match &load {
+    let loads = match &load {
         Some(plan) => Some(Loads::start(
             plan,
             &s.host,
@@ -705,9 +707,7 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
     if loads.is_some() {
         sleep_checked(WARMUP, &s.stop);
     }
-    if let Some(l) = loads.as_mut() {
-        l.check_alive()?;
-    }
+    let loads = loads.map(Loads::check_alive).transpose()?;
     eprintln!(
         "periodicity: {} µs period for {:?} on CPU {cpu}",
         cfg.period_ns / 1000,

@@ -84,6 +84,44 @@ pub fn lock_memory() -> bool {
     }
 }
 
+/// Runs the calling (orchestrating) thread off the measured CPUs at SCHED_FIFO
+/// priority 1 while alive, so that the loads it starts cannot starve the
+/// start/stop of those loads and of the probe, and it never runs on the CPU
+/// being measured. Restores the thread's policy and affinity on drop.
+pub struct Orchestrator {
+    policy: Option<rtmgr_linux::sched::Policy>,
+    affinity: Option<CpuSet>,
+}
+
+impl Orchestrator {
+    pub fn enter(measured: &CpuSet, online: &CpuSet) -> Orchestrator {
+        use rtmgr_linux::sched;
+        let policy = sched::get_policy(0).ok();
+        let affinity = sched::get_affinity(0).ok();
+        let others = online.difference(measured);
+        if !others.is_empty() {
+            if let Err(e) = sched::set_affinity(0, &others) {
+                tracing::warn!("orchestrator affinity {others}: {e}");
+            }
+        }
+        if let Err(e) = sched::set_policy(0, sched::Policy::Fifo { priority: 1 }) {
+            tracing::warn!("orchestrator SCHED_FIFO 1: {e}");
+        }
+        Orchestrator { policy, affinity }
+    }
+}
+
+impl Drop for Orchestrator {
+    fn drop(&mut self) {
+        if let Some(p) = self.policy {
+            let _ = rtmgr_linux::sched::set_policy(0, p);
+        }
+        if let Some(a) = &self.affinity {
+            let _ = rtmgr_linux::sched::set_affinity(0, a);
+        }
+    }
+}
+
 /// Validate measured CPUs against the online set.
 pub fn check_cpus(what: &str, cpus: &CpuSet, online: &CpuSet) -> Result<()> {
     if cpus.is_empty() {
@@ -218,12 +256,15 @@ impl Loads {
         Ok(Loads(running))
     }
 
-    /// Did every stress-ng survive its start-up?
-    pub fn check_alive(&mut self) -> Result<()> {
+    /// Did every stress-ng survive its start-up? If not, stop them all and
+    /// return the error with the dead one's last log lines.
+    pub fn check_alive(mut self) -> Result<Loads> {
         if self.0.iter_mut().all(|l| l.alive()) {
-            Ok(())
-        } else {
-            anyhow::bail!("stress-ng exited right after starting (see its metrics error below)")
+            return Ok(self);
+        }
+        match self.stop() {
+            Err(e) => Err(e.context("stress-ng exited right after starting")),
+            Ok(_) => anyhow::bail!("stress-ng exited right after starting"),
         }
     }
 
@@ -284,7 +325,8 @@ pub fn run_segment(
         .unwrap_or_else(|| {
             Duration::from_nanos(probe_cfg.interval_ns * probe_cfg.loops.unwrap_or(1))
         });
-    let mut loads = match load {
+    let t_seg = Instant::now();
+    let loads = match load {
         Some(plan) => Some(Loads::start(
             plan,
             host,
@@ -302,9 +344,8 @@ pub fn run_segment(
         },
         stop,
     );
-    if let Some(l) = loads.as_mut() {
-        l.check_alive()?;
-    }
+    let loads = loads.map(Loads::check_alive).transpose()?;
+    tracing::debug!("segment: loads up after {:?}", t_seg.elapsed());
     let before = disturb::snapshot(host);
     let start = Instant::now();
     let mut threads = Vec::new();
@@ -319,10 +360,12 @@ pub fn run_segment(
     }
     let elapsed_ns = start.elapsed().as_nanos() as u64;
     let after = disturb::snapshot(host);
+    tracing::debug!("segment: probe done after {:?}", t_seg.elapsed());
     let metrics = match loads {
         Some(l) => l.stop()?,
         None => Vec::new(),
     };
+    tracing::debug!("segment: loads down after {:?}", t_seg.elapsed());
     Ok(Segment {
         threads,
         metrics,
