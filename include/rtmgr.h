@@ -198,6 +198,11 @@ typedef struct RtfFifo RtfFifo;
 typedef struct RtmgrTask RtmgrTask;
 
 /**
+ * A budget shared by several tasks of this process (opaque).
+ */
+typedef struct RtmgrTaskGroup RtmgrTaskGroup;
+
+/**
  * Counters readable from any thread (all ns unless named otherwise).
  */
 typedef struct RtmgrTaskStats {
@@ -439,6 +444,38 @@ RtmgrTaskStatus rtmgr_task_stats(const struct RtmgrTask *t, struct RtmgrTaskStat
 RtmgrTaskStatus rtmgr_task_last_period(const struct RtmgrTask *t,
                                        uint64_t *budget_ns,
                                        uint64_t *received_ns);
+
+/**
+ * Create a group budget: `budget_ns` of process CPU time per `period_ns`,
+ * first release at `start_ns` (0 = now), shared by the tasks that join it
+ * with `rtmgr_task_make_periodic_group`. Every thread of the process counts
+ * against it (process CPU clock). Free with `rtmgr_task_group_free`.
+ *
+ * # Safety
+ * `out` must be valid for writing a pointer.
+ */
+RtmgrTaskStatus rtmgr_task_group_create(uint64_t start_ns,
+                                        uint64_t period_ns,
+                                        uint64_t budget_ns,
+                                        struct RtmgrTaskGroup **out);
+
+/**
+ * Make the task periodic as a member of group `g` (soft mode, SIGRTMIN+4):
+ * when the group has used its budget in a period, every member is suspended
+ * until the next release.
+ *
+ * # Safety
+ * `t` must be NULL or a live task, `g` NULL or a live group.
+ */
+RtmgrTaskStatus rtmgr_task_make_periodic_group(struct RtmgrTask *t, const struct RtmgrTaskGroup *g);
+
+/**
+ * Release the caller's reference to a group (members keep theirs). NULL is ignored.
+ *
+ * # Safety
+ * `g` must be NULL or a group from `rtmgr_task_group_create`, freed once.
+ */
+void rtmgr_task_group_free(struct RtmgrTaskGroup *g);
 
 /**
  * Current CLOCK_MONOTONIC time in ns (for `start_ns`).

@@ -79,6 +79,20 @@ int main(void)
     CHECK(rtmgr_task_delete(t) == RTMGR_TASK_OK);
     CHECK(rtmgr_task_delete(NULL) == RTMGR_TASK_OK);
 
+    /* Group budget: bad input, then one member overrunning the shared budget. */
+    RtmgrTaskGroup *g = NULL;
+    CHECK(rtmgr_task_group_create(0, 0, ms, &g) == RTMGR_TASK_EINVAL);
+    CHECK(rtmgr_task_group_create(0, 10 * ms, ms, NULL) == RTMGR_TASK_EINVAL);
+    CHECK(rtmgr_task_group_create(rtmgr_task_now_ns() + 2 * ms, 20 * ms, 4 * ms, &g) == RTMGR_TASK_OK);
+    CHECK(rtmgr_task_init("member", RTMGR_CLASS_LINUX, 0, -1, &t) == RTMGR_TASK_OK);
+    CHECK(rtmgr_task_make_periodic_group(t, NULL) == RTMGR_TASK_EINVAL);
+    CHECK(rtmgr_task_make_periodic_group(t, g) == RTMGR_TASK_OK);
+    burn(6 * ms);
+    CHECK(rtmgr_task_wait_period(t, NULL) == RTMGR_TASK_IGNORED);
+    CHECK(rtmgr_task_delete(t) == RTMGR_TASK_OK);
+    rtmgr_task_group_free(g);
+    rtmgr_task_group_free(NULL);
+
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else

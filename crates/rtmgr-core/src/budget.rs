@@ -88,6 +88,9 @@ pub enum Enforcer {
     /// while the task was running with (almost) its whole budget consumed is
     /// counted as an exhaustion.
     Kernel,
+    /// Someone else decides when the budget is used up (a group budget
+    /// shared by several tasks) and calls [`BudgetAccount::suspend`].
+    External,
 }
 
 /// A validated reservation. Times in ns on CLOCK_MONOTONIC.
@@ -477,6 +480,18 @@ impl BudgetAccount {
     /// closes finished windows.
     pub fn observe(&mut self, now: u64, cpu: u64, sink: &mut impl FnMut(PeriodRecord)) {
         self.advance(now, cpu, sink);
+    }
+
+    /// An external enforcer (a group budget) found the budget used up: count
+    /// the exhaustion (seed §3.2: the pending wait will be ignored) and return
+    /// when to resume (the next release); then call [`released`](Self::released).
+    pub fn suspend(&mut self, now: u64, cpu: u64, sink: &mut impl FnMut(PeriodRecord)) -> u64 {
+        self.advance(now, cpu, sink);
+        if self.state == State::Running {
+            self.count_exhaustion();
+            self.state = State::Suspended;
+        }
+        self.res.release(self.win + 1)
     }
 
     /// The soft enforcer's timer fired (or the budget is being set up): decide.
@@ -879,6 +894,22 @@ mod tests {
         f.run(100 * US, 0);
         assert_eq!(f.wait(), WaitOutcome::OnTime);
         assert_eq!(f.now, 14 * MS);
+    }
+
+    #[test]
+    fn external_enforcer_suspends_on_request() {
+        let mut f = Fake::new(4 * MS, Some(MS), Enforcer::External, 10);
+        f.run(3 * MS, 0); // poll is Idle: the group decides
+        assert_eq!(f.acct.totals().exhaustions, 0);
+        let mut recs = vec![];
+        let until = f.acct.suspend(f.now, f.cpu, &mut |r| recs.push(r));
+        assert_eq!(until, 14 * MS);
+        f.now = until;
+        f.acct.released(f.now, f.cpu, &mut |r| recs.push(r));
+        f.records.extend(recs);
+        assert!(f.records[0].exhausted);
+        assert_eq!(f.wait(), WaitOutcome::Ignored);
+        assert_eq!(f.wait(), WaitOutcome::OnTime);
     }
 
     #[test]

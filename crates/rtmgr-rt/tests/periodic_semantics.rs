@@ -287,3 +287,47 @@ fn hard_mode_admission_error_states_utilisation() {
     );
     assert!(msg.contains("sched_rt_runtime_us"), "{msg}");
 }
+
+#[test]
+fn group_budget_is_shared_by_its_members() {
+    use rtmgr_rt::periodic::Group;
+    let (p, w) = (20 * MS, 5 * MS);
+    let group = Group::new(mono_ns() + 5 * MS, p, w).unwrap();
+    let run_ms = 200;
+    let members: Vec<_> = (0..2)
+        .map(|i| {
+            let g = group.clone();
+            std::thread::spawn(move || {
+                let mut t = linux_task(&format!("member{i}"));
+                t.make_periodic_group(&g, None).unwrap();
+                let (t0, c0) = (mono_ns(), thread_cpu_ns());
+                // A runaway: never calls wait_period.
+                while mono_ns() - t0 < run_ms * MS {
+                    std::hint::spin_loop();
+                }
+                let cpu = thread_cpu_ns() - c0;
+                // The delayed wait of an earlier period is ignored (seed §3.2).
+                let o = t.wait_period().unwrap();
+                let s = t.stats();
+                t.delete().unwrap();
+                (cpu, o, s)
+            })
+        })
+        .collect();
+    let results: Vec<_> = members.into_iter().map(|h| h.join().unwrap()).collect();
+    let total: u64 = results.iter().map(|r| r.0).sum();
+    // 10 periods of one shared 5 ms budget (+2 ms slack each), not 2 x 200 ms.
+    let periods = run_ms * MS / p + 1;
+    assert!(
+        total <= periods * (w + 2 * MS),
+        "members got {} ms",
+        total / MS
+    );
+    for (cpu, o, s) in &results {
+        assert!(*cpu > 0);
+        assert_eq!(*o, WaitOutcome::Ignored, "{s:?}");
+        assert!(s.exhaustions >= 5, "{s:?}");
+    }
+    assert!(group.exhaustions() >= 10);
+    assert_eq!(group.members(), 0);
+}

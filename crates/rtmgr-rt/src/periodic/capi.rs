@@ -1,11 +1,11 @@
 //! The periodic-task C API (`include/rtmgr.h`), after RTAI's `rt_task_*`
 //! calls and the seed's `rt_task_make_periodic_budget` (budget-based RTAI
 //! §3.2): init, make_periodic, make_periodic_budget, wait_period, stats,
-//! delete. Every call returns a status; the message of the last error of the
+//! delete, and group budgets. Every call returns a status; the message of the last error of the
 //! calling thread is available from `rtmgr_task_last_error()`.
 
 use super::{
-    BudgetMode, SoftVariant, Task, TaskClass, TaskConfig, TaskError, TaskStats, WaitOutcome,
+    BudgetMode, Group, SoftVariant, Task, TaskClass, TaskConfig, TaskError, TaskStats, WaitOutcome,
 };
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -54,6 +54,9 @@ pub const RTMGR_BUDGET_SOFT_COMPENSATE: c_int = 3;
 
 /// A periodic task (opaque); belongs to the thread that created it.
 pub struct RtmgrTask(Task);
+
+/// A budget shared by several tasks of this process (opaque).
+pub struct RtmgrTaskGroup(std::sync::Arc<Group>);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -289,6 +292,63 @@ pub unsafe extern "C" fn rtmgr_task_last_period(
             RTMGR_TASK_OK
         }
         None => invalid("no period has ended yet"),
+    }
+}
+
+/// Create a group budget: `budget_ns` of process CPU time per `period_ns`,
+/// first release at `start_ns` (0 = now), shared by the tasks that join it
+/// with `rtmgr_task_make_periodic_group`. Every thread of the process counts
+/// against it (process CPU clock). Free with `rtmgr_task_group_free`.
+///
+/// # Safety
+/// `out` must be valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn rtmgr_task_group_create(
+    start_ns: u64,
+    period_ns: u64,
+    budget_ns: u64,
+    out: *mut *mut RtmgrTaskGroup,
+) -> RtmgrTaskStatus {
+    if out.is_null() {
+        return invalid("out must not be NULL");
+    }
+    match Group::new(start_ns, period_ns, budget_ns) {
+        Ok(g) => {
+            // SAFETY: out checked non-NULL; writable per contract.
+            unsafe { *out = Box::into_raw(Box::new(RtmgrTaskGroup(g))) };
+            RTMGR_TASK_OK
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Make the task periodic as a member of group `g` (soft mode, SIGRTMIN+4):
+/// when the group has used its budget in a period, every member is suspended
+/// until the next release.
+///
+/// # Safety
+/// `t` must be NULL or a live task, `g` NULL or a live group.
+#[no_mangle]
+pub unsafe extern "C" fn rtmgr_task_make_periodic_group(
+    t: *mut RtmgrTask,
+    g: *const RtmgrTaskGroup,
+) -> RtmgrTaskStatus {
+    // SAFETY: per contract.
+    match (unsafe { task(t) }, unsafe { g.as_ref() }) {
+        (Some(t), Some(g)) => done(t.make_periodic_group(&g.0, None)),
+        _ => invalid("task and group must not be NULL"),
+    }
+}
+
+/// Release the caller's reference to a group (members keep theirs). NULL is ignored.
+///
+/// # Safety
+/// `g` must be NULL or a group from `rtmgr_task_group_create`, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rtmgr_task_group_free(g: *mut RtmgrTaskGroup) {
+    if !g.is_null() {
+        // SAFETY: created by Box::into_raw in rtmgr_task_group_create.
+        drop(unsafe { Box::from_raw(g) });
     }
 }
 

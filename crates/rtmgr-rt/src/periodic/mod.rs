@@ -20,13 +20,15 @@
 //!   per-period sampler timer closes the statistics windows.
 //!
 //! A task is bound to the thread that created it (`Task` is not `Send`).
-//! Group budgets (several threads sharing one budget, seed §5) are not
-//! implemented.
+//! Group budgets (several tasks sharing one budget, seed §5): [`Group`],
+//! soft mode, accounted with the process CPU clock.
 
 pub mod capi;
+pub mod group;
 mod ring;
 mod sys;
 
+pub use group::Group;
 pub use ring::StatsRing;
 pub use rtmgr_core::budget::{
     BudgetError, PeriodRecord, SoftVariant, Totals, WaitOutcome, DEFAULT_IF_WAIT_CAP,
@@ -253,6 +255,7 @@ enum Kind {
     Plain,
     Soft,
     Hard,
+    Group,
 }
 
 /// State touched by the task's thread and its signal handler, never by two
@@ -269,6 +272,8 @@ struct Inner {
     armed_abs: AtomicU64,
     /// Utilisation held (ppm) in hard mode, returned on drop.
     dl_ppm: u64,
+    /// The shared budget (Kind::Group).
+    group: Option<Arc<Group>>,
     shared: Arc<TaskShared>,
 }
 
@@ -404,6 +409,59 @@ fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
     }
 }
 
+/// Shortest re-arm of a group member's timer, and the retry delay when
+/// another member holds the group state.
+const GROUP_MIN_ARM_NS: u64 = 5_000;
+
+/// The group-budget enforcer of one member (see [`group`]): same contract
+/// and cost accounting as [`enforce`].
+fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
+    let (Some(timer), Some(group)) = (&inner.timer, &inner.group) else {
+        return;
+    };
+    let c = &inner.shared.c;
+    let (mut now, mut cpu) = entry.unwrap_or_else(|| (sys::mono_ns(), sys::thread_cpu_ns()));
+    let c0 = cpu;
+    let mut excluded = 0u64;
+    let mut sink = |r: PeriodRecord| inner.shared.ring.push(&r);
+    // SAFETY: as in `enforce`.
+    let acct = unsafe { inner.acct() };
+    let res = *group.reservation();
+    loop {
+        acct.observe(now, cpu, &mut sink);
+        let at = match group.seen(now, sys::process_cpu_ns()) {
+            None => now + GROUP_MIN_ARM_NS,
+            Some(s) if s.consumed >= group.budget_ns() => {
+                group.count_exhaustion();
+                let until = acct.suspend(now, cpu, &mut sink);
+                inner.armed_abs.store(0, Relaxed);
+                inner.shared.mirror(acct);
+                let before = cpu;
+                sys::sleep_until(until);
+                now = sys::mono_ns();
+                cpu = sys::thread_cpu_ns();
+                excluded += cpu.saturating_sub(before);
+                acct.released(now, cpu, &mut sink);
+                continue;
+            }
+            Some(s) => {
+                let rem = (group.budget_ns() - s.consumed) / group.members().max(1);
+                let boundary = res.release(s.window + 1).max(now + 1);
+                (now + rem.max(GROUP_MIN_ARM_NS)).min(boundary)
+            }
+        };
+        inner.shared.mirror(acct);
+        if entry.is_some() {
+            let used = sys::thread_cpu_ns().saturating_sub(c0);
+            account_handler(c, used.saturating_sub(excluded), 0);
+        }
+        inner.armed_abs.store(at, Relaxed);
+        // Last access to the state: the signal may fire right away.
+        timer.arm_abs(at, 0);
+        return;
+    }
+}
+
 extern "C" fn on_budget_signal(
     _sig: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -437,6 +495,7 @@ extern "C" fn on_budget_signal(
             }
             match inner.kind {
                 Kind::Soft => enforce(inner, Some(entry)),
+                Kind::Group => enforce_group(inner, Some(entry)),
                 Kind::Hard => {
                     // SAFETY: in_cs is clear: main-line code is not inside.
                     let acct = unsafe { inner.acct() };
@@ -605,6 +664,7 @@ impl Task {
             signo,
             armed_abs: AtomicU64::new(0),
             dl_ppm,
+            group: None,
             shared: self.shared.clone(),
         })
     }
@@ -626,14 +686,7 @@ impl Task {
         let start = Self::resolve_start(start_ns);
         match mode {
             BudgetMode::Soft { signal, variant } => {
-                let signo = signal.unwrap_or(sys::sigrtmin() + DEFAULT_SIGNAL_OFFSET);
-                if signo < sys::sigrtmin() || signo > sys::sigrtmax() {
-                    return Err(TaskError::Invalid(format!(
-                        "budget signal {signo} is not a real-time signal ({}..={})",
-                        sys::sigrtmin(),
-                        sys::sigrtmax()
-                    )));
-                }
+                let signo = self.budget_signal(signal)?;
                 let res = Reservation::new(start, period_ns, Some(budget_ns), None)?;
                 let acct = BudgetAccount::new(res, Enforcer::Soft(variant), self.cfg.if_wait_cap)?;
                 ensure_handler(signo, on_budget_signal)?;
@@ -716,6 +769,53 @@ impl Task {
         }
     }
 
+    /// Make the task periodic as a member of `group`: it shares the group's
+    /// budget and period (soft mode, signal `signal` or SIGRTMIN+4).
+    pub fn make_periodic_group(
+        &mut self,
+        group: &Arc<Group>,
+        signal: Option<i32>,
+    ) -> Result<(), TaskError> {
+        self.check_thread()?;
+        if self.inner.is_some() {
+            return Err(TaskError::AlreadyPeriodic);
+        }
+        let signo = self.budget_signal(signal)?;
+        let res = *group.reservation();
+        let acct = BudgetAccount::new(res, Enforcer::External, self.cfg.if_wait_cap)?;
+        ensure_handler(signo, on_budget_signal)?;
+        let mut inner = self.new_inner(acct, Kind::Group, signo, 0);
+        let ptr = &*inner as *const Inner as *mut libc::c_void;
+        inner.timer =
+            Some(sys::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?);
+        inner.group = Some(group.clone());
+        group.join();
+        CURRENT.with(|c| c.set(&*inner));
+        sys::sleep_until(res.start_ns);
+        {
+            // SAFETY: the timer is not armed yet: main-line is the only accessor.
+            let a = unsafe { inner.acct() };
+            a.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut |r| {
+                inner.shared.ring.push(&r)
+            });
+        }
+        self.inner = Some(inner);
+        enforce_group(self.inner.as_ref().expect("just set"), None);
+        Ok(())
+    }
+
+    fn budget_signal(&self, signal: Option<i32>) -> Result<i32, TaskError> {
+        let signo = signal.unwrap_or(sys::sigrtmin() + DEFAULT_SIGNAL_OFFSET);
+        if signo < sys::sigrtmin() || signo > sys::sigrtmax() {
+            return Err(TaskError::Invalid(format!(
+                "budget signal {signo} is not a real-time signal ({}..={})",
+                sys::sigrtmin(),
+                sys::sigrtmax()
+            )));
+        }
+        Ok(signo)
+    }
+
     fn admission_error(&self, runtime_ns: u64, period_ns: u64) -> TaskError {
         let rt_runtime_us = read_proc_i64("/proc/sys/kernel/sched_rt_runtime_us");
         let rt_period_us = read_proc_i64("/proc/sys/kernel/sched_rt_period_us");
@@ -759,7 +859,7 @@ impl Task {
             }
             WaitAction::SleepUntil(t) => {
                 if let Some(timer) = &inner.timer {
-                    if inner.kind == Kind::Soft {
+                    if matches!(inner.kind, Kind::Soft | Kind::Group) {
                         timer.disarm();
                         inner.armed_abs.store(0, Relaxed);
                     }
@@ -783,6 +883,8 @@ impl Task {
                 let pending = inner.leave();
                 if inner.kind == Kind::Soft {
                     enforce(inner, None);
+                } else if inner.kind == Kind::Group {
+                    enforce_group(inner, None);
                 } else if pending {
                     serve_pending(inner);
                 }
@@ -815,6 +917,9 @@ impl Task {
             if inner.kind == Kind::Hard {
                 DL_HELD_PPM.fetch_sub(inner.dl_ppm, Relaxed);
             }
+            if let Some(g) = &inner.group {
+                g.leave();
+            }
             let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
         }
         sys::restore_sched(&self.saved).map_err(os("restore scheduling policy"))
@@ -824,11 +929,15 @@ impl Task {
 /// A signal arrived while main-line code held the state: serve it now.
 fn serve_pending(inner: &Inner) {
     match inner.kind {
-        Kind::Soft => {
+        Kind::Soft | Kind::Group => {
             if let Some(t) = &inner.timer {
                 t.disarm();
             }
-            enforce(inner, None)
+            if inner.kind == Kind::Soft {
+                enforce(inner, None)
+            } else {
+                enforce_group(inner, None)
+            }
         }
         Kind::Hard => {
             inner.enter();

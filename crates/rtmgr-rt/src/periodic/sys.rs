@@ -28,6 +28,11 @@ pub fn thread_cpu_ns() -> u64 {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The calling process's CPU time in ns (all threads).
+pub fn process_cpu_ns() -> u64 {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
 fn ts(ns: u64) -> libc::timespec {
     libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
