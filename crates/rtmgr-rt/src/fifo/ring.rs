@@ -32,16 +32,19 @@ struct Shared<T> {
 unsafe impl<T: Send> Sync for Shared<T> {}
 // SAFETY: as above; the values themselves move between threads.
 unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: each end owns its side of the protocol; the raw `slots` pointer
+// points into the `Arc`-owned allocation the end keeps alive.
+unsafe impl<T: Send> Send for Producer<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for Consumer<T> {}
 
-impl<T> Shared<T> {
-    #[inline(always)]
-    fn next(&self, i: usize) -> usize {
-        let n = i + 1;
-        if n == self.slots.len() {
-            0
-        } else {
-            n
-        }
+/// `i` modulo `len` for `i <= len`.
+#[inline(always)]
+fn wrap(i: usize, len: usize) -> usize {
+    if i == len {
+        0
+    } else {
+        i
     }
 }
 
@@ -54,7 +57,7 @@ impl<T> Drop for Shared<T> {
             // SAFETY: slots in head..tail hold initialised values and no one
             // else can access them any more (we are the last owner).
             self.slots[i].with_mut(|p| unsafe { (*p).assume_init_drop() });
-            i = self.next(i);
+            i = wrap(i + 1, self.slots.len());
         }
     }
 }
@@ -62,6 +65,9 @@ impl<T> Drop for Shared<T> {
 /// The writing end. Not `Clone`: exactly one producer.
 pub struct Producer<T> {
     shared: Arc<Shared<T>>,
+    /// `shared.slots` base and length, cached to skip the indirection and bounds check.
+    slots: *const UnsafeCell<MaybeUninit<T>>,
+    len: usize,
     tail: usize,
     /// The consumer's index as last seen; refreshed only when the ring looks full.
     head_cache: usize,
@@ -70,6 +76,9 @@ pub struct Producer<T> {
 /// The reading end. Not `Clone`: exactly one consumer.
 pub struct Consumer<T> {
     shared: Arc<Shared<T>>,
+    /// `shared.slots` base and length, cached to skip the indirection and bounds check.
+    slots: *const UnsafeCell<MaybeUninit<T>>,
+    len: usize,
     head: usize,
     /// The producer's index as last seen; refreshed only when the ring looks empty.
     tail_cache: usize,
@@ -90,14 +99,20 @@ pub fn channel<T: Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         tail: CachePadded(AtomicUsize::new(0)),
         slots,
     });
+    let base = shared.slots.as_ptr();
+    let len = shared.slots.len();
     (
         Producer {
             shared: shared.clone(),
+            slots: base,
+            len,
             tail: 0,
             head_cache: 0,
         },
         Consumer {
             shared,
+            slots: base,
+            len,
             head: 0,
             tail_cache: 0,
         },
@@ -108,19 +123,19 @@ impl<T> Producer<T> {
     /// Append `value`; wait-free, never allocates, never blocks.
     #[inline]
     pub fn push(&mut self, value: T) -> Result<(), Full<T>> {
-        let s = &*self.shared;
-        let next = s.next(self.tail);
+        let next = wrap(self.tail + 1, self.len);
         if next == self.head_cache {
-            self.head_cache = s.head.load(Ordering::Acquire);
+            self.head_cache = self.shared.head.load(Ordering::Acquire);
             if next == self.head_cache {
                 return Err(Full(value));
             }
         }
-        // SAFETY: slot `tail` is outside head..tail, so the consumer does not
-        // touch it until the release store below publishes it.
-        s.slots[self.tail].with_mut(|p| unsafe { (*p).write(value) });
+        // SAFETY: tail < len, so the slot is inside the live allocation; it is
+        // outside head..tail, so the consumer does not touch it until the
+        // release store below publishes it.
+        unsafe { (*self.slots.add(self.tail)).with_mut(|p| (*p).write(value)) };
         self.tail = next;
-        s.tail.store(next, Ordering::Release);
+        self.shared.tail.store(next, Ordering::Release);
         Ok(())
     }
 
@@ -146,18 +161,18 @@ impl<T> Consumer<T> {
     /// Take the oldest value; wait-free, `None` when empty.
     #[inline]
     pub fn pop(&mut self) -> Option<T> {
-        let s = &*self.shared;
         if self.head == self.tail_cache {
-            self.tail_cache = s.tail.load(Ordering::Acquire);
+            self.tail_cache = self.shared.tail.load(Ordering::Acquire);
             if self.head == self.tail_cache {
                 return None;
             }
         }
-        // SAFETY: slot `head` is in head..tail: initialised by the producer and
-        // published by its release store, which our acquire load observed.
-        let v = s.slots[self.head].with_mut(|p| unsafe { (*p).assume_init_read() });
-        self.head = s.next(self.head);
-        s.head.store(self.head, Ordering::Release);
+        // SAFETY: head < len, inside the live allocation; the slot is in
+        // head..tail: initialised by the producer and published by its release
+        // store, which our acquire load observed.
+        let v = unsafe { (*self.slots.add(self.head)).with_mut(|p| (*p).assume_init_read()) };
+        self.head = wrap(self.head + 1, self.len);
+        self.shared.head.store(self.head, Ordering::Release);
         Some(v)
     }
 
