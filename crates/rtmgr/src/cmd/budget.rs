@@ -7,8 +7,8 @@
 use super::{bad_input, Outcome};
 use anyhow::Context;
 use rtmgr_rt::periodic::{
-    mono_ns, thread_cpu_ns, BudgetMode, PeriodRecord, SoftVariant, Task, TaskClass, TaskConfig,
-    TaskStats,
+    mono_ns, thread_cpu_ns, BudgetMode, Group, PeriodRecord, SoftVariant, Task, TaskClass,
+    TaskConfig, TaskStats,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct BudgetArgs {
-    /// Which part of seed §4: overhead (§4.1), precision (§4.2) or all.
-    #[arg(long, default_value = "all", value_parser = ["overhead", "precision", "all"])]
+    /// Which part of seed §4: overhead (§4.1), precision (§4.2), group (a
+    /// budget shared by two runaway tasks, seed §5) or all.
+    #[arg(long, default_value = "all", value_parser = ["overhead", "precision", "group", "all"])]
     experiment: String,
     /// Enforcement modes to run: soft, hard or both.
     #[arg(long, default_value = "both", value_parser = ["soft", "hard", "both"])]
@@ -111,6 +112,15 @@ fn overhead_set() -> Vec<TaskSpec> {
     ]
 }
 
+/// Group experiment: two runaway members, one per CPU, sharing (P=4 ms, W=1 ms).
+fn group_set() -> Vec<TaskSpec> {
+    let last = online_cpus() - 1;
+    vec![
+        spec("m1", 4.0, 1.0, "compute", Some(0)),
+        spec("m2", 4.0, 1.0, "compute", Some(last)),
+    ]
+}
+
 /// Seed §4.2 task set: three compute tasks on the last CPU, the I/O task on CPU 0.
 fn precision_set() -> Vec<TaskSpec> {
     let last = online_cpus() - 1;
@@ -178,6 +188,8 @@ fn tolerance_pct(budget_ns: u64) -> f64 {
 enum Mode {
     Soft(SoftVariant),
     Hard,
+    /// Members of one group budget (soft mode).
+    Group,
 }
 
 impl Mode {
@@ -188,6 +200,7 @@ impl Mode {
                 serde_json::to_value(v).unwrap().as_str().unwrap_or("?")
             ),
             Mode::Hard => "hard".into(),
+            Mode::Group => "soft/group".into(),
         }
     }
 }
@@ -400,6 +413,7 @@ fn task_thread(
     end: u64,
     stop: Arc<AtomicBool>,
     io: Arc<IoFile>,
+    group: Option<Arc<Group>>,
 ) -> Result<Raw, String> {
     let p = ns(t.period_ms);
     let w = ns(t.budget_ms);
@@ -413,6 +427,8 @@ fn task_thread(
             },
         ),
         Mode::Hard => (TaskClass::Linux, None, BudgetMode::hard()),
+        // The budget comes from `group` (make_periodic_group below).
+        Mode::Group => (TaskClass::Rt1 { priority }, t.cpu, BudgetMode::soft()),
     };
     let mut cfg = TaskConfig::new(t.name.clone(), class);
     cfg.cpu = cpu;
@@ -420,7 +436,11 @@ fn task_thread(
     cfg.ring_capacity = ((end - start) / p + 64) as usize;
     let err = |e: rtmgr_rt::periodic::TaskError| format!("{}: {e}", t.name);
     let mut task = Task::init(cfg).map_err(err)?;
-    task.make_periodic_budget(start, p, w, bmode).map_err(err)?;
+    match &group {
+        Some(g) => task.make_periodic_group(g, None),
+        None => task.make_periodic_budget(start, p, w, bmode),
+    }
+    .map_err(err)?;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ p;
     let mut pos = 0u64;
     let mut sink = 0u64;
@@ -461,6 +481,13 @@ fn run_set(
 ) -> Vec<Result<Raw, String>> {
     let start = mono_ns() + 50_000_000;
     let end = start + duration_ns;
+    let group = match mode {
+        Mode::Group => match Group::new(start, ns(set[0].period_ms), ns(set[0].budget_ms)) {
+            Ok(g) => Some(g),
+            Err(e) => return vec![Err(format!("group: {e}"))],
+        },
+        _ => None,
+    };
     // Rate-monotonic priorities: shorter period, higher priority.
     let mut order: Vec<usize> = (0..set.len()).collect();
     order.sort_by(|&a, &b| set[a].period_ms.total_cmp(&set[b].period_ms));
@@ -475,10 +502,10 @@ fn run_set(
         .cloned()
         .zip(prio)
         .map(|(t, pr)| {
-            let (stop, io) = (stop.clone(), io.clone());
+            let (stop, io, group) = (stop.clone(), io.clone(), group.clone());
             std::thread::Builder::new()
                 .name(format!("budget-{}", t.name))
-                .spawn(move || task_thread(t, pr, mode, start, end, stop, io))
+                .spawn(move || task_thread(t, pr, mode, start, end, stop, io, group))
         })
         .collect();
     handles
@@ -490,6 +517,47 @@ fn run_set(
             Err(e) => Err(format!("spawn: {e}")),
         })
         .collect()
+}
+
+/// Group mode: the members' records summed per period into one "group" record
+/// (the members share the group's windows).
+fn group_members_to_one(raws: &mut Vec<Raw>) {
+    let mut by_index: std::collections::BTreeMap<u64, PeriodRecord> = Default::default();
+    let mut all = Raw::default();
+    for r in raws.drain(..) {
+        for rec in &r.records {
+            let e = by_index.entry(rec.index).or_insert(PeriodRecord {
+                latency_ns: None,
+                received_ns: 0,
+                ..*rec
+            });
+            e.received_ns += rec.received_ns;
+            e.exhausted |= rec.exhausted;
+        }
+        let warmup = r.warmup;
+        all.merge(Raw {
+            records: vec![],
+            ..r
+        });
+        all.warmup = warmup;
+    }
+    all.cpu = None;
+    all.records = by_index.into_values().collect();
+    raws.push(all);
+}
+
+/// The task list to report: the set, or one "group" task in group mode.
+fn group_spec(set: &[TaskSpec], mode: Mode) -> Vec<TaskSpec> {
+    match mode {
+        Mode::Group => vec![spec(
+            "group",
+            set[0].period_ms,
+            set[0].budget_ms,
+            "compute",
+            None,
+        )],
+        _ => set.to_vec(),
+    }
 }
 
 /// Run every mode in `rounds` interleaved rounds (the mode order rotates each
@@ -524,14 +592,23 @@ fn run_experiment(
             ));
             let (raws, errors, ran) = &mut acc[m];
             *ran += chunk;
+            let mut ok = vec![];
             for (i, r) in run_set(set, modes[m], chunk, stop, io)
                 .into_iter()
                 .enumerate()
             {
                 match r {
-                    Ok(raw) => raws[i].merge(raw),
+                    Ok(raw) => ok.push((i, raw)),
                     Err(e) => errors.push(e),
                 }
+            }
+            if modes[m] == Mode::Group {
+                let mut members: Vec<Raw> = ok.into_iter().map(|(_, r)| r).collect();
+                group_members_to_one(&mut members);
+                ok = members.into_iter().map(|r| (0, r)).collect();
+            }
+            for (i, raw) in ok {
+                raws[i].merge(raw);
             }
         }
     }
@@ -542,7 +619,7 @@ fn run_experiment(
             experiment: experiment.into(),
             mode: m.label(),
             duration_ms: ran / 1_000_000,
-            tasks: set
+            tasks: group_spec(set, *m)
                 .iter()
                 .zip(&raws)
                 .filter(|(_, r)| r.stats.periods > 0)
@@ -687,38 +764,56 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
     if args.mode != "soft" {
         modes.push(Mode::Hard);
     }
-    let mut plan: Vec<(&str, Vec<TaskSpec>, u64)> = vec![];
-    if args.experiment != "precision" {
-        plan.push(("overhead", overhead_set(), args.overhead_ms * 1_000_000));
+    let mut plan: Vec<(&str, Vec<TaskSpec>, u64, Vec<Mode>)> = vec![];
+    let all = args.experiment == "all";
+    if all || args.experiment == "overhead" {
+        plan.push((
+            "overhead",
+            overhead_set(),
+            args.overhead_ms * 1_000_000,
+            modes.clone(),
+        ));
     }
-    if args.experiment != "overhead" {
+    if all || args.experiment == "precision" {
         let pmax = precision.iter().map(|t| t.period_ms).fold(0.0, f64::max);
         plan.push((
             "precision",
             precision,
             ns(pmax) * (args.periods + WARMUP as u64 * args.rounds),
+            modes.clone(),
         ));
     }
-    let _lock = rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
-        rtmgr_linux::lock::DEFAULT_LOCK_PATH,
-    ))
-    .context("taking the machine lock")?;
+    if (all || args.experiment == "group") && args.mode != "hard" {
+        let dur = ns(4.0) * (args.periods + WARMUP as u64 * args.rounds);
+        plan.push(("group", group_set(), dur, vec![Mode::Group]));
+    }
+    let lock_path = std::path::Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH);
+    let _lock = match rtmgr_linux::lock::MachineLock::try_acquire(lock_path)? {
+        Some(l) => l,
+        None => {
+            eprintln!(
+                "waiting for the machine lock {} (another measurement or test runs)",
+                lock_path.display()
+            );
+            rtmgr_linux::lock::MachineLock::acquire(lock_path).context("taking the machine lock")?
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let io = Arc::new(IoFile::create()?);
-    let total = plan.len() as u64 * modes.len() as u64 * args.rounds;
+    let total: u64 = plan.iter().map(|p| p.3.len() as u64 * args.rounds).sum();
     let mut runs = vec![];
     let mut k = 0;
     let mut progress = |what: &str| {
         k += 1;
         eprintln!("[{k}/{total}] {what}");
     };
-    for (exp, set, dur) in &plan {
+    for (exp, set, dur, modes) in &plan {
         runs.extend(run_experiment(
             exp,
             set,
-            &modes,
+            modes,
             *dur,
             args.rounds,
             &stop,
@@ -777,6 +872,44 @@ mod tests {
             "[[task]]\nname=\"x\"\nperiod_ms=1\nbudget_ms=1\nbogus=1\n"
         )
         .is_err());
+    }
+
+    #[test]
+    fn group_records_are_summed_per_period() {
+        let rec = |index, received_ns, exhausted| PeriodRecord {
+            index,
+            budget_ns: 1_000_000,
+            received_ns,
+            exhausted,
+            ..Default::default()
+        };
+        let a = Raw {
+            records: vec![rec(5, 400_000, false), rec(6, 700_000, true)],
+            warmup: 5,
+            ..Default::default()
+        };
+        let b = Raw {
+            records: vec![rec(5, 600_000, true), rec(7, 1_000_000, true)],
+            warmup: 5,
+            ..Default::default()
+        };
+        let mut v = vec![a, b];
+        group_members_to_one(&mut v);
+        assert_eq!(v.len(), 1);
+        let got: Vec<(u64, u64, bool)> = v[0]
+            .records
+            .iter()
+            .map(|r| (r.index, r.received_ns, r.exhausted))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (5, 1_000_000, true),
+                (6, 700_000, true),
+                (7, 1_000_000, true)
+            ]
+        );
+        assert_eq!(v[0].warmup, 5);
     }
 
     #[test]
