@@ -401,15 +401,15 @@ pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
         };
         let word = |r: f64| {
             if r < 0.9 {
-                format!("{:.1}x lower", 1.0 / r)
+                format!("{:.1}x lower than stock", 1.0 / r)
             } else if r > 1.1 {
-                format!("{r:.1}x higher")
+                format!("{r:.1}x higher than stock")
             } else {
-                "about the same".to_string()
+                "about the same as stock".to_string()
             }
         };
         let mut line = format!(
-            "{name}: p99 latency {} than stock ({} vs {} µs), max {} ({} vs {} µs)",
+            "{name}: p99 latency {} ({} vs {} µs), max {} ({} vs {} µs)",
             word(r99),
             us(p99(c)),
             us(p99(stock)),
