@@ -133,6 +133,21 @@ typedef enum RtfRole {
 } RtfRole;
 
 /**
+ * How a producer wakes a sleeping consumer (see `rtf_set_wake`).
+ */
+typedef enum RtfWake {
+  /**
+   * Default: a full fence per push; a sleeping consumer is never missed.
+   */
+  RTF_WAKE_FENCED = 0,
+  /**
+   * No fence on push (cheaper); in a rare race the consumer wakes on its
+   * 10 ms safety poll instead of at once.
+   */
+  RTF_WAKE_LAZY = 1,
+} RtfWake;
+
+/**
  * Result of every `rtmgr_task_*` call: 0 is success (for `wait_period`: on
  * time), positive values are the other normal outcomes of `wait_period`,
  * negative values are errors (see `rtmgr_task_last_error()`).
@@ -319,6 +334,15 @@ RtfStatus rtf_open_fd(int fd, uint32_t record_size, enum RtfRole role, struct Rt
  * `rec` must be readable for `len` bytes.
  */
 RtfStatus rtf_push(struct RtfFifo *f, const void *rec, size_t len);
+
+/**
+ * Choose how this producer wakes a sleeping consumer (default
+ * `RTF_WAKE_FENCED`). `RTF_EINVAL` for a consumer handle.
+ *
+ * # Safety
+ * `f` must be NULL or a live handle.
+ */
+RtfStatus rtf_set_wake(struct RtfFifo *f, enum RtfWake wake);
 
 /**
  * Take the oldest record into `buf` (`len` == record size bytes).

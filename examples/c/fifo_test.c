@@ -53,6 +53,8 @@ int main(void)
     CHECK(rtf_push(tx, &v, sizeof v) == RTF_FULL);
     CHECK(rtf_push(tx, &v, 2) == RTF_EINVAL);
     CHECK(rtf_push(rx, &v, sizeof v) == RTF_EINVAL);
+    CHECK(rtf_set_wake(rx, RTF_WAKE_LAZY) == RTF_EINVAL);
+    CHECK(rtf_set_wake(tx, RTF_WAKE_LAZY) == RTF_OK);
     for (uint32_t want = 1; want <= 3; want++) {
         CHECK(rtf_pop(rx, &out, sizeof out, -1) == RTF_OK);
         CHECK(out == want);

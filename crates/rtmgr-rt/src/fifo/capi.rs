@@ -2,7 +2,7 @@
 //! calls (budget-based RTAI §2, RTAI_FIFO): create/open a named shared-memory
 //! FIFO of fixed-size records, push without blocking, pop with a timeout, close.
 
-use super::shm::{self, FifoError, ShmConsumer, ShmProducer};
+use super::shm::{self, FifoError, ShmConsumer, ShmProducer, Wake};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -46,6 +46,18 @@ pub enum RtfRole {
     RTF_PRODUCER = 0,
     /// Reads records (`rtf_pop`); typically an ordinary task.
     RTF_CONSUMER = 1,
+}
+
+/// How a producer wakes a sleeping consumer (see `rtf_set_wake`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtfWake {
+    /// Default: a full fence per push; a sleeping consumer is never missed.
+    RTF_WAKE_FENCED = 0,
+    /// No fence on push (cheaper); in a rare race the consumer wakes on its
+    /// 10 ms safety poll instead of at once.
+    RTF_WAKE_LAZY = 1,
 }
 
 /// An open FIFO end (opaque).
@@ -244,6 +256,24 @@ pub unsafe extern "C" fn rtf_push(f: *mut RtfFifo, rec: *const c_void, len: usiz
     }
 }
 
+/// Choose how this producer wakes a sleeping consumer (default
+/// `RTF_WAKE_FENCED`). `RTF_EINVAL` for a consumer handle.
+///
+/// # Safety
+/// `f` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rtf_set_wake(f: *mut RtfFifo, wake: RtfWake) -> RtfStatus {
+    // SAFETY: per contract, f is NULL or a live handle used by this thread only.
+    let Some(RtfFifo::Producer(p)) = (unsafe { f.as_mut() }) else {
+        return RtfStatus::RTF_EINVAL;
+    };
+    p.set_wake(match wake {
+        RtfWake::RTF_WAKE_FENCED => Wake::Fenced,
+        RtfWake::RTF_WAKE_LAZY => Wake::Lazy,
+    });
+    RtfStatus::RTF_OK
+}
+
 /// Take the oldest record into `buf` (`len` == record size bytes).
 /// `timeout_ns` 0: don't wait (`RTF_EMPTY` when empty); > 0: sleep at most that
 /// long (`RTF_TIMEDOUT`); < 0: sleep until a record arrives. Returns `RTF_OK`
@@ -401,6 +431,11 @@ mod tests {
             assert_eq!(rtf_push(p, vp, 8), RtfStatus::RTF_OK);
             assert_eq!(rtf_push(p, vp, 8), RtfStatus::RTF_OK);
             assert_eq!(rtf_push(p, vp, 8), RtfStatus::RTF_FULL);
+            assert_eq!(
+                rtf_set_wake(c, RtfWake::RTF_WAKE_LAZY),
+                RtfStatus::RTF_EINVAL
+            );
+            assert_eq!(rtf_set_wake(p, RtfWake::RTF_WAKE_LAZY), RtfStatus::RTF_OK);
             let mut out = 0u64;
             let op = &mut out as *mut u64 as *mut c_void;
             assert_eq!(rtf_pop(c, op, 8, 0), RtfStatus::RTF_OK);
