@@ -254,7 +254,7 @@ pub fn unlink(name: &str) -> Result<(), FifoError> {
 pub fn memfd(name: &str) -> Result<OwnedFd, FifoError> {
     let c = CString::new(name).map_err(|_| FifoError::InvalidArgument("NUL in memfd name"))?;
     // SAFETY: valid string; the returned fd is ours.
-    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(FifoError::os("memfd_create"));
     }
@@ -330,6 +330,17 @@ impl Segment {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) } != 0 {
             return Err(FifoError::os("ftruncate"));
         }
+        // A memfd made with sealing allowed (see `memfd`) is sealed at this
+        // size, so no peer can shrink it under a mapping (SIGBUS). Files that
+        // cannot be sealed (shm_open) refuse with EINVAL: nothing to do.
+        // SAFETY: plain fcntl on a borrowed descriptor.
+        unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            )
+        };
         let base = Self::map(fd, len)?;
         let fixed = geo.encode();
         // SAFETY: the mapping is `len` >= HEADER_SIZE bytes; nobody validates
@@ -824,6 +835,15 @@ mod tests {
             Err(FifoError::RecordLength { got: 1, want: 8 })
         ));
         assert_eq!(p.wakeups(), 0, "no consumer slept, so no system call");
+    }
+
+    #[test]
+    fn fifo_shm_memfd_is_sealed_against_shrinking() {
+        let (_p, _c, fd) = pair(8, 4);
+        // SAFETY: plain syscall on our own fd.
+        let rc = unsafe { libc::ftruncate(fd.as_raw_fd(), 10) };
+        assert_eq!(rc, -1);
+        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
     }
 
     #[test]
