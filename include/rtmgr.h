@@ -218,6 +218,32 @@ typedef struct RtmgrTask RtmgrTask;
 typedef struct RtmgrTaskGroup RtmgrTaskGroup;
 
 /**
+ * One period of a task, as kept in its statistics ring (times in ns).
+ */
+typedef struct RtmgrTaskPeriod {
+  /**
+   * Period number k (release = start + k * period).
+   */
+  uint64_t index;
+  uint64_t release_ns;
+  /**
+   * Budget assigned and CPU time received in this period.
+   */
+  uint64_t budget_ns;
+  uint64_t received_ns;
+  /**
+   * Wake-up time - release time, or UINT64_MAX if the task did not wait for this release.
+   */
+  uint64_t latency_ns;
+  /**
+   * The budget ran out in this period.
+   */
+  bool exhausted;
+  uint32_t ignored_waits;
+  uint32_t missed;
+} RtmgrTaskPeriod;
+
+/**
  * Counters readable from any thread (all ns unless named otherwise).
  */
 typedef struct RtmgrTaskStats {
@@ -439,6 +465,39 @@ RtmgrTaskStatus rtmgr_task_make_periodic_budget(struct RtmgrTask *t,
                                                 uint64_t period_ns,
                                                 uint64_t budget_ns,
                                                 int mode);
+
+/**
+ * As `rtmgr_task_make_periodic_budget`, with the soft modes' signal
+ * `signo` (SIGRTMIN..SIGRTMAX; 0 = SIGRTMIN+4) and hard mode's relative
+ * deadline `deadline_ns` (budget <= deadline <= period; 0 = the period).
+ *
+ * # Safety
+ * `t` must be NULL or a task from `rtmgr_task_init` not yet deleted.
+ */
+RtmgrTaskStatus rtmgr_task_make_periodic_budget_ex(struct RtmgrTask *t,
+                                                   uint64_t start_ns,
+                                                   uint64_t period_ns,
+                                                   uint64_t budget_ns,
+                                                   int mode,
+                                                   int signo,
+                                                   uint64_t deadline_ns);
+
+/**
+ * Copy the periods numbered `*from` and later that are still in the ring
+ * (at most `cap`) into `out`, oldest first; returns how many were copied
+ * (or a negative status) and advances `*from`. `*lost` (if not NULL)
+ * receives the number of periods overwritten before they could be read.
+ * Lock-free: may be called from any thread while the task runs.
+ *
+ * # Safety
+ * `t` must be NULL or a live task; `from` valid; `out` valid for `cap`
+ * elements; `lost` NULL or writable.
+ */
+int64_t rtmgr_task_read_periods(const struct RtmgrTask *t,
+                                uint64_t *from,
+                                struct RtmgrTaskPeriod *out,
+                                size_t cap,
+                                uint64_t *lost);
 
 /**
  * End the job and wait for the next release. Returns `RTMGR_TASK_OK` (on

@@ -59,6 +59,10 @@ int main(void)
     CHECK(rtmgr_task_make_periodic_budget(t, 0, 10 * ms, ms, 99) == RTMGR_TASK_EINVAL);
     CHECK(strstr(rtmgr_task_last_error(), "unknown budget mode") != NULL);
     CHECK(rtmgr_task_last_period(t, NULL, NULL) == RTMGR_TASK_EINVAL);
+    CHECK(rtmgr_task_make_periodic_budget_ex(t, 0, 10 * ms, ms, RTMGR_BUDGET_SOFT, 10, 0) == RTMGR_TASK_EINVAL);
+    CHECK(strstr(rtmgr_task_last_error(), "real-time signal") != NULL);
+    CHECK(rtmgr_task_make_periodic_budget_ex(t, 0, 10 * ms, 2 * ms, RTMGR_BUDGET_HARD, 0, ms) == RTMGR_TASK_EINVAL);
+    CHECK(strstr(rtmgr_task_last_error(), "deadline") != NULL);
 
     /* Semantics: an overrun is suspended, the delayed wait is ignored. */
     uint64_t start = rtmgr_task_now_ns() + 2 * ms;
@@ -76,6 +80,14 @@ int main(void)
     RtmgrTaskStats s;
     CHECK(rtmgr_task_stats(t, &s) == RTMGR_TASK_OK);
     CHECK(s.exhaustions >= 1 && s.ignored_waits == 1);
+    RtmgrTaskPeriod periods[8];
+    uint64_t from = 0, lost = 99;
+    int64_t n = rtmgr_task_read_periods(t, &from, periods, 8, &lost);
+    CHECK(n >= 3 && lost == 0 && from == (uint64_t)n);
+    CHECK(n >= 3 && periods[1].exhausted && periods[1].budget_ns == 4 * ms);
+    CHECK(n >= 3 && periods[0].index == 0 && periods[2].index == 2);
+    CHECK(rtmgr_task_read_periods(t, &from, periods, 8, NULL) == 0);
+    CHECK(rtmgr_task_read_periods(t, NULL, periods, 8, NULL) < 0);
     CHECK(rtmgr_task_delete(t) == RTMGR_TASK_OK);
     CHECK(rtmgr_task_delete(NULL) == RTMGR_TASK_OK);
 

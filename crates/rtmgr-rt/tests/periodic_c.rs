@@ -64,3 +64,32 @@ fn c_periodic_programs_build_and_run() {
         println!("{prog}: {}", out.trim());
     }
 }
+
+/// The Rust twins of the C examples (built by `cargo test` next to the test
+/// binaries, in `../examples`) run too.
+#[test]
+fn rust_examples_run() {
+    // SAFETY: geteuid has no preconditions.
+    let _lock = (unsafe { libc::geteuid() } == 0).then(|| {
+        rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
+            .expect("machine lock")
+    });
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    for (prog, args) in [
+        ("periodic_budget", ["25", "soft"]),
+        ("overrun_demo", ["8", "soft"]),
+    ] {
+        let path = dir.join(prog);
+        assert!(
+            path.exists(),
+            "{} not built (cargo test builds examples)",
+            path.display()
+        );
+        let out = run(Command::new(&path).args(args));
+        println!("{prog}: {}", out.trim());
+        if prog == "overrun_demo" {
+            assert!(out.contains("ignored"), "{out}");
+        }
+    }
+}

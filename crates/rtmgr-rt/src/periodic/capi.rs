@@ -195,15 +195,35 @@ pub unsafe extern "C" fn rtmgr_task_make_periodic_budget(
     budget_ns: u64,
     mode: c_int,
 ) -> RtmgrTaskStatus {
-    let soft = |variant| BudgetMode::Soft {
-        signal: None,
-        variant,
-    };
+    // SAFETY: per contract.
+    unsafe { rtmgr_task_make_periodic_budget_ex(t, start_ns, period_ns, budget_ns, mode, 0, 0) }
+}
+
+/// As `rtmgr_task_make_periodic_budget`, with the soft modes' signal
+/// `signo` (SIGRTMIN..SIGRTMAX; 0 = SIGRTMIN+4) and hard mode's relative
+/// deadline `deadline_ns` (budget <= deadline <= period; 0 = the period).
+///
+/// # Safety
+/// `t` must be NULL or a task from `rtmgr_task_init` not yet deleted.
+#[no_mangle]
+pub unsafe extern "C" fn rtmgr_task_make_periodic_budget_ex(
+    t: *mut RtmgrTask,
+    start_ns: u64,
+    period_ns: u64,
+    budget_ns: u64,
+    mode: c_int,
+    signo: c_int,
+    deadline_ns: u64,
+) -> RtmgrTaskStatus {
+    let signal = (signo != 0).then_some(signo);
+    let soft = |variant| BudgetMode::Soft { signal, variant };
     let mode = match mode {
         RTMGR_BUDGET_SOFT => soft(SoftVariant::EarlySpin),
         RTMGR_BUDGET_SOFT_REARM => soft(SoftVariant::Rearm),
         RTMGR_BUDGET_SOFT_COMPENSATE => soft(SoftVariant::Compensate),
-        RTMGR_BUDGET_HARD => BudgetMode::hard(),
+        RTMGR_BUDGET_HARD => BudgetMode::Hard {
+            deadline_ns: (deadline_ns != 0).then_some(deadline_ns),
+        },
         other => return invalid(&format!("unknown budget mode {other}")),
     };
     // SAFETY: per contract.
@@ -211,6 +231,87 @@ pub unsafe extern "C" fn rtmgr_task_make_periodic_budget(
         Some(t) => done(t.make_periodic_budget(start_ns, period_ns, budget_ns, mode)),
         None => invalid("task is NULL"),
     }
+}
+
+/// One period of a task, as kept in its statistics ring (times in ns).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RtmgrTaskPeriod {
+    /// Period number k (release = start + k * period).
+    pub index: u64,
+    pub release_ns: u64,
+    /// Budget assigned and CPU time received in this period.
+    pub budget_ns: u64,
+    pub received_ns: u64,
+    /// Wake-up time - release time, or UINT64_MAX if the task did not wait for this release.
+    pub latency_ns: u64,
+    /// The budget ran out in this period.
+    pub exhausted: bool,
+    pub ignored_waits: u32,
+    pub missed: u32,
+}
+
+/// Copy the periods numbered `*from` and later that are still in the ring
+/// (at most `cap`) into `out`, oldest first; returns how many were copied
+/// (or a negative status) and advances `*from`. `*lost` (if not NULL)
+/// receives the number of periods overwritten before they could be read.
+/// Lock-free: may be called from any thread while the task runs.
+///
+/// # Safety
+/// `t` must be NULL or a live task; `from` valid; `out` valid for `cap`
+/// elements; `lost` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rtmgr_task_read_periods(
+    t: *const RtmgrTask,
+    from: *mut u64,
+    out: *mut RtmgrTaskPeriod,
+    cap: usize,
+    lost: *mut u64,
+) -> i64 {
+    // SAFETY: per contract.
+    let Some(t) = (unsafe { t.as_ref() }) else {
+        return invalid("task is NULL") as i64;
+    };
+    if from.is_null() || (out.is_null() && cap > 0) {
+        return invalid("from and out must not be NULL") as i64;
+    }
+    let ring = t.0.shared.ring();
+    // SAFETY: from is valid per contract.
+    let start = unsafe { *from };
+    let head = ring.written();
+    let oldest = head.saturating_sub(ring.capacity() as u64);
+    let mut n = start.max(oldest);
+    let mut skipped = oldest.saturating_sub(start);
+    let mut copied = 0usize;
+    while n < head && copied < cap {
+        match ring.get(n) {
+            Some(r) => {
+                let rec = RtmgrTaskPeriod {
+                    index: r.index,
+                    release_ns: r.release_ns,
+                    budget_ns: r.budget_ns,
+                    received_ns: r.received_ns,
+                    latency_ns: r.latency_ns.unwrap_or(u64::MAX),
+                    exhausted: r.exhausted,
+                    ignored_waits: r.ignored_waits,
+                    missed: r.missed,
+                };
+                // SAFETY: copied < cap and out is valid for cap elements.
+                unsafe { *out.add(copied) = rec };
+                copied += 1;
+            }
+            None => skipped += 1,
+        }
+        n += 1;
+    }
+    // SAFETY: from valid, lost NULL or writable, per contract.
+    unsafe {
+        *from = n;
+        if !lost.is_null() {
+            *lost = skipped;
+        }
+    }
+    copied as i64
 }
 
 /// End the job and wait for the next release. Returns `RTMGR_TASK_OK` (on
