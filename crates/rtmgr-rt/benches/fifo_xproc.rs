@@ -6,8 +6,9 @@
 //!
 //! `cargo bench -p rtmgr-rt --bench fifo_xproc -- [--rounds 5] [--ops 2000000]
 //!  [--samples 20000] [--rt] [--json FILE]`
-//! Prints a table and JSON; Ctrl-C stops after the current measurement and
-//! prints the partial report.
+//! Prints a table and JSON; Ctrl-C (or SIGTERM) stops after the current
+//! measurement and prints the partial report. With `--rt` it holds the
+//! machine lock, and pauses between measurements to stay under RT throttling.
 
 mod fifo_queues;
 
@@ -114,7 +115,10 @@ fn child_main(role: &str) {
     let gap: u64 = std::env::var("GAP_NS").unwrap().parse().unwrap();
     let cpu: u32 = std::env::var("CPU").unwrap().parse().unwrap();
     let rt = std::env::var("RT").as_deref() == Ok("1");
-    common::pin(cpu);
+    // Die with the parent: never leave a spinning SCHED_FIFO producer behind.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    pin_checked(cpu);
     let _g = rt.then(|| common::FifoPolicy::enter(50).expect("SCHED_FIFO"));
     let mut send: Sender = match role {
         "shm" => {
@@ -123,8 +127,9 @@ fn child_main(role: &str) {
                 p.set_wake(Wake::Lazy);
             }
             Box::new(move |r| {
+                let mut spin = Spin::new();
                 while !p.try_push(r).unwrap() {
-                    std::hint::spin_loop();
+                    spin.step();
                 }
             })
         }
@@ -206,14 +211,20 @@ fn shm_run(n: u64, gap: u64, spin: bool, lazy: bool, o: &Opts) -> (f64, Vec<u64>
         o,
         &[("FIFO_NAME", name.clone()), ("WAKE", wake.into())],
     );
-    let r = receive(n, gap, |rec| loop {
-        if c.try_pop(rec).unwrap() {
-            return;
-        }
-        if spin {
-            std::hint::spin_loop();
-        } else {
-            c.wait(Some(Duration::from_secs(10))).unwrap();
+    let r = receive(n, gap, |rec| {
+        let mut s = Spin::new();
+        loop {
+            if c.try_pop(rec).unwrap() {
+                return;
+            }
+            if spin {
+                s.step();
+            } else {
+                assert!(
+                    c.wait(Some(STUCK_AFTER)).unwrap(),
+                    "producer stopped sending"
+                );
+            }
         }
     });
     child.finish_status();
@@ -251,7 +262,7 @@ impl FinishStatus for ChildGuard {
 /// `rt`), restoring its affinity and policy afterwards.
 fn on_cpu<R>(cpu: u32, rt: bool, f: impl FnOnce() -> R) -> R {
     let before = rtmgr_linux::sched::get_affinity(0).unwrap();
-    common::pin(cpu);
+    pin_checked(cpu);
     let g = rt.then(|| common::FifoPolicy::enter(50).expect("SCHED_FIFO"));
     let r = f();
     drop(g);
@@ -304,6 +315,7 @@ fn main() {
     let o = opts();
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone()).unwrap();
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone()).unwrap();
     let _lock = o.rt.then(|| {
         rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
             rtmgr_linux::lock::DEFAULT_LOCK_PATH,

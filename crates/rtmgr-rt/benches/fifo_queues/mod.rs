@@ -108,6 +108,45 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Longest a benchmark thread may spin waiting for its peer. Beyond that
+/// something moved our pinned threads (e.g. a cpuset change put both
+/// SCHED_FIFO threads on one CPU): exit the whole process, which also ends
+/// its real-time policies, instead of spinning on.
+pub const STUCK_AFTER: Duration = Duration::from_secs(10);
+
+/// A bounded busy-wait: `step()` spins once and exits the process when the
+/// wait has lasted longer than [`STUCK_AFTER`].
+pub struct Spin {
+    start: Option<Instant>,
+    n: u32,
+}
+
+impl Spin {
+    pub fn new() -> Self {
+        Spin { start: None, n: 0 }
+    }
+    #[inline]
+    pub fn step(&mut self) {
+        std::hint::spin_loop();
+        self.n = self.n.wrapping_add(1);
+        if self.n.is_multiple_of(4096) {
+            let start = *self.start.get_or_insert_with(Instant::now);
+            if start.elapsed() > STUCK_AFTER {
+                eprintln!(
+                    "fifo bench: a thread waited {STUCK_AFTER:?} for its peer (were the pinned threads moved?); giving up"
+                );
+                std::process::exit(3);
+            }
+        }
+    }
+}
+
+impl Default for Spin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Spin until `now_ns() >= t`.
 #[inline]
 pub fn spin_until(t: u64) {
@@ -126,8 +165,19 @@ pub struct Placement {
 }
 
 fn enter(cpu: u32, rt: bool) -> Option<common::FifoPolicy> {
-    common::pin(cpu);
+    pin_checked(cpu);
     rt.then(|| common::FifoPolicy::enter(50).expect("SCHED_FIFO"))
+}
+
+/// Pin the calling thread to `cpu` and check that it took (a cpuset may
+/// forbid it); two spinning SCHED_FIFO threads must never share a CPU.
+pub fn pin_checked(cpu: u32) {
+    common::pin(cpu);
+    let got = rtmgr_linux::sched::get_affinity(0).expect("sched_getaffinity");
+    assert!(
+        got.len() == 1 && got.contains(cpu % common::online_cpus()),
+        "could not pin to CPU {cpu} (allowed: {got}); is a cpuset partition applied?"
+    );
 }
 
 /// Move `ops` values from a pinned producer thread to a pinned consumer
@@ -140,8 +190,9 @@ pub fn throughput<Q: Queue>(ops: u64, at: Placement) -> Duration {
         let _g = enter(at.producer_cpu, at.rt);
         b2.wait();
         for i in 0..ops {
+            let mut spin = Spin::new();
             while !Q::push(&mut p, i) {
-                std::hint::spin_loop();
+                spin.step();
             }
         }
     });
@@ -150,11 +201,12 @@ pub fn throughput<Q: Queue>(ops: u64, at: Placement) -> Duration {
         barrier.wait();
         let t0 = Instant::now();
         for i in 0..ops {
+            let mut spin = Spin::new();
             let v = loop {
                 if let Some(v) = Q::pop(&mut c) {
                     break v;
                 }
-                std::hint::spin_loop();
+                spin.step();
             };
             assert_eq!(v, i);
         }
@@ -174,26 +226,30 @@ pub fn latency<Q: Queue>(samples: usize, gap_ns: u64, at: Placement) -> Vec<u64>
         let _g = enter(at.consumer_cpu, at.rt);
         let mut lat = Vec::with_capacity(samples);
         r2.store(true, Ordering::Release);
+        let mut spin = Spin::new();
         while lat.len() < samples {
             if let Some(t) = Q::pop(&mut c) {
                 lat.push(now_ns().saturating_sub(t));
+                spin = Spin::new();
             } else {
-                std::hint::spin_loop();
+                spin.step();
             }
         }
         lat
     });
     let prod = std::thread::spawn(move || {
         let _g = enter(at.producer_cpu, at.rt);
+        let mut spin = Spin::new();
         while !ready.load(Ordering::Acquire) {
-            std::hint::spin_loop();
+            spin.step();
         }
         let mut next = now_ns();
         for _ in 0..samples {
             next += gap_ns;
             spin_until(next);
+            let mut spin = Spin::new();
             while !Q::push(&mut p, now_ns()) {
-                std::hint::spin_loop();
+                spin.step();
             }
         }
     });
