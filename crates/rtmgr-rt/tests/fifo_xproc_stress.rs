@@ -37,7 +37,9 @@ fn env_u64(k: &str) -> u64 {
 }
 
 fn producer_child(name: &str) {
-    pin(1);
+    // Best effort: under a cpuset partition both ends may share a CPU, which
+    // works because the producer sleeps when the FIFO is full.
+    try_pin(1);
     let rt = std::env::var("RT").as_deref() == Ok("1");
     let guard = rt.then(|| FifoPolicy::enter(10).expect("SCHED_FIFO"));
     let mut p = ShmProducer::open(name, RECORD).expect("open producer");
@@ -64,7 +66,7 @@ fn producer_child(name: &str) {
 }
 
 fn consumer_child(name: &str) {
-    pin(0);
+    try_pin(0);
     let mut expect = env_u64("START");
     let kill_at = std::env::var("KILL_AT")
         .ok()

@@ -27,6 +27,13 @@ pub fn pin(cpu: u32) {
     sched::set_affinity(0, &CpuSet::single(cpu)).expect("sched_setaffinity");
 }
 
+/// Pin the calling thread to `cpu` (modulo the CPU count) if the process's
+/// cpuset allows it; false if not (e.g. a partition confines us to fewer CPUs).
+pub fn try_pin(cpu: u32) -> bool {
+    let cpu = cpu % online_cpus();
+    sched::set_affinity(0, &CpuSet::single(cpu)).is_ok()
+}
+
 /// The calling thread runs at SCHED_FIFO `priority` while this lives.
 pub struct FifoPolicy {
     prev: Policy,
