@@ -165,6 +165,16 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
             a.plan.rt
         ));
     }
+    // Also refuses leftover rtmgr cgroups (a partition applied with another journal).
+    if let Err(e) = partition::preflight(
+        &host,
+        &ApplyOptions {
+            journal: journal.clone(),
+            replace: false,
+        },
+    ) {
+        return bad_input(format!("cannot apply evaluate's partition: {e}"));
+    }
     let stop = stop_flag()?;
     let _orchestrator = Orchestrator::enter(&plan.rt, &online);
     let mlocked = lock_memory();
