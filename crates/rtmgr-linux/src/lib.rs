@@ -3,6 +3,7 @@
 //! through a `Host` rooted at a path, so tests run against fake sysfs/procfs/
 //! cgroup trees as well as the real machine.
 
+pub mod balance;
 pub mod cgroup;
 pub mod cpus;
 pub mod fake;

@@ -52,6 +52,10 @@ impl Sim {
         if !t.mask[to as usize] || t.def.class == TaskClass::Rt0 {
             return false;
         }
+        if self.weighted() && self.cpus[to as usize].rt && t.np_left > 0 {
+            // ARTiS never lets a non-preemptible section onto an RT CPU.
+            return false;
+        }
         if self.weighted() && !self.cpus[from as usize].rt && self.cpus[to as usize].rt {
             // Fig. 3: no return while the next migration attempt is near.
             return t.history.may_return(self.now, &self.cfg.policy);

@@ -31,6 +31,10 @@ enum Command {
     Measure(cmd::measure::MeasureCmd),
     /// The main job: stock vs shield vs rtmgr latency under load, in one interleaved run.
     Evaluate(cmd::evaluate::EvaluateArgs),
+    /// lbµ: run a load-balancing scenario (ARTiS Fig. 4) under one or more balancers, simulated or live.
+    Lb(cmd::lb::LbArgs),
+    /// Live asymmetric balancer: lend RT CPUs to ordinary tasks under a latency guard.
+    Balance(cmd::balance::BalanceArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,8 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Measure(c) => cmd::measure::run(c),
         Command::Evaluate(a) => cmd::evaluate::run(a),
+        Command::Lb(a) => cmd::lb::run(a),
+        Command::Balance(a) => cmd::balance::run(a),
     };
     cmd::finish(result)
 }

@@ -1,8 +1,10 @@
 //! Subcommands and what they share: logging set-up, and the mapping of errors
 //! to exit codes (2 = bad input, nothing changed; 1 = failure while running).
 
+pub mod balance;
 pub mod budget;
 pub mod evaluate;
+pub mod lb;
 pub mod measure;
 pub mod partition;
 pub mod run;
