@@ -28,6 +28,11 @@ pub struct Group {
     exhaustions: AtomicU64,
     /// Process CPU time received in the last closed window.
     last_received: AtomicU64,
+    /// A member found the budget used up in window `win`.
+    exhausted_in_win: AtomicBool,
+    /// Learned CPU charged after the decision to suspend (the spin stops
+    /// this much early), as `SoftVariant::EarlySpin` learns it for one task.
+    bias: AtomicU64,
 }
 
 /// The group's state as seen by a member at one instant.
@@ -55,6 +60,8 @@ impl Group {
             members: AtomicU64::new(0),
             exhaustions: AtomicU64::new(0),
             last_received: AtomicU64::new(0),
+            exhausted_in_win: AtomicBool::new(false),
+            bias: AtomicU64::new(0),
         }))
     }
 
@@ -84,6 +91,11 @@ impl Group {
     }
     pub(super) fn count_exhaustion(&self) {
         self.exhaustions.fetch_add(1, Relaxed);
+        self.exhausted_in_win.store(true, Relaxed);
+    }
+    /// Budget minus the learned tail: where the members' spin stops.
+    pub(super) fn spin_end(&self) -> u64 {
+        self.budget_ns.saturating_sub(self.bias.load(Relaxed))
     }
 
     /// Group consumption in the current window at (`now`, process CPU
@@ -98,7 +110,17 @@ impl Group {
         if w > win {
             let base = self.base.load(Relaxed);
             if w == win + 1 {
-                self.last_received.store(pcpu.saturating_sub(base), Relaxed);
+                let received = pcpu.saturating_sub(base);
+                self.last_received.store(received, Relaxed);
+                if self.exhausted_in_win.swap(false, Relaxed) {
+                    // Move a quarter of the error, keep within 0..W/10.
+                    let err = received as i64 - self.budget_ns as i64;
+                    let b = self.bias.load(Relaxed) as i64 + err / 4;
+                    self.bias
+                        .store(b.clamp(0, (self.budget_ns / 10) as i64) as u64, Relaxed);
+                }
+            } else {
+                self.exhausted_in_win.store(false, Relaxed);
             }
             self.base.store(pcpu, Relaxed);
             self.win.store(w, Relaxed);

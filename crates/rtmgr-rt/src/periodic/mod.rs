@@ -436,7 +436,7 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
         acct.observe(now, cpu, &mut sink);
         let at = match group.seen(now, sys::process_cpu_ns()) {
             None => now + GROUP_MIN_ARM_NS,
-            Some(s) if s.consumed >= group.budget_ns() => {
+            Some(s) if s.consumed >= group.spin_end() => {
                 group.count_exhaustion();
                 let until = acct.suspend(now, cpu, &mut sink);
                 inner.armed_abs.store(0, Relaxed);
@@ -450,12 +450,13 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
                 continue;
             }
             Some(s) => {
-                let rem = (group.budget_ns() - s.consumed) / group.members().max(1);
+                let left = group.spin_end() - s.consumed;
+                let rem = left / group.members().max(1);
                 let boundary = res.release(s.window + 1).max(now + 1);
                 if rem <= GROUP_SPIN_MARGIN_NS {
                     // Spin (this is the group's budget, not overhead) until the
                     // group has used its budget or the period ends, then decide.
-                    let target = sys::process_cpu_ns() + (group.budget_ns() - s.consumed);
+                    let target = sys::process_cpu_ns() + left;
                     let c1 = cpu;
                     while sys::process_cpu_ns() < target && now < boundary {
                         now = sys::mono_ns();
