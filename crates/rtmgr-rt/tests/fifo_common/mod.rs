@@ -16,9 +16,11 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Number of online CPUs.
+/// Number of online CPUs of the machine (not of our affinity mask).
 pub fn online_cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+    // SAFETY: sysconf has no memory arguments.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as u32
 }
 
 /// Pin the calling thread to `cpu` (modulo the CPU count).
