@@ -81,6 +81,7 @@ impl LatencyGuard {
                     let ok = setup_rt_thread(cpu, policy, Some(&prepare));
                     let failed = ok.is_err();
                     let _ = tx.send(ok.map_err(|e| e.to_string()));
+                    drop(tx);
                     if failed {
                         return;
                     }
@@ -102,6 +103,7 @@ impl LatencyGuard {
             g.handles.push(h);
         }
         drop(tx);
+        // One message per thread (each drops its sender right after).
         let errors: Vec<String> = rx.iter().filter_map(|r| r.err()).collect();
         if !errors.is_empty() {
             g.stop_now();

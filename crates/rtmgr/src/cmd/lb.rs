@@ -44,6 +44,9 @@ pub struct LbArgs {
     /// Print the JSON report instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON report to this file (the table still goes to stdout).
+    #[arg(long, value_name = "PATH")]
+    pub save: Option<PathBuf>,
 }
 
 /// One balancer's run, as reported.
@@ -139,8 +142,12 @@ pub fn run(args: LbArgs) -> anyhow::Result<Outcome> {
         scenario: args.scenario.display().to_string(),
         runs,
     };
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(p) = &args.save {
+        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{json}");
     } else {
         print_tables(&report.runs);
     }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Live figures of the balancer (README "balance"), root only, on this machine:
+#  1. overhead of `rtmgr balance` at T = 50 ms with N (default 500) extra tasks,
+#  2. the 2-CPU ARTiS §3.3 scenario live under linux, shield and rtmgr.
+# Holds the machine lock throughout; every change is undone on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${RTMGR:-target/release/rtmgr}
+N=${N:-500}
+DUR=${DUR:-30}
+OUT=${OUT:-/tmp/rtmgr-balance-bench}
+mkdir -p "$OUT"
+J="$OUT/journal"
+exec 9>/run/lock/rtmgr.lock
+flock 9
+export RTMGR_LOCK_HELD=1
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  "$BIN" partition reset --journal "$J" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT INT TERM
+
+echo "== overhead: $N sleeping/waking tasks, T = 50 ms, $DUR s" >&2
+"$BIN" partition apply --rt-cpus 1 --journal "$J" >&2
+# N threads that wake every 100 ms for a few µs of work (a busy desktop/server).
+python3 - "$N" <<'PY' &
+import sys, threading, time
+def w():
+    while True:
+        s = 0
+        for i in range(200): s += i
+        time.sleep(0.1)
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=w, daemon=True).start()
+time.sleep(3600)
+PY
+pids+=($!)
+sleep 2
+"$BIN" balance --journal "$J" --duration-s "$DUR" --json > "$OUT/overhead.json"
+cat "$OUT/overhead.json"
+kill "${pids[@]}"; pids=()
+"$BIN" partition reset --journal "$J" >&2
+
+echo "== live lb: scenarios/live-2cpu.lbu" >&2
+"$BIN" lb scenarios/live-2cpu.lbu --balancer linux,shield,rtmgr --journal "$J" --save "$OUT/lb-live.json"
