@@ -143,8 +143,15 @@ pub fn setup_rt_thread(cpu: u32, policy: Policy, prepare: Option<&Prepare>) -> R
     if let Some(p) = prepare {
         p(tid)?;
     }
-    sched::set_affinity(0, &CpuSet::single(cpu))
-        .map_err(|e| MeasureError::io(format!("pin thread to CPU {cpu}"), e))?;
+    sched::set_affinity(0, &CpuSet::single(cpu)).map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EINVAL) {
+            " (the CPU is outside this thread's cpuset: is a partition applied that rtmgr \
+             does not know about, e.g. with another --journal?)"
+        } else {
+            ""
+        };
+        MeasureError::io(format!("pin thread to CPU {cpu}{hint}"), e)
+    })?;
     sched::set_policy(0, policy).map_err(|e| {
         let hint = match (policy, e.raw_os_error()) {
             (Policy::Deadline { .. }, Some(libc::EPERM) | Some(libc::EBUSY)) => {
