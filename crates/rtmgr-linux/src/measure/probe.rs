@@ -226,6 +226,8 @@ impl Probe {
             }
         }
         if !errors.is_empty() {
+            errors.sort();
+            errors.dedup();
             shared.start_at.store(-1, SeqCst);
             for h in handles {
                 let _ = h.join();
