@@ -172,9 +172,9 @@ fn enter(cpu: u32, rt: bool) -> Option<common::FifoPolicy> {
 /// Pin the calling thread to `cpu` and check that it took (a cpuset may
 /// forbid it); two spinning SCHED_FIFO threads must never share a CPU.
 pub fn pin_checked(cpu: u32) {
-    common::pin(cpu);
+    let pinned = common::try_pin(cpu);
     let got = rtmgr_linux::sched::get_affinity(0).expect("sched_getaffinity");
-    if got.len() != 1 || !got.contains(cpu % common::online_cpus()) {
+    if !pinned || got.len() != 1 || !got.contains(cpu % common::online_cpus()) {
         // Exit rather than panic: the peer thread may already wait for us.
         eprintln!(
             "fifo bench: could not pin to CPU {cpu} (got {got}); is a cpuset partition applied?"
