@@ -82,15 +82,21 @@ fn plain_periodic_releases_are_absolute() {
     let mut t = linux_task("plain");
     let start = mono_ns() + 5 * MS;
     t.make_periodic(start, 5 * MS).unwrap();
+    let mut missed = 0;
     for _ in 0..10 {
         burn(200_000);
-        let o = t.wait_period().unwrap();
-        assert!(matches!(o, WaitOutcome::OnTime | WaitOutcome::Missed(_)));
+        match t.wait_period().unwrap() {
+            WaitOutcome::OnTime => {}
+            // A SCHED_OTHER task on a loaded machine may be late: skipped
+            // releases are counted, never waited for.
+            WaitOutcome::Missed(n) => missed += n,
+            o => panic!("unexpected {o:?}"),
+        }
     }
     let now = mono_ns();
-    // 10 waits after the first release: release 10 is at start + 50 ms.
+    // 10 waits after the first release: release 10 (or later) is at start + 50 ms.
     assert!(now >= start + 50 * MS, "woke before release 10");
-    assert_eq!(t.stats().periods, 10);
+    assert_eq!(t.stats().periods, 10 + missed);
     assert!(matches!(
         t.make_periodic(0, MS),
         Err(TaskError::AlreadyPeriodic)
@@ -136,7 +142,18 @@ fn overrun_catch_up(mode: BudgetMode, class: TaskClass) {
 
 #[test]
 fn soft_overrun_catches_up() {
-    overrun_catch_up(BudgetMode::soft(), TaskClass::Linux);
+    // A SCHED_OTHER task's timeline depends on the machine's load (a busy CI
+    // machine can hold it off the CPU for whole periods), so the exact outcome
+    // sequence is checked up to three times; a real bug fails every attempt.
+    // The SCHED_FIFO version below (root) runs once.
+    for attempt in 1..=3 {
+        let r = std::panic::catch_unwind(|| overrun_catch_up(BudgetMode::soft(), TaskClass::Linux));
+        match r {
+            Ok(()) => return,
+            Err(e) if attempt == 3 => std::panic::resume_unwind(e),
+            Err(_) => eprintln!("attempt {attempt} disturbed by load, retrying"),
+        }
+    }
 }
 
 #[test]
