@@ -12,8 +12,9 @@
 //! | 8 | version (u32) · 12 header size (u32) | creator |
 //! | 16 | record size (u32) · 20 capacity (u32) · 24 total size (u64) | creator |
 //! | 128 | tail (u32) · 132 producer pid (i32) | producer |
-//! | 256 | head (u32) · 260 waiting (u32, futex word) · 264 consumer pid (i32) | consumer |
-//! | 384 | `capacity + 1` slots of `record size` bytes | both |
+//! | 256 | head (u32) · 260 consumer pid (i32) | consumer |
+//! | 384 | waiting (u32, futex word; its own line: the producer reads it on every push) | consumer (set), producer (clear) |
+//! | 512 | `capacity + 1` slots of `record size` bytes | both |
 //!
 //! Opening validates magic, version, header size, record size, capacity and
 //! that the mapping is as large as the header says; indices read from the
@@ -39,7 +40,7 @@ pub const MAGIC: u64 = u64::from_ne_bytes(*b"RTMGRFIF");
 /// Layout version this code reads and writes.
 pub const VERSION: u32 = 1;
 /// Size of the header; the slots start here.
-pub const HEADER_SIZE: usize = 384;
+pub const HEADER_SIZE: usize = 512;
 /// Largest record accepted (a sanity bound for headers read from outside).
 pub const MAX_RECORD_SIZE: u32 = 1 << 20;
 /// Largest capacity accepted.
@@ -125,8 +126,9 @@ mod off {
     pub const TAIL: usize = 128;
     pub const PRODUCER_PID: usize = 132;
     pub const HEAD: usize = 256;
-    pub const WAITING: usize = 260;
-    pub const CONSUMER_PID: usize = 264;
+    pub const CONSUMER_PID: usize = 260;
+    /// Not on the `head` line, which the consumer writes on every pop.
+    pub const WAITING: usize = 384;
 }
 
 /// Validated shape of a segment.
