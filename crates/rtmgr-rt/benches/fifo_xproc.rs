@@ -235,6 +235,26 @@ fn shm_run(n: u64, gap: u64, spin: bool, lazy: bool, o: &Opts) -> (f64, Vec<u64>
     r
 }
 
+/// Remove segments left by earlier runs that were killed (their pid is gone).
+fn remove_stale_segments() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("rtmgr-fifo-bench-") else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            let _ = shm::unlink(&name);
+        }
+    }
+}
+
 /// A pipe between two processes; the consumer blocks in read(2).
 fn pipe_run(n: u64, gap: u64, o: &Opts) -> (f64, Vec<u64>) {
     let mut fds = [0i32; 2];
@@ -315,6 +335,7 @@ fn main() {
         return;
     }
     let o = opts();
+    remove_stale_segments();
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone()).unwrap();
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone()).unwrap();
