@@ -7,8 +7,11 @@ use measure_common::*;
 use std::time::Duration;
 
 fn two_cpus() -> bool {
-    let n = std::thread::available_parallelism()
-        .map(|n| n.get())
+    // Online CPUs, not this process's affinity (which a partition may narrow).
+    let n = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| s.trim().parse::<rtmgr_core::CpuSet>().ok())
+        .map(|c| c.len())
         .unwrap_or(1);
     if n < 2 {
         eprintln!("skip: evaluate needs 2 CPUs");
@@ -18,7 +21,10 @@ fn two_cpus() -> bool {
 
 #[test]
 fn short_evaluate_report_and_restore() {
-    if !live_ready("short_evaluate_report_and_restore") || !two_cpus() {
+    let Some(_live) = live_ready("short_evaluate_report_and_restore") else {
+        return;
+    };
+    if !two_cpus() {
         return;
     }
     let tmp = tempdir();
@@ -82,7 +88,10 @@ fn short_evaluate_report_and_restore() {
 
 #[test]
 fn sigint_resets_partition_and_writes_partial_report() {
-    if !live_ready("sigint_resets_partition_and_writes_partial_report") || !two_cpus() {
+    let Some(_live) = live_ready("sigint_resets_partition_and_writes_partial_report") else {
+        return;
+    };
+    if !two_cpus() {
         return;
     }
     let tmp = tempdir();
@@ -124,7 +133,10 @@ fn sigint_resets_partition_and_writes_partial_report() {
 
 #[test]
 fn refuses_when_a_partition_is_applied() {
-    if !live_ready("refuses_when_a_partition_is_applied") || !two_cpus() {
+    let Some(_live) = live_ready("refuses_when_a_partition_is_applied") else {
+        return;
+    };
+    if !two_cpus() {
         return;
     }
     let tmp = tempdir();

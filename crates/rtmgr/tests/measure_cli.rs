@@ -38,9 +38,9 @@ fn bad_input_exits_2() {
 
 #[test]
 fn latency_under_load_report_structure_and_counts() {
-    if !live_ready("latency_under_load_report_structure_and_counts") {
+    let Some(_live) = live_ready("latency_under_load_report_structure_and_counts") else {
         return;
-    }
+    };
     let tmp = tempdir();
     let out = run(
         tmp.path(),
@@ -99,9 +99,9 @@ fn latency_under_load_report_structure_and_counts() {
 
 #[test]
 fn sigint_writes_partial_report_and_kills_the_load() {
-    if !live_ready("sigint_writes_partial_report_and_kills_the_load") {
+    let Some(_live) = live_ready("sigint_writes_partial_report_and_kills_the_load") else {
         return;
-    }
+    };
     let tmp = tempdir();
     let mut child = spawn(
         tmp.path(),
@@ -135,9 +135,9 @@ fn sigint_writes_partial_report_and_kills_the_load() {
 
 #[test]
 fn error_after_load_start_leaves_no_load() {
-    if !live_ready("error_after_load_start_leaves_no_load") {
+    let Some(_live) = live_ready("error_after_load_start_leaves_no_load") else {
         return;
-    }
+    };
     let tmp = tempdir();
     // SCHED_DEADLINE refuses a thread pinned to one CPU of a larger root
     // domain: the probe fails after the load has started.
@@ -174,9 +174,9 @@ fn error_after_load_start_leaves_no_load() {
 
 #[test]
 fn exec_and_periodicity_counts() {
-    if !live_ready("exec_and_periodicity_counts") {
+    let Some(_live) = live_ready("exec_and_periodicity_counts") else {
         return;
-    }
+    };
     let tmp = tempdir();
     let out = run(
         tmp.path(),
@@ -237,7 +237,10 @@ fn exec_and_periodicity_counts() {
 
 #[test]
 fn compare_cyclictest_side_by_side() {
-    if !live_ready("compare_cyclictest_side_by_side") || !have("cyclictest") {
+    let Some(_live) = live_ready("compare_cyclictest_side_by_side") else {
+        return;
+    };
+    if !have("cyclictest") {
         return;
     }
     let tmp = tempdir();

@@ -18,22 +18,46 @@ pub fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Root and stress-ng present, or print why the test skips.
-pub fn live_ready(test: &str) -> bool {
+/// A live test's hold on the machine: the machine lock for the test's whole
+/// duration (the rtmgr it runs is told so with RTMGR_LOCK_HELD).
+pub struct Live {
+    _lock: rtmgr_linux::lock::MachineLock,
+}
+
+fn foreign_partition() -> Option<String> {
+    let rd = std::fs::read_dir("/sys/fs/cgroup/cpuset").ok()?;
+    rd.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("rtmgr"))
+}
+
+/// Root, stress-ng present, the machine lock taken and no partition applied by
+/// someone else; or None after printing why the test skips.
+pub fn live_ready(test: &str) -> Option<Live> {
     if !is_root() {
         eprintln!("skip {test}: needs root (SCHED_FIFO, cpusets)");
-        return false;
+        return None;
     }
     if !have("stress-ng") {
         eprintln!("skip {test}: stress-ng not installed (apt-get install -y stress-ng)");
-        return false;
+        return None;
     }
-    true
+    let lock = rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
+        rtmgr_linux::lock::DEFAULT_LOCK_PATH,
+    ))
+    .expect("machine lock");
+    if let Some(cg) = foreign_partition() {
+        eprintln!("skip {test}: a partition applied by someone else is in place (cgroup {cg})");
+        return None;
+    }
+    Some(Live { _lock: lock })
 }
 
 pub fn rtmgr(tmp: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rtmgr"));
-    c.env("TMPDIR", tmp).current_dir(tmp);
+    c.env("TMPDIR", tmp)
+        .env("RTMGR_LOCK_HELD", "1")
+        .current_dir(tmp);
     c
 }
 
