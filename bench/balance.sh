@@ -37,10 +37,11 @@ time.sleep(3600)
 PY
 pids+=($!)
 sleep 2
-"$BIN" balance --journal "$J" --duration-s "$DUR" --json > "$OUT/overhead.json"
+"$BIN" balance --journal "$J" --duration-s "$DUR" --scan-every "${SCAN:-20}" --json > "$OUT/overhead.json"
 cat "$OUT/overhead.json"
 kill "${pids[@]}"; pids=()
 "$BIN" partition reset --journal "$J" >&2
 
+[ -n "${SKIP_LB:-}" ] && exit 0
 echo "== live lb: scenarios/live-2cpu.lbu" >&2
 "$BIN" lb scenarios/live-2cpu.lbu --balancer linux,shield,rtmgr --journal "$J" --save "$OUT/lb-live.json"

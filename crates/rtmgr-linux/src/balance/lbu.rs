@@ -139,7 +139,8 @@ pub type Prepare = Arc<dyn Fn(usize, u32) -> Result<(), String> + Send + Sync>;
 
 /// Run the fake tasks, all started at the same time. `started` receives the
 /// thread ids once every thread is set up (e.g. to scope a live balancer);
-/// `stop` ends them early. Blocks until all are done.
+/// `stop` ends them early. Blocks until all are done; RT0 tasks are stopped
+/// once every other task has finished (as in the simulator).
 pub fn run(
     tasks: &[FakeTask],
     ncpus: usize,
@@ -148,18 +149,19 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<Vec<FakeResult>, MeasureError> {
     let rate = calibrate();
+    let daemons_stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(tasks.len() + 1));
     let t0 = Arc::new(AtomicI64::new(0));
     let (tx, rx) = mpsc::channel::<Result<u32, String>>();
     let mut handles = Vec::new();
     for (i, spec) in tasks.iter().cloned().enumerate() {
-        let (barrier, t0, tx, stop, prepare) = (
-            barrier.clone(),
-            t0.clone(),
-            tx.clone(),
-            stop.clone(),
-            prepare.clone(),
-        );
+        let (barrier, t0, tx, prepare) = (barrier.clone(), t0.clone(), tx.clone(), prepare.clone());
+        let stop =
+            if spec.class == TaskClass::Rt0 && tasks.iter().any(|t| t.class != TaskClass::Rt0) {
+                daemons_stop.clone()
+            } else {
+                stop.clone()
+            };
         let h = std::thread::Builder::new()
             .name(format!("lbu-{}", spec.name))
             .spawn(move || {
@@ -209,10 +211,20 @@ pub fn run(
     started(&tids);
     t0.store(mono_ns(), Ordering::SeqCst);
     barrier.wait();
-    Ok(handles
-        .into_iter()
-        .map(|h| h.join().unwrap_or_default())
-        .collect())
+    let mut results: Vec<Option<FakeResult>> = vec![None; handles.len()];
+    let mut rt0 = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        if tasks[i].class == TaskClass::Rt0 {
+            rt0.push((i, h));
+        } else {
+            results[i] = Some(h.join().unwrap_or_default());
+        }
+    }
+    daemons_stop.store(true, Ordering::Relaxed);
+    for (i, h) in rt0 {
+        results[i] = Some(h.join().unwrap_or_default());
+    }
+    Ok(results.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 fn fake_body(

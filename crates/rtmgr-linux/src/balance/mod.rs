@@ -239,6 +239,7 @@ pub fn run_balancer(
         cfg.scope.clone(),
     );
     observer.set_scan_every(cfg.scan_every);
+    observer.set_hot_ns(cfg.period_ns / 100);
     let mut policy = Balancer::new(cfg.policy.clone());
     let mut report = LiveReport::default();
     let mut refused: BTreeSet<u64> = BTreeSet::new();

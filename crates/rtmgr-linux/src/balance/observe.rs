@@ -56,6 +56,8 @@ pub struct Observer {
     scope: Scope,
     own_pid: u32,
     scan_every: u64,
+    /// A task that ran at least this long in a window is read every sample.
+    hot_ns: u64,
     samples: u64,
     recs: BTreeMap<u32, Rec>,
     irq_ticks: Vec<u64>,
@@ -87,6 +89,7 @@ impl Observer {
             scope,
             own_pid: std::process::id(),
             scan_every: 20,
+            hot_ns: 500_000,
             samples: 0,
             recs: BTreeMap::new(),
             irq_ticks: Vec::new(),
@@ -97,6 +100,12 @@ impl Observer {
     /// Full scans every this many samples (default 20: once a second at T = 50 ms).
     pub fn set_scan_every(&mut self, n: u64) {
         self.scan_every = n.max(1);
+    }
+
+    /// Tasks that ran at least `ns` in a window (or are runnable) are "hot":
+    /// read at every sample. Default 0.5 ms (1 % of T = 50 ms).
+    pub fn set_hot_ns(&mut self, ns: u64) {
+        self.hot_ns = ns;
     }
 
     fn in_scope(&self, pid: u32, tid: u32) -> bool {
@@ -145,14 +154,28 @@ impl Observer {
         let start_time = stat.starttime;
         let kthread = stat.flags & PF_KTHREAD != 0;
         let class = class_of(stat.policy.unwrap_or(0), stat.rt_priority.unwrap_or(0));
-        let run_ns = task.schedstat().map(|s| s.sum_exec_runtime).ok();
-        if run_ns.is_some() {
-            self.last_reads += 1;
-        }
         let fresh = self
             .recs
             .get(&tid)
             .is_none_or(|r| r.start_time != start_time);
+        // A task that was cold, is not runnable and gained no tick since the
+        // last read is not read further (the cheap path of a full scan);
+        // kernel threads are accounted in ticks only.
+        let idle = !fresh
+            && stat.state != 'R'
+            && self
+                .recs
+                .get(&tid)
+                .is_some_and(|r| !r.hot && r.ticks_user == stat.utime && r.ticks_sys == stat.stime);
+        let run_ns = if idle {
+            self.recs.get(&tid).map(|r| r.run_ns)
+        } else if kthread {
+            None
+        } else {
+            let v = task.schedstat().map(|s| s.sum_exec_runtime).ok();
+            self.last_reads += usize::from(v.is_some());
+            v
+        };
         if fresh {
             self.recs.insert(
                 tid,
@@ -210,7 +233,8 @@ impl Observer {
             rec.w_user = ran - rec.w_kernel;
         }
         // Status (affinity, context switches) only for tasks that matter.
-        let wants_status = !kthread && (rec.runnable || ran > 0 || rec.affinity.is_none());
+        let hot_ns = self.hot_ns;
+        let wants_status = !kthread && (rec.runnable || ran >= hot_ns || rec.affinity.is_none());
         if wants_status {
             if let Ok(st) = task.status() {
                 self.last_reads += 1;
@@ -231,7 +255,7 @@ impl Observer {
             }
         }
         let rec = self.recs.get_mut(&tid).expect("present");
-        rec.hot = rec.runnable || ran > 0;
+        rec.hot = rec.runnable || ran >= hot_ns;
         rec.task = if rec.hot { Some(task) } else { None };
         true
     }
@@ -240,24 +264,8 @@ impl Observer {
     fn irq_ns(&mut self) -> Vec<u64> {
         let text = std::fs::read_to_string(self.proc_root.join("stat")).unwrap_or_default();
         let tps = procfs::ticks_per_second().max(1);
-        let mut out = Vec::new();
-        let mut now = Vec::new();
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix("cpu") else {
-                continue;
-            };
-            let mut f = rest.split_whitespace();
-            let Some(Ok(cpu)) = f.next().map(|c| c.parse::<usize>()) else {
-                continue;
-            };
-            let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
-            // user nice system idle iowait irq softirq ...
-            let irq = v.get(5).copied().unwrap_or(0) + v.get(6).copied().unwrap_or(0);
-            if now.len() <= cpu {
-                now.resize(cpu + 1, 0);
-            }
-            now[cpu] = irq;
-        }
+        let now = irq_ticks(&text);
+        let mut out = Vec::with_capacity(now.len());
         for (c, &v) in now.iter().enumerate() {
             let prev = self.irq_ticks.get(c).copied().unwrap_or(v);
             out.push(v.saturating_sub(prev) * 1_000_000_000 / tps);
@@ -375,5 +383,53 @@ impl Observer {
 
     pub fn known_tasks(&self) -> usize {
         self.recs.len()
+    }
+}
+
+/// Interrupt + softirq ticks per CPU from /proc/stat (per-CPU lines only).
+pub fn irq_ticks(text: &str) -> Vec<u64> {
+    let mut now = Vec::new();
+    for line in text.lines() {
+        // "cpu3 user nice system idle iowait irq softirq …", not the aggregate "cpu  …".
+        let mut f = line.split_whitespace();
+        let Some(Ok(cpu)) = f
+            .next()
+            .and_then(|n| n.strip_prefix("cpu"))
+            .map(|c| c.parse::<usize>())
+        else {
+            continue;
+        };
+        if cpu >= rtmgr_core::cpuset::MAX_CPUS as usize {
+            continue;
+        }
+        let v: Vec<u64> = f.take(7).filter_map(|x| x.parse().ok()).collect();
+        let irq = v.get(5).copied().unwrap_or(0) + v.get(6).copied().unwrap_or(0);
+        if now.len() <= cpu {
+            now.resize(cpu + 1, 0);
+        }
+        now[cpu] = irq;
+    }
+    now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn irq_ticks_skip_the_aggregate_line() {
+        let text = "cpu  9999999 0 5 100 0 40 60 0 0 0\ncpu0 10 0 5 50 0 4 6 0 0 0\ncpu1 10 0 5 50 0 36 54 0 0 0\nintr 123\nctxt 5\n";
+        assert_eq!(irq_ticks(text), vec![10, 90]);
+        assert!(irq_ticks("cpu99999999 1 2 3 4 5 6 7\n").is_empty());
+    }
+
+    #[test]
+    fn classes_from_policy() {
+        assert_eq!(class_of(0, 0), TaskClass::Linux);
+        assert_eq!(class_of(libc::SCHED_FIFO as u32, 99), TaskClass::Rt0);
+        assert_eq!(
+            class_of(libc::SCHED_RR as u32, 10),
+            TaskClass::Rt1 { priority: 10 }
+        );
     }
 }
