@@ -218,6 +218,8 @@ struct Guard {
     trips: u32,
     closed_until_ns: u64,
     last_trip_ns: u64,
+    /// Smoothed p99 of the CPU while it had no guest: what its own RT tasks cost.
+    baseline_ns: Option<u64>,
 }
 
 /// The policy with its memory. Deterministic: same observations, same moves.
@@ -291,15 +293,25 @@ impl Balancer {
         // A task that left the observation (exited) is forgotten.
         self.history.retain(|id, _| present.contains(id));
 
-        // 2. Latency guard.
+        // 2. Latency guard: trips when a CPU with guests exceeds the bound and
+        // what the CPU showed without guests (its own RT0 load delays the
+        // probe too, and guests are not to blame for that) by a quarter.
         let mut tripped = Vec::new();
         if let Some(bound) = cfg.latency_bound_ns {
             for c in obs.cpus.iter().filter(|c| c.rt) {
+                let has_guests = obs.tasks.iter().any(|t| t.place == Place::Rt(c.cpu));
                 let g = self.guards.entry(c.cpu).or_default();
                 if now >= g.last_trip_ns.saturating_add(10 * cfg.guard_backoff_ns) {
                     g.trips = 0;
                 }
-                if c.latency_p99_ns.is_some_and(|p| p > bound) && now >= g.closed_until_ns {
+                if let (false, Some(p)) = (has_guests, c.latency_p99_ns) {
+                    g.baseline_ns = Some(g.baseline_ns.map_or(p, |b| (3 * b + p) / 4));
+                }
+                let limit = g.baseline_ns.map_or(bound, |b| bound.max(b + b / 4));
+                if has_guests
+                    && c.latency_p99_ns.is_some_and(|p| p > limit)
+                    && now >= g.closed_until_ns
+                {
                     let shift = g.trips.min(4);
                     g.closed_until_ns = now + (cfg.guard_backoff_ns << shift);
                     g.trips += 1;

@@ -262,12 +262,8 @@ fn run_partitioned(
             Some(prepare),
             |tids| {
                 if kind == BalancerKind::Rtmgr {
-                    let scope: std::collections::BTreeSet<u32> = tids
-                        .iter()
-                        .zip(&tasks)
-                        .filter(|(_, t)| t.class != TaskClass::Rt0)
-                        .map(|(&tid, _)| tid)
-                        .collect();
+                    // RT0 tasks are observed too (fixed: their time is the RT load).
+                    let scope: std::collections::BTreeSet<u32> = tids.iter().copied().collect();
                     let mut cfg = LiveConfig::new(applied);
                     cfg.period_ns = args.sample_ms.max(1) * 1_000_000;
                     cfg.scope = Scope::Tids(scope);
