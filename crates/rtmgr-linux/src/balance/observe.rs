@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 const PF_KTHREAD: u32 = 0x0020_0000;
+/// Fewest clock ticks in a window for its user/kernel split to count.
+const MIN_TICKS: u64 = 3;
 
 /// Which tasks the balancer may consider.
 #[derive(Debug, Clone)]
@@ -214,8 +216,15 @@ impl Observer {
         );
         rec.ticks_user = stat.utime;
         rec.ticks_sys = stat.stime;
-        if du + ds > 0 {
-            rec.kernel_ratio = ds as f64 / (du + ds) as f64;
+        // Ticks are 10 ms: a window with fewer than MIN_TICKS says nothing
+        // about the user/kernel split; otherwise smooth it.
+        if du + ds >= MIN_TICKS {
+            let r = ds as f64 / (du + ds) as f64;
+            rec.kernel_ratio = if fresh {
+                r
+            } else {
+                (rec.kernel_ratio + r) / 2.0
+            };
         }
         let ran = match run_ns {
             Some(ns) => {
