@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rtmgr");
 
-/// The busy `sh` under a `timeout 20` (bounded whatever happens).
+/// The busy `sh` under a `timeout 20` (bounded whatever happens). The caller
+/// kills and waits for the returned child.
+#[allow(clippy::zombie_processes)]
 fn busy() -> (Child, u32) {
-    let child = Command::new("timeout")
+    let mut child = Command::new("timeout")
         .args(["20", "sh", "-c", "while :; do :; done"])
         .spawn()
         .unwrap();
@@ -25,10 +27,11 @@ fn busy() -> (Child, u32) {
         if let Some(k) = kids.split_whitespace().next() {
             return (child, k.parse().unwrap());
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "busy child did not start"
-        );
+        if t0.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("busy child did not start");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
