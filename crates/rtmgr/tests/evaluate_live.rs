@@ -62,7 +62,7 @@ fn short_evaluate_report_and_restore() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["idle", "stock", "shield", "rtmgr"]);
+    assert_eq!(names, ["idle", "stock", "shield", "rtmgr", "balanced"]);
     for c in r["configs"].as_array().unwrap() {
         let n = check_result(&c["result"]);
         assert!((300..=401).contains(&n), "{}: n = {n}", c["name"]);

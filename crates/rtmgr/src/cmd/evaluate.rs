@@ -57,9 +57,17 @@ enum Config {
     Stock,
     Shield,
     Rtmgr,
+    /// Issue 6: partition + the live balancer (`rtmgr balance`).
+    Balanced,
 }
 
-const CONFIGS: [Config; 4] = [Config::Idle, Config::Stock, Config::Shield, Config::Rtmgr];
+const CONFIGS: [Config; 5] = [
+    Config::Idle,
+    Config::Stock,
+    Config::Shield,
+    Config::Rtmgr,
+    Config::Balanced,
+];
 
 impl Config {
     fn name(self) -> &'static str {
@@ -68,6 +76,7 @@ impl Config {
             Config::Stock => "stock",
             Config::Shield => "shield",
             Config::Rtmgr => "rtmgr",
+            Config::Balanced => "balanced",
         }
     }
     fn description(self) -> &'static str {
@@ -76,10 +85,11 @@ impl Config {
             Config::Stock => "no partition, load on every CPU",
             Config::Shield => "partition applied, load confined to the NRT CPUs (cset/RedHawk-style shielding)",
             Config::Rtmgr => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU (ARTiS)",
+            Config::Balanced => "partition applied, load on the NRT CPUs, the live balancer (`rtmgr balance`) lending the RT CPU to it under its latency guard",
         }
     }
     fn partitioned(self) -> bool {
-        matches!(self, Config::Shield | Config::Rtmgr)
+        matches!(self, Config::Shield | Config::Rtmgr | Config::Balanced)
     }
 }
 
@@ -115,7 +125,7 @@ fn load_plan(c: Config, kind: LoadKind, online: &CpuSet, plan: &PartitionPlan) -
     let parts = match c {
         Config::Idle => return None,
         Config::Stock => vec![part(online, false, None)],
-        Config::Shield => vec![part(&plan.nrt, false, Some(Role::Nrt))],
+        Config::Shield | Config::Balanced => vec![part(&plan.nrt, false, Some(Role::Nrt))],
         Config::Rtmgr => vec![
             part(&plan.nrt, false, Some(Role::Nrt)),
             part(&plan.rt, true, Some(Role::Rt)),
@@ -245,6 +255,13 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
             let load = load_plan(c, args.load, &online, &plan);
             let i = CONFIGS.iter().position(|x| *x == c).expect("listed");
             let seg_start = Instant::now();
+            // Issue 6: the live balancer runs during the "balanced" segment.
+            let balancer = match (c, applied) {
+                (Config::Balanced, Some(a)) => {
+                    Some(super::balance::BackgroundBalancer::start(&host, a))
+                }
+                _ => None,
+            };
             let seg = run_segment(
                 &host,
                 &probe,
@@ -268,6 +285,10 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
                 c.name(),
                 seg_start.elapsed()
             );
+            let seg = match (seg, balancer.map(|b| b.finish())) {
+                (Ok(_), Some(Err(e))) => Err(e.context("live balancer")),
+                (seg, _) => seg,
+            };
             match seg {
                 Ok(seg) => {
                     let a = &mut acc[i];
