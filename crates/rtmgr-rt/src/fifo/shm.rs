@@ -529,22 +529,44 @@ pub struct ShmConsumer {
     late_wakeups: u64,
 }
 
+/// How an end gets its segment: the four ways both ends share.
+enum Opening<'a> {
+    CreateNamed(&'a str),
+    OpenNamed(&'a str),
+    CreateFd(BorrowedFd<'a>),
+    OpenFd(BorrowedFd<'a>),
+}
+
+impl Opening<'_> {
+    /// `capacity` is used only when creating.
+    fn segment(self, record_size: u32, capacity: u32, role: Role) -> Result<Segment, FifoError> {
+        match self {
+            Opening::CreateNamed(name) => {
+                create_named(name, Geometry::new(record_size, capacity)?, role)
+            }
+            Opening::OpenNamed(name) => {
+                Segment::open(fd_ref(&shm_fd(name, false)?), record_size, role)
+            }
+            Opening::CreateFd(fd) => {
+                Segment::create(fd, Geometry::new(record_size, capacity)?, role)
+            }
+            Opening::OpenFd(fd) => Segment::open(fd, record_size, role),
+        }
+    }
+}
+
 impl ShmProducer {
     /// Create the named segment `name` (fails if it exists) and be its producer.
     pub fn create(name: &str, record_size: u32, capacity: u32) -> Result<Self, FifoError> {
-        Self::from_segment(create_named(
-            name,
-            Geometry::new(record_size, capacity)?,
+        Self::from_segment(Opening::CreateNamed(name).segment(
+            record_size,
+            capacity,
             Role::Producer,
         )?)
     }
     /// Open the existing named segment as its producer (0 = any record size).
     pub fn open(name: &str, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Segment::open(
-            fd_ref(&shm_fd(name, false)?),
-            record_size,
-            Role::Producer,
-        )?)
+        Self::from_segment(Opening::OpenNamed(name).segment(record_size, 0, Role::Producer)?)
     }
     /// Create a segment in the empty file `fd` (e.g. from [`memfd`]).
     pub fn create_fd(
@@ -552,15 +574,11 @@ impl ShmProducer {
         record_size: u32,
         capacity: u32,
     ) -> Result<Self, FifoError> {
-        Self::from_segment(Segment::create(
-            fd,
-            Geometry::new(record_size, capacity)?,
-            Role::Producer,
-        )?)
+        Self::from_segment(Opening::CreateFd(fd).segment(record_size, capacity, Role::Producer)?)
     }
     /// Open the segment in `fd` as its producer.
     pub fn open_fd(fd: BorrowedFd<'_>, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Segment::open(fd, record_size, Role::Producer)?)
+        Self::from_segment(Opening::OpenFd(fd).segment(record_size, 0, Role::Producer)?)
     }
 
     fn from_segment(seg: Segment) -> Result<Self, FifoError> {
@@ -637,19 +655,15 @@ impl ShmProducer {
 impl ShmConsumer {
     /// Create the named segment `name` (fails if it exists) and be its consumer.
     pub fn create(name: &str, record_size: u32, capacity: u32) -> Result<Self, FifoError> {
-        Self::from_segment(create_named(
-            name,
-            Geometry::new(record_size, capacity)?,
+        Self::from_segment(Opening::CreateNamed(name).segment(
+            record_size,
+            capacity,
             Role::Consumer,
         )?)
     }
     /// Open the existing named segment as its consumer (0 = any record size).
     pub fn open(name: &str, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Segment::open(
-            fd_ref(&shm_fd(name, false)?),
-            record_size,
-            Role::Consumer,
-        )?)
+        Self::from_segment(Opening::OpenNamed(name).segment(record_size, 0, Role::Consumer)?)
     }
     /// Create a segment in the empty file `fd` (e.g. from [`memfd`]).
     pub fn create_fd(
@@ -657,15 +671,11 @@ impl ShmConsumer {
         record_size: u32,
         capacity: u32,
     ) -> Result<Self, FifoError> {
-        Self::from_segment(Segment::create(
-            fd,
-            Geometry::new(record_size, capacity)?,
-            Role::Consumer,
-        )?)
+        Self::from_segment(Opening::CreateFd(fd).segment(record_size, capacity, Role::Consumer)?)
     }
     /// Open the segment in `fd` as its consumer.
     pub fn open_fd(fd: BorrowedFd<'_>, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Segment::open(fd, record_size, Role::Consumer)?)
+        Self::from_segment(Opening::OpenFd(fd).segment(record_size, 0, Role::Consumer)?)
     }
 
     fn from_segment(seg: Segment) -> Result<Self, FifoError> {
