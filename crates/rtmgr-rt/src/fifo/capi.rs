@@ -2,7 +2,7 @@
 //! calls (budget-based RTAI §2, RTAI_FIFO): create/open a named shared-memory
 //! FIFO of fixed-size records, push without blocking, pop with a timeout, close.
 
-use super::shm::{self, FifoError, ShmConsumer, ShmProducer, Wake};
+use super::shm::{self, FifoError, Opening, ShmConsumer, ShmProducer, Wake};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -115,6 +115,19 @@ unsafe fn name_arg<'a>(name: *const c_char) -> Option<&'a str> {
     unsafe { CStr::from_ptr(name) }.to_str().ok()
 }
 
+/// The end `role` asks for, opened the way `o` says: one place for the four
+/// `rtf_create*`/`rtf_open*` calls.
+fn open_end(
+    o: Opening<'_>,
+    record_size: u32,
+    capacity: u32,
+    role: RtfRole,
+) -> Result<RtfFifo, FifoError> {
+    match role {
+        RtfRole::RTF_PRODUCER => ShmProducer::with(o, record_size, capacity).map(RtfFifo::Producer),
+        RtfRole::RTF_CONSUMER => ShmConsumer::with(o, record_size, capacity).map(RtfFifo::Consumer),
+    }
+}
 /// Create the shared-memory FIFO `name` (`"/x"` or `"x"`, one path component;
 /// it appears as /dev/shm/x) holding up to `capacity` records of `record_size`
 /// bytes, and open it as `role`. Fails with `RTF_EOS`/`EEXIST` if it exists.
@@ -137,14 +150,7 @@ pub unsafe extern "C" fn rtf_create(
     if out.is_null() {
         return RtfStatus::RTF_EINVAL;
     }
-    let r = match role {
-        RtfRole::RTF_PRODUCER => {
-            ShmProducer::create(name, record_size, capacity).map(RtfFifo::Producer)
-        }
-        RtfRole::RTF_CONSUMER => {
-            ShmConsumer::create(name, record_size, capacity).map(RtfFifo::Consumer)
-        }
-    };
+    let r = open_end(Opening::CreateNamed(name), record_size, capacity, role);
     // SAFETY: out checked non-NULL; valid per contract.
     unsafe { finish(r, out) }
 }
@@ -169,10 +175,7 @@ pub unsafe extern "C" fn rtf_open(
     if out.is_null() {
         return RtfStatus::RTF_EINVAL;
     }
-    let r = match role {
-        RtfRole::RTF_PRODUCER => ShmProducer::open(name, record_size).map(RtfFifo::Producer),
-        RtfRole::RTF_CONSUMER => ShmConsumer::open(name, record_size).map(RtfFifo::Consumer),
-    };
+    let r = open_end(Opening::OpenNamed(name), record_size, 0, role);
     // SAFETY: out checked non-NULL; valid per contract.
     unsafe { finish(r, out) }
 }
@@ -195,14 +198,7 @@ pub unsafe extern "C" fn rtf_create_fd(
     }
     // SAFETY: the caller guarantees fd is open for the duration of the call.
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let r = match role {
-        RtfRole::RTF_PRODUCER => {
-            ShmProducer::create_fd(fd, record_size, capacity).map(RtfFifo::Producer)
-        }
-        RtfRole::RTF_CONSUMER => {
-            ShmConsumer::create_fd(fd, record_size, capacity).map(RtfFifo::Consumer)
-        }
-    };
+    let r = open_end(Opening::CreateFd(fd), record_size, capacity, role);
     // SAFETY: out checked non-NULL; valid per contract.
     unsafe { finish(r, out) }
 }
@@ -223,10 +219,7 @@ pub unsafe extern "C" fn rtf_open_fd(
     }
     // SAFETY: the caller guarantees fd is open for the duration of the call.
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let r = match role {
-        RtfRole::RTF_PRODUCER => ShmProducer::open_fd(fd, record_size).map(RtfFifo::Producer),
-        RtfRole::RTF_CONSUMER => ShmConsumer::open_fd(fd, record_size).map(RtfFifo::Consumer),
-    };
+    let r = open_end(Opening::OpenFd(fd), record_size, 0, role);
     // SAFETY: out checked non-NULL; valid per contract.
     unsafe { finish(r, out) }
 }

@@ -530,7 +530,7 @@ pub struct ShmConsumer {
 }
 
 /// How an end gets its segment: the four ways both ends share.
-enum Opening<'a> {
+pub(crate) enum Opening<'a> {
     CreateNamed(&'a str),
     OpenNamed(&'a str),
     CreateFd(BorrowedFd<'a>),
@@ -556,17 +556,15 @@ impl Opening<'_> {
 }
 
 impl ShmProducer {
+    const ROLE: Role = Role::Producer;
+
     /// Create the named segment `name` (fails if it exists) and be its producer.
     pub fn create(name: &str, record_size: u32, capacity: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::CreateNamed(name).segment(
-            record_size,
-            capacity,
-            Role::Producer,
-        )?)
+        Self::with(Opening::CreateNamed(name), record_size, capacity)
     }
     /// Open the existing named segment as its producer (0 = any record size).
     pub fn open(name: &str, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::OpenNamed(name).segment(record_size, 0, Role::Producer)?)
+        Self::with(Opening::OpenNamed(name), record_size, 0)
     }
     /// Create a segment in the empty file `fd` (e.g. from [`memfd`]).
     pub fn create_fd(
@@ -574,11 +572,16 @@ impl ShmProducer {
         record_size: u32,
         capacity: u32,
     ) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::CreateFd(fd).segment(record_size, capacity, Role::Producer)?)
+        Self::with(Opening::CreateFd(fd), record_size, capacity)
     }
     /// Open the segment in `fd` as its producer.
     pub fn open_fd(fd: BorrowedFd<'_>, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::OpenFd(fd).segment(record_size, 0, Role::Producer)?)
+        Self::with(Opening::OpenFd(fd), record_size, 0)
+    }
+
+    /// Open this end in any of the four ways (`capacity` only when creating).
+    pub(crate) fn with(o: Opening<'_>, record_size: u32, capacity: u32) -> Result<Self, FifoError> {
+        Self::from_segment(o.segment(record_size, capacity, Self::ROLE)?)
     }
 
     fn from_segment(seg: Segment) -> Result<Self, FifoError> {
@@ -653,17 +656,15 @@ impl ShmProducer {
 }
 
 impl ShmConsumer {
+    const ROLE: Role = Role::Consumer;
+
     /// Create the named segment `name` (fails if it exists) and be its consumer.
     pub fn create(name: &str, record_size: u32, capacity: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::CreateNamed(name).segment(
-            record_size,
-            capacity,
-            Role::Consumer,
-        )?)
+        Self::with(Opening::CreateNamed(name), record_size, capacity)
     }
     /// Open the existing named segment as its consumer (0 = any record size).
     pub fn open(name: &str, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::OpenNamed(name).segment(record_size, 0, Role::Consumer)?)
+        Self::with(Opening::OpenNamed(name), record_size, 0)
     }
     /// Create a segment in the empty file `fd` (e.g. from [`memfd`]).
     pub fn create_fd(
@@ -671,11 +672,16 @@ impl ShmConsumer {
         record_size: u32,
         capacity: u32,
     ) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::CreateFd(fd).segment(record_size, capacity, Role::Consumer)?)
+        Self::with(Opening::CreateFd(fd), record_size, capacity)
     }
     /// Open the segment in `fd` as its consumer.
     pub fn open_fd(fd: BorrowedFd<'_>, record_size: u32) -> Result<Self, FifoError> {
-        Self::from_segment(Opening::OpenFd(fd).segment(record_size, 0, Role::Consumer)?)
+        Self::with(Opening::OpenFd(fd), record_size, 0)
+    }
+
+    /// Open this end in any of the four ways (`capacity` only when creating).
+    pub(crate) fn with(o: Opening<'_>, record_size: u32, capacity: u32) -> Result<Self, FifoError> {
+        Self::from_segment(o.segment(record_size, capacity, Self::ROLE)?)
     }
 
     fn from_segment(seg: Segment) -> Result<Self, FifoError> {
