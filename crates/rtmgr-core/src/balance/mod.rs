@@ -68,6 +68,8 @@ pub struct Observation {
     pub now_ns: u64,
     pub window_ns: u64,
     pub cpus: Vec<CpuObs>,
+    /// The tasks seen; an observer may leave out tasks that neither ran nor
+    /// were runnable in the window, unless they are guests.
     pub tasks: Vec<TaskObs>,
 }
 
@@ -158,6 +160,10 @@ pub struct History {
     pub evictions: u32,
     /// Hard lower bound for the next NRT→RT move, fixed at eviction time.
     pub not_before_ns: u64,
+    /// When the task was last observed (its history is forgotten after
+    /// `max_backoff_ns` unseen: by then no back-off it earned still holds).
+    #[serde(default)]
+    pub seen_ns: u64,
 }
 
 impl History {
@@ -280,18 +286,25 @@ impl Balancer {
         self.steps += 1;
         let now = obs.now_ns;
         let cfg = self.cfg.clone();
-        // 1. History (only for tasks the policy may move).
-        let present: std::collections::BTreeSet<TaskId> = obs.tasks.iter().map(|t| t.id).collect();
+        // 1. History (only for tasks the policy may move, and only once they
+        // were kernel-heavy or evicted: the others have nothing to remember).
         for t in obs.tasks.iter().filter(|t| movable(t)) {
             let heavy = self.is_heavy(t, obs.window_ns);
+            if !heavy && !self.history.contains_key(&t.id) {
+                continue;
+            }
             let h = self.history.entry(t.id).or_default();
             if heavy && !h.heavy {
                 h.phase_started(now);
             }
             h.heavy = heavy;
+            h.seen_ns = now;
         }
-        // A task that left the observation (exited) is forgotten.
-        self.history.retain(|id, _| present.contains(id));
+        // A task unseen for longer than any back-off (exited, or asleep and
+        // left out of the observation) is forgotten.
+        let forget = cfg.max_backoff_ns;
+        self.history
+            .retain(|_, h| now.saturating_sub(h.seen_ns) <= forget);
 
         // 2. Latency guard: trips when a CPU with guests exceeds the bound and
         // what the CPU showed without guests (its own RT0 load delays the
@@ -345,6 +358,7 @@ impl Balancer {
                 continue;
             };
             let h = self.history.entry(t.id).or_default();
+            h.seen_ns = now;
             if reason != Reason::NotAllowed {
                 h.evicted(now, obs.window_ns, &cfg);
             }

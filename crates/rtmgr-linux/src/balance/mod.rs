@@ -7,6 +7,7 @@
 pub mod guard;
 pub mod lbu;
 pub mod observe;
+pub mod procfile;
 
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
@@ -79,6 +80,17 @@ pub struct LiveReport {
     pub overhead_percent: f64,
     pub tasks_known_max: usize,
     pub mean_task_reads_per_sample: f64,
+    /// Times /proc was listed to find new tasks (only after a task was created).
+    pub proc_listings: u64,
+    /// Full scans that read every task's `stat` (loadavg saw an unseen runnable task).
+    pub stat_sweeps: u64,
+    /// Most /proc descriptors kept open at once.
+    pub open_files_max: usize,
+    /// Full scans skipped because no task waited for a CPU (PSI).
+    pub scans_skipped_calm: u64,
+    /// What the kernel offered the observer.
+    pub psi: bool,
+    pub schedstat: bool,
     /// Highest recent p99 the guard reported, ns, per RT CPU.
     pub guard_p99_max_ns: BTreeMap<u32, u64>,
 }
@@ -260,7 +272,13 @@ pub fn run_balancer(
         let guests = mover.guests();
         let mut obs = observer.sample((now - t0) as u64, (now - last).max(1) as u64, &guests, &p99);
         last = now;
-        reads += observer.last_reads as u64;
+        reads += observer.last.reads as u64;
+        report.proc_listings += u64::from(observer.last.listed);
+        report.stat_sweeps += u64::from(observer.last.swept);
+        report.open_files_max = report.open_files_max.max(observer.open_files());
+        report.scans_skipped_calm += u64::from(observer.last.skipped);
+        report.psi = observer.has_psi();
+        report.schedstat = observer.has_schedstat();
         for t in obs.tasks.iter_mut() {
             if refused.contains(&t.id) && t.place == Place::Nrt {
                 t.place = Place::Fixed;

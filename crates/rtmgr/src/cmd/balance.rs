@@ -127,6 +127,16 @@ fn print_live(r: &LiveReport, json: bool) -> anyhow::Result<()> {
     );
     println!("tasks known (max)  {}", r.tasks_known_max);
     println!("task reads/sample  {:.1}", r.mean_task_reads_per_sample);
+    println!(
+        "full scans         {} skipped (no CPU pressure), /proc listed {} times, {} stat sweeps, {} files kept open",
+        r.scans_skipped_calm, r.proc_listings, r.stat_sweeps, r.open_files_max
+    );
+    if !r.psi {
+        println!("note: no /proc/pressure/cpu (PSI off): every full scan reads every task");
+    }
+    if !r.schedstat {
+        println!("note: no per-task schedstat (CONFIG_SCHED_INFO off): tasks are checked through stat, which costs more");
+    }
     for (c, v) in &r.guard_p99_max_ns {
         println!(
             "guard CPU {c}: highest recent p99 {:.1} µs",
