@@ -190,6 +190,8 @@ pub struct Observer {
     last_pressure: Option<(u64, u64)>,
     /// Full scans that read every task (not skipped for lack of pressure).
     last_read_all_scan: u64,
+    /// Full scans in a row where loadavg counted more running tasks than found.
+    unseen_scans: u32,
     irq_ticks: Vec<u64>,
     irq_at_ns: Option<u64>,
     /// Share of each CPU (0..1) spent in interrupts since the last full scan.
@@ -288,6 +290,7 @@ impl Observer {
             pressure: None,
             last_pressure: None,
             last_read_all_scan: 0,
+            unseen_scans: 0,
             irq_ticks: Vec::new(),
             irq_at_ns: None,
             irq_share: Vec::new(),
@@ -670,8 +673,13 @@ impl Observer {
             }
         }
         let seen = self.refresh_all(&tids, Depth::Scan);
-        // loadavg counts this sampler too.
-        if load.is_some_and(|(running, _)| running > seen + 1) {
+        // loadavg counts this sampler too. A waker caught running makes one
+        // scan see "more running than found"; a task starving on a run queue
+        // makes every scan see it: sweep at the second scan in a row.
+        let unseen = load.is_some_and(|(running, _)| running > seen + 1);
+        self.unseen_scans = if unseen { self.unseen_scans + 1 } else { 0 };
+        if self.unseen_scans >= 2 {
+            self.unseen_scans = 0;
             let cold: Vec<u32> = self
                 .recs
                 .iter()
@@ -1001,7 +1009,8 @@ mod tests {
     }
 
     /// Task 101 woke and waits on a run queue: schedstat counts the wait
-    /// only once it runs, so its pulse is still. `running` is loadavg's count.
+    /// only once it runs, so its pulse is still. `running` is loadavg's count
+    /// at two full scans in a row.
     fn waiting_task_seen(running: u64) -> (bool, bool) {
         let f = FakeProc::new();
         f.task(101, 'S', 10, 0);
@@ -1011,7 +1020,11 @@ mod tests {
         f.task(101, 'R', 10, 0);
         f.pressure(1_000_000);
         f.loadavg(running, 100);
-        let obs = sample(&mut o, 2);
+        sample(&mut o, 2);
+        assert!(!o.last.swept, "one scan is not enough to sweep");
+        sample(&mut o, 3);
+        f.pressure(2_000_000);
+        let obs = sample(&mut o, 4);
         let seen = obs_task(&obs, 101).is_some_and(|t| t.runnable);
         (o.last.swept, seen)
     }
