@@ -75,6 +75,7 @@ pub struct Observation {
 
 /// Tunables; the defaults are the ones `rtmgr balance` and the simulator use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PolicyConfig {
     /// A task whose kernel-time share of its CPU time in the window reaches this is kernel-heavy.
     pub kernel_share_max: f64,
@@ -100,6 +101,15 @@ pub struct PolicyConfig {
     pub latency_bound_ns: Option<u64>,
     /// How long an RT CPU stays closed to guests after its guard tripped (doubles on repeats).
     pub guard_backoff_ns: u64,
+    /// Rotate Linux tasks through the RT CPUs' spare capacity so that every
+    /// one gets its turn (what ARTiS's balancer does by moving tasks): a
+    /// lone guest is kept while the NRT side is saturated even when it gets
+    /// less than an NRT share, and guests are swapped with NRT tasks as soon
+    /// as their CPU time so far differs by `rotation_quantum_ns`.
+    pub rotate: bool,
+    pub rotation_quantum_ns: u64,
+    /// An RT CPU with less spare capacity than this is not lent for rotation.
+    pub min_lend_capacity: f64,
 }
 
 impl Default for PolicyConfig {
@@ -116,6 +126,9 @@ impl Default for PolicyConfig {
             max_moves: 16,
             latency_bound_ns: None,
             guard_backoff_ns: 2_000_000_000,
+            rotate: true,
+            rotation_quantum_ns: 50_000_000,
+            min_lend_capacity: 0.05,
         }
     }
 }
@@ -134,6 +147,9 @@ pub enum Reason {
     Rebalance,
     /// NRT→RT: the RT CPU has spare capacity for one more guest.
     Fill,
+    /// A swap of a guest and an NRT task whose CPU time so far differ by
+    /// more than the rotation quantum (each side of the swap is one move).
+    Rotate,
 }
 
 /// A push decided by the policy.
@@ -400,9 +416,20 @@ impl Balancer {
                     t.id,
                 )
             });
+            // A lone Linux guest on an RT CPU with spare capacity, while the
+            // NRT side is saturated without it, adds throughput whatever its
+            // share: rotation (below) keeps that fair.
+            let lone_rotating = |list: &Vec<&TaskObs>, n_nrt: usize| {
+                cfg.rotate
+                    && list.len() == 1
+                    && list[0].class == TaskClass::Linux
+                    && cap(cpu) >= cfg.min_lend_capacity
+                    && n_nrt as f64 >= cap_nrt
+            };
             while !list.is_empty()
                 && moves.len() < cfg.max_moves
                 && share(cap(cpu), list.len()) * gain < share(cap_nrt, n_nrt + 1)
+                && !lone_rotating(list, n_nrt)
             {
                 let t = list.remove(0);
                 moves.push(Move {
@@ -432,7 +459,8 @@ impl Balancer {
             .collect();
         candidates.sort_by_key(|t| (class_rank(t.class), t.total_ns, t.id));
         let mut counts: BTreeMap<u32, usize> = guests.iter().map(|(&c, l)| (c, l.len())).collect();
-        for t in candidates {
+        let mut filled = 0;
+        for t in candidates.iter() {
             if moves.len() >= cfg.max_moves || n_nrt <= 1 {
                 break;
             }
@@ -451,10 +479,106 @@ impl Balancer {
                 to: Place::Rt(cpu),
                 reason: Reason::Fill,
             });
+            moved.insert(t.id, ());
             *counts.get_mut(&cpu).expect("known cpu") += 1;
             n_nrt -= 1;
+            filled += 1;
+        }
+        if cfg.rotate && linux_turn {
+            let rest: Vec<&TaskObs> = candidates[filled..]
+                .iter()
+                .copied()
+                .filter(|t| t.class == TaskClass::Linux)
+                .collect();
+            self.rotate(
+                &rest, &guests, &counts, &rt_cpus, cap_nrt, n_nrt, now, &mut moves,
+            );
         }
         moves
+    }
+
+    /// Step 7, rotation (Linux tasks only). An RT CPU without guests whose spare
+    /// capacity is below the NRT share is lent anyway while the NRT side is
+    /// saturated, to the richest candidate (the seat is the worse one); a
+    /// guest trades places with the NRT task it is furthest from, by more
+    /// than the quantum: with the poorest when its seat is the better one,
+    /// with the richest when it is the worse one.
+    #[allow(clippy::too_many_arguments)]
+    fn rotate(
+        &self,
+        candidates: &[&TaskObs],
+        guests: &BTreeMap<u32, Vec<&TaskObs>>,
+        counts: &BTreeMap<u32, usize>,
+        rt_cpus: &BTreeMap<u32, &CpuObs>,
+        cap_nrt: f64,
+        mut n_nrt: usize,
+        now: u64,
+        moves: &mut Vec<Move>,
+    ) {
+        let cfg = &self.cfg;
+        let cap = |cpu: u32| (1.0 - rt_cpus[&cpu].rt_load).clamp(MIN_CAPACITY, 1.0);
+        // Poorest first; taken from both ends.
+        let mut pool: std::collections::VecDeque<&TaskObs> = candidates.iter().copied().collect();
+        let open = |c: u32| !self.closed(c, now) && cap(c) >= cfg.min_lend_capacity;
+        for (&cpu, &n) in counts.iter() {
+            if moves.len() >= cfg.max_moves {
+                return;
+            }
+            if n == 0 && open(cpu) && (n_nrt as f64 - 1.0) >= cap_nrt {
+                if let Some(t) = pool.pop_back() {
+                    moves.push(Move {
+                        task: t.id,
+                        from: Place::Nrt,
+                        to: Place::Rt(cpu),
+                        reason: Reason::Fill,
+                    });
+                    n_nrt -= 1;
+                }
+            }
+        }
+        let seat_better = |cpu: u32, k: usize| share(cap(cpu), k) >= share(cap_nrt, n_nrt);
+        let q = cfg.rotation_quantum_ns;
+        for (&cpu, list) in guests.iter() {
+            if !open(cpu) {
+                continue;
+            }
+            let better = seat_better(cpu, list.len());
+            for g in list.iter().filter(|g| g.class == TaskClass::Linux) {
+                if moves.len() + 2 > cfg.max_moves {
+                    return;
+                }
+                if moves.iter().any(|m| m.task == g.id) {
+                    continue;
+                }
+                let other = if better {
+                    pool.front()
+                        .filter(|p| p.total_ns.saturating_add(q) < g.total_ns)
+                        .copied()
+                } else {
+                    pool.back()
+                        .filter(|r| r.total_ns > g.total_ns.saturating_add(q))
+                        .copied()
+                };
+                let Some(o) = other else { continue };
+                if better {
+                    pool.pop_front();
+                } else {
+                    pool.pop_back();
+                }
+                moves.push(Move {
+                    task: g.id,
+                    from: g.place,
+                    to: Place::Nrt,
+                    reason: Reason::Rotate,
+                });
+                moves.push(Move {
+                    task: o.id,
+                    from: Place::Nrt,
+                    to: Place::Rt(cpu),
+                    reason: Reason::Rotate,
+                });
+            }
+        }
     }
 }
 

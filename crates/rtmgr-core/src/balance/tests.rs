@@ -383,3 +383,98 @@ proptest! {
         prop_assert_eq!(run(), run());
     }
 }
+
+/// A fluid model of one machine: each step, NRT tasks share the NRT
+/// capacity, guests share their RT CPU's spare capacity; returns the CPU
+/// time each Linux task got and the moves made.
+fn fluid_run(n_tasks: u64, rt_load: f64, steps: u64, cfg: PolicyConfig) -> (Vec<u64>, Vec<Move>) {
+    let c = cpus(&[0], &[(1, rt_load)]);
+    let mut tasks: Vec<TaskObs> = (0..n_tasks)
+        .map(|i| busy(i, TaskClass::Linux, Place::Nrt))
+        .collect();
+    let mut b = Balancer::new(cfg);
+    let mut all = Vec::new();
+    for step in 0..steps {
+        let n_nrt = tasks
+            .iter()
+            .filter(|t| t.place == Place::Nrt)
+            .count()
+            .max(1);
+        let n_rt = tasks
+            .iter()
+            .filter(|t| t.place == Place::Rt(1))
+            .count()
+            .max(1);
+        for t in tasks.iter_mut() {
+            let got = match t.place {
+                Place::Nrt => 50.0 * MS as f64 / n_nrt as f64,
+                _ => 50.0 * MS as f64 * (1.0 - rt_load) / n_rt as f64,
+            } as u64;
+            t.user_ns = got;
+            t.total_ns += got;
+        }
+        let m = b.step(&obs(step * 50 * MS, c.clone(), tasks.clone()));
+        apply(&mut tasks, &m);
+        all.extend(m);
+    }
+    (tasks.iter().map(|t| t.total_ns).collect(), all)
+}
+
+#[test]
+fn rotation_passes_a_poor_rt_seat_around() {
+    // 6 Linux tasks, one RT CPU at 90 %: the guest gets 0.1 < 1/5 on NRT.
+    let steps = 200; // 10 s
+    let (with, moves) = fluid_run(6, 0.9, steps, PolicyConfig::default());
+    let (without, none) = fluid_run(
+        6,
+        0.9,
+        steps,
+        PolicyConfig {
+            rotate: false,
+            ..Default::default()
+        },
+    );
+    assert!(
+        none.is_empty(),
+        "without rotation the seat is not lent: {none:?}"
+    );
+    let sum = |v: &[u64]| v.iter().sum::<u64>();
+    // The RT CPU's 10 % was used: ~1 s of extra CPU over 10 s.
+    assert!(
+        sum(&with) > sum(&without) + 800 * MS,
+        "{with:?} vs {without:?}"
+    );
+    let spread = with.iter().max().unwrap() - with.iter().min().unwrap();
+    assert!(
+        spread <= PolicyConfig::default().rotation_quantum_ns + 100 * MS,
+        "spread {spread} {with:?}"
+    );
+    assert!(
+        moves.iter().any(|m| m.reason == Reason::Rotate),
+        "{moves:?}"
+    );
+}
+
+#[test]
+fn rotation_gives_a_rich_seat_to_the_poorest() {
+    // 3 tasks, RT CPU at 10 %: one guest gets 0.9 vs 1/2 on NRT; without
+    // rotation the same task would keep it.
+    let (with, moves) = fluid_run(3, 0.1, 200, PolicyConfig::default());
+    let spread = with.iter().max().unwrap() - with.iter().min().unwrap();
+    assert!(
+        spread <= PolicyConfig::default().rotation_quantum_ns + 100 * MS,
+        "spread {spread} {with:?}"
+    );
+    assert!(moves.iter().any(|m| m.reason == Reason::Rotate));
+    let (without, _) = fluid_run(
+        3,
+        0.1,
+        200,
+        PolicyConfig {
+            rotate: false,
+            ..Default::default()
+        },
+    );
+    let spread0 = without.iter().max().unwrap() - without.iter().min().unwrap();
+    assert!(spread0 > 2 * spread, "{without:?}");
+}

@@ -209,6 +209,7 @@ fn reason_name(r: Reason) -> &'static str {
         Reason::NotAllowed => "not_allowed",
         Reason::Rebalance => "rebalance",
         Reason::Fill => "fill",
+        Reason::Rotate => "rotate",
     }
 }
 
