@@ -101,6 +101,10 @@ pub struct PolicyConfig {
     pub latency_bound_ns: Option<u64>,
     /// How long an RT CPU stays closed to guests after its guard tripped (doubles on repeats).
     pub guard_backoff_ns: u64,
+    /// With a latency bound, an RT CPU takes guests only after this many
+    /// steps without any, so that the guard knows what its own RT tasks
+    /// cost (an RT0 task in 9 ms bursts puts the p99 at ~9 ms by itself).
+    pub guard_warmup_steps: u32,
     /// Rotate Linux tasks through the RT CPUs' spare capacity so that every
     /// one gets its turn (what ARTiS's balancer does by moving tasks): a
     /// lone guest is kept while the NRT side is saturated even when it gets
@@ -108,6 +112,9 @@ pub struct PolicyConfig {
     /// as their CPU time so far differs by `rotation_quantum_ns`.
     pub rotate: bool,
     pub rotation_quantum_ns: u64,
+    /// A guest keeps its seat at least this long before a rotation swap
+    /// (bounds the migrations when seats differ much from NRT shares).
+    pub rotation_min_stay_ns: u64,
     /// An RT CPU with less spare capacity than this is not lent for rotation.
     pub min_lend_capacity: f64,
 }
@@ -126,8 +133,10 @@ impl Default for PolicyConfig {
             max_moves: 16,
             latency_bound_ns: None,
             guard_backoff_ns: 2_000_000_000,
+            guard_warmup_steps: 10,
             rotate: true,
             rotation_quantum_ns: 50_000_000,
+            rotation_min_stay_ns: 500_000_000,
             min_lend_capacity: 0.05,
         }
     }
@@ -242,6 +251,8 @@ struct Guard {
     last_trip_ns: u64,
     /// Smoothed p99 of the CPU while it had no guest: what its own RT tasks cost.
     baseline_ns: Option<u64>,
+    /// Steps seen without guests (the baseline needs a few before any lending).
+    clean_steps: u32,
 }
 
 /// The policy with its memory. Deterministic: same observations, same moves.
@@ -251,6 +262,8 @@ pub struct Balancer {
     history: BTreeMap<TaskId, History>,
     guards: BTreeMap<u32, Guard>,
     steps: u64,
+    /// Since when each guest has been on its RT CPU (for rotation).
+    seated: BTreeMap<TaskId, u64>,
 }
 
 /// Share of a CPU capacity split among `n` runnable tasks.
@@ -271,6 +284,7 @@ impl Balancer {
             history: BTreeMap::new(),
             guards: BTreeMap::new(),
             steps: 0,
+            seated: BTreeMap::new(),
         }
     }
 
@@ -283,6 +297,17 @@ impl Balancer {
         self.guards
             .get(&cpu)
             .is_some_and(|g| now < g.closed_until_ns)
+    }
+
+    /// Does this RT CPU take new guests at `now`: not closed by its guard,
+    /// and, with a latency bound, past the guard's warm-up?
+    pub fn accepting(&self, cpu: u32, now: u64) -> bool {
+        let warm = self.cfg.latency_bound_ns.is_none()
+            || self
+                .guards
+                .get(&cpu)
+                .is_some_and(|g| g.clean_steps >= self.cfg.guard_warmup_steps);
+        warm && !self.closed(cpu, now)
     }
 
     fn is_heavy(&self, t: &TaskObs, window_ns: u64) -> bool {
@@ -316,6 +341,17 @@ impl Balancer {
             h.heavy = heavy;
             h.seen_ns = now;
         }
+        // Seats: when each guest was first seen on its RT CPU.
+        let mut seated = std::mem::take(&mut self.seated);
+        seated.retain(|id, _| {
+            obs.tasks
+                .iter()
+                .any(|t| t.id == *id && matches!(t.place, Place::Rt(_)))
+        });
+        for t in obs.tasks.iter().filter(|t| matches!(t.place, Place::Rt(_))) {
+            seated.entry(t.id).or_insert(now);
+        }
+        self.seated = seated;
         // A task unseen for longer than any back-off (exited, or asleep and
         // left out of the observation) is forgotten.
         let forget = cfg.max_backoff_ns;
@@ -332,6 +368,9 @@ impl Balancer {
                 let g = self.guards.entry(c.cpu).or_default();
                 if now >= g.last_trip_ns.saturating_add(10 * cfg.guard_backoff_ns) {
                     g.trips = 0;
+                }
+                if !has_guests {
+                    g.clean_steps = g.clean_steps.saturating_add(1);
                 }
                 if let (false, Some(p)) = (has_guests, c.latency_p99_ns) {
                     g.baseline_ns = Some(g.baseline_ns.map_or(p, |b| (3 * b + p) / 4));
@@ -406,6 +445,29 @@ impl Balancer {
         }
         let cap = |cpu: u32| (1.0 - rt_cpus[&cpu].rt_load).clamp(MIN_CAPACITY, 1.0);
         let gain = 1.0 + cfg.hysteresis;
+        let w = obs.window_ns;
+
+        // A Linux guest that sleeps and barely used its seat goes back: an
+        // RT CPU is lent to CPU-bound work, not to a task that wakes now and
+        // then (it would wait behind RT0 at each wake-up).
+        for t in obs.tasks.iter().filter(|t| movable(t) && !t.runnable) {
+            if let (Place::Rt(c), false, TaskClass::Linux) =
+                (t.place, moved.contains_key(&t.id), t.class)
+            {
+                if moves.len() < cfg.max_moves
+                    && rt_cpus.contains_key(&c)
+                    && !used_share(t, 0.1 * cap(c), w)
+                {
+                    moves.push(Move {
+                        task: t.id,
+                        from: t.place,
+                        to: Place::Nrt,
+                        reason: Reason::Rebalance,
+                    });
+                    moved.insert(t.id, ());
+                }
+            }
+        }
 
         // 5. RT→NRT: Linux tasks go first, the ones that received most first.
         for (&cpu, list) in guests.iter_mut() {
@@ -446,11 +508,14 @@ impl Balancer {
         // 6. NRT→RT: RT1+ tasks first (highest priority first) and at every
         // step; Linux tasks every `linux_every` steps, poorest first.
         let linux_turn = self.steps.is_multiple_of(u64::from(cfg.linux_every.max(1)));
+        let nrt_share = share(cap_nrt, n_nrt).min(1.0);
         let mut candidates: Vec<&TaskObs> = obs
             .tasks
             .iter()
             .filter(|t| movable(t) && t.runnable && t.place == Place::Nrt)
             .filter(|t| linux_turn || t.class != TaskClass::Linux)
+            // Linux tasks only when CPU-bound (half their NRT share at least).
+            .filter(|t| t.class != TaskClass::Linux || used_share(t, 0.5 * nrt_share, w))
             .filter(|t| {
                 self.history
                     .get(&t.id)
@@ -466,7 +531,7 @@ impl Balancer {
             }
             let best = counts
                 .iter()
-                .filter(|(&c, _)| !self.closed(c, now))
+                .filter(|(&c, _)| self.accepting(c, now))
                 .map(|(&c, &n)| (c, share(cap(c), n + 1)))
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
             let Some((cpu, s)) = best else { break };
@@ -491,7 +556,7 @@ impl Balancer {
                 .filter(|t| t.class == TaskClass::Linux)
                 .collect();
             self.rotate(
-                &rest, &guests, &counts, &rt_cpus, cap_nrt, n_nrt, now, &mut moves,
+                &rest, &guests, &counts, &rt_cpus, cap_nrt, n_nrt, now, w, &mut moves,
             );
         }
         moves
@@ -513,13 +578,14 @@ impl Balancer {
         cap_nrt: f64,
         mut n_nrt: usize,
         now: u64,
+        window_ns: u64,
         moves: &mut Vec<Move>,
     ) {
         let cfg = &self.cfg;
         let cap = |cpu: u32| (1.0 - rt_cpus[&cpu].rt_load).clamp(MIN_CAPACITY, 1.0);
         // Poorest first; taken from both ends.
         let mut pool: std::collections::VecDeque<&TaskObs> = candidates.iter().copied().collect();
-        let open = |c: u32| !self.closed(c, now) && cap(c) >= cfg.min_lend_capacity;
+        let open = |c: u32| self.accepting(c, now) && cap(c) >= cfg.min_lend_capacity;
         for (&cpu, &n) in counts.iter() {
             if moves.len() >= cfg.max_moves {
                 return;
@@ -543,11 +609,20 @@ impl Balancer {
                 continue;
             }
             let better = seat_better(cpu, list.len());
-            for g in list.iter().filter(|g| g.class == TaskClass::Linux) {
+            let seat = share(cap(cpu), list.len()).min(1.0);
+            let rotating = list
+                .iter()
+                .filter(|g| g.class == TaskClass::Linux && used_share(g, 0.5 * seat, window_ns));
+            for g in rotating {
                 if moves.len() + 2 > cfg.max_moves {
                     return;
                 }
-                if moves.iter().any(|m| m.task == g.id) {
+                if moves.iter().any(|m| m.task == g.id)
+                    || self
+                        .seated
+                        .get(&g.id)
+                        .is_some_and(|&t0| now < t0.saturating_add(cfg.rotation_min_stay_ns))
+                {
                     continue;
                 }
                 let other = if better {
@@ -580,6 +655,11 @@ impl Balancer {
             }
         }
     }
+}
+
+/// Did the task use at least `share` of a CPU over the window?
+fn used_share(t: &TaskObs, share: f64, window_ns: u64) -> bool {
+    (t.user_ns + t.kernel_ns) as f64 >= share * window_ns as f64
 }
 
 /// The policy moves RT1+ and Linux tasks that are not fixed; never RT0.

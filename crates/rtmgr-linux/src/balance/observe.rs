@@ -480,6 +480,17 @@ impl Observer {
             Depth::Pulse => 1,
             Depth::Stat => 0,
         };
+        // Runnable at the last read and not run since (a task has to run to
+        // block or exit): still waiting on its run queue, nothing else moved.
+        if let (Some((run, delay, slices)), false, true) = (pulse, rec.fresh, rec.runnable) {
+            if run == rec.run_ns && delay == rec.delay_ns && slices == rec.slices {
+                rec.w_user = 0;
+                rec.w_kernel = 0;
+                rec.w_vol = 0;
+                rec.w_invol = 0;
+                return true;
+            }
+        }
         let was_waiting = rec.fresh || rec.runnable;
         if let (Some((run, delay, _)), false) = (pulse, was_waiting) {
             let ran = run.saturating_sub(rec.run_ns);
@@ -1006,6 +1017,27 @@ mod tests {
         let obs = sample(&mut o, 4);
         assert!(!o.last.skipped);
         assert!(obs_task(&obs, 101).is_some());
+    }
+
+    #[test]
+    fn waiting_task_that_did_not_run_is_not_read_again() {
+        let f = FakeProc::new();
+        f.task(101, 'R', 100, 0);
+        let mut o = f.observer();
+        sample(&mut o, 0);
+        f.task(101, 'R', 150, 5); // ran, still runnable
+        sample(&mut o, 1);
+        assert_eq!(o.last.reads, 3, "schedstat + stat + status");
+        // Same schedstat: it has not run, so it cannot have blocked; the
+        // fake's stat says 'S' to show it is not read.
+        f.write(
+            "100/task/101/stat",
+            "101 (t101) S 1 100 100 0 -1 0 0 0 0 0 15 0 0 0 20 0 1 0 5101 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n",
+        );
+        f.pressure(1_000_000);
+        let obs = sample(&mut o, 2);
+        assert_eq!(o.last.reads, 1, "schedstat only");
+        assert!(obs_task(&obs, 101).is_some_and(|t| t.runnable));
     }
 
     /// Task 101 woke and waits on a run queue: schedstat counts the wait

@@ -291,6 +291,10 @@ fn run_partitioned(
             let rep = b
                 .join()
                 .map_err(|_| anyhow::anyhow!("balancer thread panicked"))??;
+            eprintln!(
+                "rtmgr lb: live balancer moves {:?}, guard's highest recent p99 {:?} ns",
+                rep.moves, rep.guard_p99_max_ns
+            );
             if !rep.restore_failures.is_empty() {
                 anyhow::bail!(
                     "balancer could not restore: {}",
