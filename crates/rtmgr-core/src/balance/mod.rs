@@ -417,13 +417,7 @@ impl Balancer {
             if reason != Reason::NotAllowed {
                 h.evicted(now, obs.window_ns, &cfg);
             }
-            moves.push(Move {
-                task: t.id,
-                from: t.place,
-                to: Place::Nrt,
-                reason,
-            });
-            moved.insert(t.id, ());
+            send_back(&mut moves, &mut moved, t, reason);
         }
 
         // 4. RT-load weighted capacities and run-queue lengths (§2.3).
@@ -458,13 +452,7 @@ impl Balancer {
                     && rt_cpus.contains_key(&c)
                     && !used_share(t, 0.1 * cap(c), w)
                 {
-                    moves.push(Move {
-                        task: t.id,
-                        from: t.place,
-                        to: Place::Nrt,
-                        reason: Reason::Rebalance,
-                    });
-                    moved.insert(t.id, ());
+                    send_back(&mut moves, &mut moved, t, Reason::Rebalance);
                 }
             }
         }
@@ -494,13 +482,7 @@ impl Balancer {
                 && !lone_rotating(list, n_nrt)
             {
                 let t = list.remove(0);
-                moves.push(Move {
-                    task: t.id,
-                    from: t.place,
-                    to: Place::Nrt,
-                    reason: Reason::Rebalance,
-                });
-                moved.insert(t.id, ());
+                send_back(&mut moves, &mut moved, t, Reason::Rebalance);
                 n_nrt += 1;
             }
         }
@@ -655,6 +637,17 @@ impl Balancer {
             }
         }
     }
+}
+
+/// Push `t` back to the NRT CPUs for `reason`.
+fn send_back(moves: &mut Vec<Move>, moved: &mut BTreeMap<TaskId, ()>, t: &TaskObs, reason: Reason) {
+    moves.push(Move {
+        task: t.id,
+        from: t.place,
+        to: Place::Nrt,
+        reason,
+    });
+    moved.insert(t.id, ());
 }
 
 /// Did the task use at least `share` of a CPU over the window?
