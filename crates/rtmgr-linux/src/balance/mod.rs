@@ -253,6 +253,7 @@ pub fn run_balancer(
     );
     observer.set_scan_every(cfg.scan_every);
     observer.set_hot_ns(cfg.period_ns / 100);
+    observer.set_switch_floor(cfg.policy.switch_rate_max / 4.0);
     let mut policy = Balancer::new(cfg.policy.clone());
     let mut report = LiveReport::default();
     let mut refused: BTreeSet<u64> = BTreeSet::new();

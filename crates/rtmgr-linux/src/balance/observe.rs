@@ -28,10 +28,10 @@ const LIST_EVERY_MAX: u64 = 10;
 /// at most this many full scans (a busy one is found sooner by the sweep
 /// as soon as it has to wait for a CPU).
 const CHECK_EVERY_MAX: u64 = 8;
-/// Status (for the voluntary/involuntary split) is read only of a task
-/// switched in at least this often since its last read (≥ 100/s at
-/// T = 50 ms; every policy threshold is far above).
-const SLICES_FOR_STATUS: u64 = 5;
+/// Default switch rate (per second) under which a task's switch-ins stand
+/// for its voluntary switches and `status` is not read: a quarter of the
+/// policy's default `switch_rate_max` (2000/s).
+const SWITCH_FLOOR_PER_S: f64 = 500.0;
 
 /// Which tasks the balancer may consider.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ struct Rec {
     delay_ns: u64,
     /// Times switched in so far (schedstat; u64::MAX without it).
     slices: u64,
+    /// When `slices` (and `stat`) were last read.
+    read_ns: u64,
     vol: u64,
     invol: u64,
     /// Kernel share of the CPU time over the last windows with tick data.
@@ -105,6 +107,7 @@ impl Rec {
             run_ns: 0,
             delay_ns: 0,
             slices: 0,
+            read_ns: 0,
             vol: 0,
             invol: 0,
             kernel_ratio: 0.0,
@@ -198,6 +201,9 @@ pub struct Observer {
     irq_share: Vec<f64>,
     /// What the last sample cost.
     pub last: SampleCost,
+    /// Time of the current sample.
+    now_ns: u64,
+    switch_floor_per_s: f64,
 }
 
 fn class_of(policy: u32, prio: u32) -> TaskClass {
@@ -295,6 +301,8 @@ impl Observer {
             irq_at_ns: None,
             irq_share: Vec::new(),
             last: SampleCost::default(),
+            now_ns: 0,
+            switch_floor_per_s: SWITCH_FLOOR_PER_S,
         }
     }
 
@@ -305,6 +313,13 @@ impl Observer {
 
     /// Tasks that ran at least `ns` in a window (or are runnable) are "hot":
     /// read at every sample. Default 0.5 ms (1 % of T = 50 ms).
+    /// Tasks switched in less often than this per second are not split into
+    /// voluntary/involuntary switches (their switch-ins count as voluntary);
+    /// keep it under the policy's `switch_rate_max`.
+    pub fn set_switch_floor(&mut self, per_s: f64) {
+        self.switch_floor_per_s = per_s;
+    }
+
     pub fn set_hot_ns(&mut self, ns: u64) {
         self.hot_ns = ns;
     }
@@ -504,7 +519,10 @@ impl Observer {
                 rec.delay_ns = delay;
                 rec.w_kernel = (ran as f64 * rec.kernel_ratio) as u64;
                 rec.w_user = ran - rec.w_kernel;
-                rec.files.status.close(&mut self.budget);
+                if depth == Depth::Scan {
+                    // Quiet since the last full scan: its status can go.
+                    rec.files.status.close(&mut self.budget);
+                }
                 return true;
             }
         }
@@ -557,6 +575,8 @@ impl Observer {
         // Times it was switched in since: an upper bound of its switches.
         let switched = slices.saturating_sub(rec.slices);
         rec.slices = slices;
+        let since_ns = self.now_ns.saturating_sub(rec.read_ns).max(1);
+        rec.read_ns = self.now_ns;
         let ran = run_ns.saturating_sub(rec.run_ns);
         rec.run_ns = run_ns;
         rec.delay_ns = delay_ns;
@@ -571,14 +591,14 @@ impl Observer {
         // Status (affinity, context switches) only for tasks that matter and
         // switched in often enough since for the split to matter; below
         // that, the switch-ins stand for the voluntary switches.
-        let split = rec.hot && ran > 0 && (switched >= SLICES_FOR_STATUS || slices == u64::MAX);
+        let often = switched as f64 * 1e9 >= self.switch_floor_per_s * since_ns as f64;
+        let split = rec.hot && ran > 0 && (often || slices == u64::MAX);
         if !rec.kthread && (split || !rec.has_affinity) {
             let path = rec.dir.join("status");
-            let keep = rec.hot;
             let st = rec
                 .files
                 .status
-                .read(&path, &mut self.buf, keep, &mut self.budget)
+                .read(&path, &mut self.buf, true, &mut self.budget)
                 .ok()
                 .map(|()| parse_status(&self.buf));
             if let Some(st) = st {
@@ -605,9 +625,6 @@ impl Observer {
         } else {
             rec.w_vol = if fresh { 0 } else { switched };
             rec.w_invol = 0;
-        }
-        if !rec.hot {
-            rec.files.status.close(&mut self.budget);
         }
         true
     }
@@ -728,6 +745,7 @@ impl Observer {
         p99: &BTreeMap<u32, u64>,
     ) -> Observation {
         self.last = SampleCost::default();
+        self.now_ns = now_ns;
         if self.samples.is_multiple_of(self.scan_every) {
             self.full_scan(now_ns, guests);
         } else {
@@ -891,21 +909,19 @@ mod tests {
         /// Task `tid` of pid 100: state, CPU time so far (ms) split
         /// user/kernel as ticks, run-queue wait (ms).
         fn task(&self, tid: u32, state: char, run_ms: u64, wait_ms: u64) {
+            // Switched in once per ms it ran (1000/s while running).
+            self.task_switched(tid, state, run_ms, wait_ms, run_ms);
+        }
+        fn task_switched(&self, tid: u32, state: char, run_ms: u64, wait_ms: u64, slices: u64) {
             let d = format!("100/task/{tid}");
             let ticks = run_ms / 10;
             self.write(
                 &format!("{d}/stat"),
                 &format!("{tid} (t{tid}) {state} 1 100 100 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0 {} 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", 5000 + tid),
             );
-            // Switched in once per 10 ms it ran.
             self.write(
                 &format!("{d}/schedstat"),
-                &format!(
-                    "{} {} {}\n",
-                    run_ms * 1_000_000,
-                    wait_ms * 1_000_000,
-                    run_ms / 10
-                ),
+                &format!("{} {} {slices}\n", run_ms * 1_000_000, wait_ms * 1_000_000),
             );
             self.write(
                 &format!("{d}/status"),
@@ -957,9 +973,9 @@ mod tests {
         assert_eq!(t.user_ns + t.kernel_ns, 60_000_000);
         assert_eq!(t.place, Place::Nrt);
         // 102 is hot now: read between full scans too, 101 is not. It was
-        // switched in 4 times: too few for status to be worth reading, the
-        // switch-ins stand for its voluntary switches.
-        f.task(102, 'R', 200, 5);
+        // switched in 4 times in 50 ms (80/s): too few for status to be
+        // worth reading, the switch-ins stand for its voluntary switches.
+        f.task_switched(102, 'R', 200, 5, 164);
         let obs = sample(&mut o, 3);
         assert_eq!(o.last.reads, 2);
         let t = obs_task(&obs, 102).unwrap();
