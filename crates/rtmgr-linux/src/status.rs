@@ -72,6 +72,7 @@ pub fn collect(host: &Host, journal: &Path) -> StatusReport {
     items.push(virt_item(host));
     items.push(deadline_item(host));
     items.push(dma_latency_item(host));
+    items.push(balance_sources_item(host));
     let irqs = irq_status(host);
     let pinned = pinned_kthreads(host);
     items.push(irq_item(&irqs));
@@ -472,6 +473,38 @@ fn dma_latency_item(host: &Host) -> Item {
     }
 }
 
+/// What `rtmgr balance` can observe cheaply: CPU pressure (PSI) and
+/// per-task schedstat (see balance/observe.rs).
+fn balance_sources_item(host: &Host) -> Item {
+    let psi = std::fs::read_to_string(host.path("/proc/pressure/cpu"))
+        .is_ok_and(|t| t.starts_with("some"));
+    let schedstat = ["/proc/self/schedstat", "/proc/1/schedstat"]
+        .iter()
+        .any(|p| host.path(p).exists());
+    let mut missing = Vec::new();
+    if !psi {
+        missing.push("no CPU pressure (PSI off: CONFIG_PSI or psi=1): every full scan of `rtmgr balance` reads every task");
+    }
+    if !schedstat {
+        missing.push("no per-task schedstat (CONFIG_SCHED_INFO): tasks are checked through stat, which costs more");
+    }
+    if missing.is_empty() {
+        item(
+            "balance_sources",
+            Verdict::Ok,
+            "PSI and per-task schedstat",
+            "rtmgr balance checks tasks through schedstat and skips full scans while no task waits for a CPU",
+        )
+    } else {
+        let value = match (psi, schedstat) {
+            (true, false) => "PSI only",
+            (false, true) => "schedstat only",
+            _ => "neither PSI nor schedstat",
+        };
+        item("balance_sources", Verdict::Warn, value, &missing.join("; "))
+    }
+}
+
 fn irq_status(host: &Host) -> Vec<IrqStatus> {
     irq::all(host)
         .unwrap_or_default()
@@ -557,6 +590,7 @@ mod tests {
             "virtualization",
             "sched_deadline",
             "cpu_dma_latency",
+            "balance_sources",
             "irqs",
             "per_cpu_kthreads",
         ] {
