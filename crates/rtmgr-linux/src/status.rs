@@ -501,7 +501,7 @@ fn balance_sources_item(host: &Host) -> Item {
             (false, true) => "schedstat only",
             _ => "neither PSI nor schedstat",
         };
-        item("balance_sources", Verdict::Warn, value, &missing.join("; "))
+        item("balance_sources", Verdict::Warn, value, missing.join("; "))
     }
 }
 
