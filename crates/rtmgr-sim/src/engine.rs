@@ -818,12 +818,7 @@ impl Sim {
                 }
             })
             .collect();
-        let done: Vec<u64> = tasks
-            .iter()
-            .filter(|t| t.class != TaskClass::Rt0)
-            .filter_map(|t| t.completion_ns)
-            .collect();
-        let (min, max) = (done.iter().min().copied(), done.iter().max().copied());
+        let (min, max, spread) = crate::completion(&tasks);
         SimReport {
             balancer: self.cfg.balancer,
             seed: self.cfg.seed,
@@ -847,10 +842,7 @@ impl Sim {
                 .collect(),
             completion_min_ns: min,
             completion_max_ns: max,
-            completion_spread: match (min, max) {
-                (Some(a), Some(b)) if a > 0 => Some(b as f64 / a as f64),
-                _ => None,
-            },
+            completion_spread: spread,
         }
     }
 }

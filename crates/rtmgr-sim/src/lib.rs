@@ -222,6 +222,20 @@ pub struct SimReport {
     pub unfinished: usize,
 }
 
+/// Completion times of the non-RT0 tasks that finished: (min, max, max/min).
+pub fn completion(tasks: &[TaskReport]) -> (Option<u64>, Option<u64>, Option<f64>) {
+    let done = tasks
+        .iter()
+        .filter(|t| t.class != TaskClass::Rt0)
+        .filter_map(|t| t.completion_ns);
+    let (min, max) = (done.clone().min(), done.max());
+    let spread = match (min, max) {
+        (Some(a), Some(b)) if a > 0 => Some(b as f64 / a as f64),
+        _ => None,
+    };
+    (min, max, spread)
+}
+
 /// Simulate one run.
 pub fn run(cfg: &SimConfig, tasks: &[TaskDef]) -> Result<SimReport, SimError> {
     let mut sim = Sim::new(cfg.clone(), tasks.to_vec())?;

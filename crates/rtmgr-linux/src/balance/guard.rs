@@ -5,7 +5,7 @@
 
 use crate::cgroup;
 use crate::measure::probe::{max_fifo_priority, setup_rt_thread, Prepare};
-use crate::measure::{mono_ns, MeasureError};
+use crate::measure::{mono_ns, sleep_until, MeasureError};
 use crate::partition::Applied;
 use crate::sched::Policy;
 use crate::Host;
@@ -22,23 +22,6 @@ pub struct LatencyGuard {
     stop: Arc<AtomicBool>,
     recent: Vec<(u32, Arc<Mutex<VecDeque<u64>>>)>,
     handles: Vec<JoinHandle<()>>,
-}
-
-fn sleep_until(t_ns: i64) {
-    let ts = libc::timespec {
-        tv_sec: t_ns / 1_000_000_000,
-        tv_nsec: t_ns % 1_000_000_000,
-    };
-    // SAFETY: valid timespec; TIMER_ABSTIME needs no remaining-time pointer.
-    while unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    } == libc::EINTR
-    {}
 }
 
 impl LatencyGuard {

@@ -5,7 +5,7 @@
 //! of /dev/zero). Collects the lbµ figures: wall-clock time, CPU time per
 //! CPU, context switches.
 
-use crate::measure::{gettid, mono_ns, thread_cpu_ns, MeasureError};
+use crate::measure::{gettid, mono_ns, sleep_until, thread_cpu_ns, thread_switches, MeasureError};
 use crate::sched::{self, Policy};
 use rtmgr_core::balance::scenario::{Scenario, Sched};
 use rtmgr_core::class::TaskClass;
@@ -106,31 +106,6 @@ fn current_cpu() -> usize {
     // SAFETY: no arguments.
     let c = unsafe { libc::sched_getcpu() };
     c.max(0) as usize
-}
-
-fn rusage_switches() -> u64 {
-    // SAFETY: zeroed rusage is valid; getrusage fills it for this thread.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    (ru.ru_nvcsw + ru.ru_nivcsw) as u64
-}
-
-fn sleep_abs(t_ns: i64) {
-    let ts = libc::timespec {
-        tv_sec: t_ns / 1_000_000_000,
-        tv_nsec: t_ns % 1_000_000_000,
-    };
-    // SAFETY: valid timespec, absolute sleep, no remaining-time pointer.
-    while unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    } == libc::EINTR
-    {}
 }
 
 /// Called in each fake-task thread with (index, tid) before it pins itself,
@@ -242,7 +217,7 @@ fn fake_body(
         cpu_ns: vec![0; ncpus],
         ..Default::default()
     };
-    let sw0 = rusage_switches();
+    let sw0 = thread_switches();
     let mut zero = std::fs::File::open("/dev/zero").ok();
     let mut buf = vec![0u8; 64 * 1024];
     let (mut work, mut burst, mut kern) = (
@@ -294,13 +269,16 @@ fn fake_body(
         if burst == 0 && work > 0 {
             burst = spec.burst_ns;
             let target = mono_ns() + spec.sleep_ns as i64;
-            sleep_abs(target);
+            sleep_until(target);
             res.wake_latency_ns.push((mono_ns() - target).max(0) as u64);
             cpu_t = thread_cpu_ns();
             last_cpu = current_cpu();
         }
     }
     res.wall_ns = (mono_ns() - start).max(0) as u64;
-    res.switches = rusage_switches() - sw0;
+    res.switches = {
+        let sw1 = thread_switches();
+        (sw1.0 + sw1.1) - (sw0.0 + sw0.1)
+    };
     res
 }

@@ -11,7 +11,7 @@ pub mod procfile;
 
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
-use crate::measure::{mono_ns, thread_cpu_ns, MeasureError};
+use crate::measure::{mono_ns, sleep_until, thread_cpu_ns, MeasureError};
 use crate::partition::Applied;
 use crate::tasks;
 use observe::{Observer, Scope};
@@ -210,13 +210,6 @@ fn reason_name(r: Reason) -> &'static str {
         Reason::Rebalance => "rebalance",
         Reason::Fill => "fill",
         Reason::Rotate => "rotate",
-    }
-}
-
-fn sleep_until(t_ns: i64) {
-    let now = mono_ns();
-    if t_ns > now {
-        std::thread::sleep(std::time::Duration::from_nanos((t_ns - now) as u64));
     }
 }
 

@@ -7,7 +7,7 @@
 //! (never skipped: no coordinated omission) and counted as missed. McKenney's
 //! relative mode sleeps for a duration instead and records signed jitter.
 
-use super::{gettid, mono_ns, thread_cpu_ns, MeasureError, Result};
+use super::{gettid, mono_ns, sleep_until, thread_cpu_ns, thread_switches, MeasureError, Result};
 use crate::sched::{self, Policy};
 use rtmgr_core::report::{PolicySpec, ProbeMode};
 use rtmgr_core::stats::Hist;
@@ -100,31 +100,6 @@ pub fn max_fifo_priority() -> u8 {
     // SAFETY: no pointers.
     let p = unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) };
     p.clamp(1, 99) as u8
-}
-
-fn rusage_thread() -> (u64, u64) {
-    // SAFETY: zeroed rusage is valid; getrusage fills it for the calling thread.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
-}
-
-fn sleep_until(t_ns: i64) {
-    let ts = libc::timespec {
-        tv_sec: t_ns / 1_000_000_000,
-        tv_nsec: t_ns % 1_000_000_000,
-    };
-    // SAFETY: valid timespec; remaining-time pointer unused with TIMER_ABSTIME.
-    while unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    } == libc::EINTR
-    {}
 }
 
 fn sleep_for(d_ns: i64) {
@@ -310,7 +285,7 @@ fn run_thread(
     let interval = cfg.interval_ns as i64;
     let end = cfg.duration_ns.map(|d| t0 + d as i64);
     let loops = cfg.loops.unwrap_or(u64::MAX);
-    let (v0, i0) = rusage_thread();
+    let (v0, i0) = thread_switches();
     let c0 = thread_cpu_ns();
     let mut next = t0 + interval;
     let mut last_pub = t0;
@@ -359,7 +334,7 @@ fn run_thread(
             me.max.store(max, Relaxed);
         }
     }
-    let (v1, i1) = rusage_thread();
+    let (v1, i1) = thread_switches();
     out.cpu_time_ns = (thread_cpu_ns() - c0).max(0) as u64;
     out.voluntary_ctxt_switches = v1 - v0;
     out.involuntary_ctxt_switches = i1 - i0;

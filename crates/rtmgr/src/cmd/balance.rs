@@ -339,12 +339,7 @@ fn live_report(
             }
         })
         .collect();
-    let done: Vec<u64> = tasks
-        .iter()
-        .filter(|t| t.class != TaskClass::Rt0)
-        .filter_map(|t| t.completion_ns)
-        .collect();
-    let (min, max) = (done.iter().min().copied(), done.iter().max().copied());
+    let (min, max, spread) = rtmgr_sim::completion(&tasks);
     SimReport {
         balancer: kind,
         seed: 0,
@@ -360,10 +355,7 @@ fn live_report(
         cpu_busy_percent: Vec::new(),
         completion_min_ns: min,
         completion_max_ns: max,
-        completion_spread: match (min, max) {
-            (Some(a), Some(b)) if a > 0 => Some(b as f64 / a as f64),
-            _ => None,
-        },
+        completion_spread: spread,
         tasks,
     }
 }
