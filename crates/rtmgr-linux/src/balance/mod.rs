@@ -8,6 +8,7 @@ pub mod guard;
 pub mod lbu;
 pub mod observe;
 pub mod procfile;
+pub mod v2_lending;
 
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
@@ -237,6 +238,8 @@ pub fn run_balancer(
     } else {
         None
     };
+    // Before the mover: dropped after it, once every guest has left.
+    let _lending = v2_lending::MemberWhileLending::open(host, applied)?;
     let mut mover = Mover::new(host, applied);
     let mut observer = Observer::new(
         host.root(),
