@@ -457,11 +457,10 @@ impl Observer {
             return Ok(None);
         }
         let rec = self.recs.get_mut(&tid).expect("known task");
-        let path = rec.dir.join("schedstat");
         match rec
             .files
             .schedstat
-            .read(&path, &mut self.buf, true, &mut self.budget)
+            .read(&rec.dir, "schedstat", &mut self.buf, true, &mut self.budget)
         {
             Ok(()) => {
                 self.last.reads += 1;
@@ -526,11 +525,10 @@ impl Observer {
                 return true;
             }
         }
-        let path = rec.dir.join("stat");
         match rec
             .files
             .stat
-            .read(&path, &mut self.buf, true, &mut self.budget)
+            .read(&rec.dir, "stat", &mut self.buf, true, &mut self.budget)
         {
             Ok(()) => self.last.reads += 1,
             Err(_) => return false,
@@ -594,11 +592,10 @@ impl Observer {
         let often = switched as f64 * 1e9 >= self.switch_floor_per_s * since_ns as f64;
         let split = rec.hot && ran > 0 && (often || slices == u64::MAX);
         if !rec.kthread && (split || !rec.has_affinity) {
-            let path = rec.dir.join("status");
             let st = rec
                 .files
                 .status
-                .read(&path, &mut self.buf, true, &mut self.budget)
+                .read(&rec.dir, "status", &mut self.buf, true, &mut self.budget)
                 .ok()
                 .map(|()| parse_status(&self.buf));
             if let Some(st) = st {

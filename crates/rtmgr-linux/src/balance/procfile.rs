@@ -104,11 +104,13 @@ pub struct KeptFile {
 }
 
 impl KeptFile {
-    /// Read `path` into `buf`, through the kept descriptor when there is one;
-    /// keep the descriptor afterwards if `keep` and the budget allow.
+    /// Read `dir/name` into `buf`, through the kept descriptor when there is
+    /// one (no path is built then); keep the descriptor afterwards if `keep`
+    /// and the budget allow.
     pub fn read(
         &mut self,
-        path: &Path,
+        dir: &Path,
+        name: &str,
         buf: &mut Vec<u8>,
         keep: bool,
         budget: &mut FdBudget,
@@ -120,7 +122,7 @@ impl KeptFile {
             }
             return r;
         }
-        let f = ProcFile::open(path)?;
+        let f = ProcFile::open(&dir.join(name))?;
         f.read_into(buf)?;
         if keep && budget.take() {
             self.file = Some(f);
@@ -202,14 +204,19 @@ mod tests {
         let mut budget = FdBudget::new(1);
         let (mut a, mut b) = (KeptFile::default(), KeptFile::default());
         let mut buf = Vec::new();
-        a.read(&p, &mut buf, true, &mut budget).unwrap();
-        b.read(&p, &mut buf, true, &mut budget).unwrap();
+        a.read(dir.path(), "f", &mut buf, true, &mut budget)
+            .unwrap();
+        b.read(dir.path(), "f", &mut buf, true, &mut budget)
+            .unwrap();
         assert!(a.is_open() && !b.is_open());
         assert_eq!(budget.open(), 1);
-        a.read(&p, &mut buf, false, &mut budget).unwrap();
+        a.read(dir.path(), "f", &mut buf, false, &mut budget)
+            .unwrap();
         assert!(!a.is_open());
         assert_eq!(budget.open(), 0);
         std::fs::remove_file(&p).unwrap();
-        assert!(b.read(&p, &mut buf, true, &mut budget).is_err());
+        assert!(b
+            .read(dir.path(), "f", &mut buf, true, &mut budget)
+            .is_err());
     }
 }
