@@ -5,7 +5,7 @@
 //! max − T_min in µs and % with the whole distribution.
 
 use super::probe::{setup_rt_thread, Prepare};
-use super::{mono_ns, MeasureError, Result};
+use super::{mono_ns, sleep_until, MeasureError, Result};
 use crate::sched::Policy;
 use rtmgr_core::stats::Hist;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -52,19 +52,7 @@ pub fn run_pass(
                 if stop.load(Relaxed) {
                     return Ok((h, true));
                 }
-                let ts = libc::timespec {
-                    tv_sec: next / 1_000_000_000,
-                    tv_nsec: next % 1_000_000_000,
-                };
-                // SAFETY: valid timespec, absolute sleep.
-                unsafe {
-                    libc::clock_nanosleep(
-                        libc::CLOCK_MONOTONIC,
-                        libc::TIMER_ABSTIME,
-                        &ts,
-                        std::ptr::null_mut(),
-                    )
-                };
+                sleep_until(next);
                 let t = mono_ns();
                 std::hint::black_box(divisions(std::hint::black_box(n)));
                 h.record(mono_ns() - t);

@@ -6,7 +6,7 @@
 //! wake-up (counter > 1) or a timer overrun is a lost activation.
 
 use super::probe::{setup_rt_thread, Prepare};
-use super::{mono_ns, MeasureError, Result};
+use super::{mono_ns, sleep_until, MeasureError, Result};
 use crate::sched::Policy;
 use rtmgr_core::stats::Hist;
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -162,19 +162,7 @@ pub fn run(
                     interrupted = true;
                     break;
                 }
-                let ts = libc::timespec {
-                    tv_sec: next / 1_000_000_000,
-                    tv_nsec: next % 1_000_000_000,
-                };
-                // SAFETY: valid timespec, absolute sleep.
-                unsafe {
-                    libc::clock_nanosleep(
-                        libc::CLOCK_MONOTONIC,
-                        libc::TIMER_ABSTIME,
-                        &ts,
-                        std::ptr::null_mut(),
-                    )
-                };
+                sleep_until(next);
                 fds2[(k % 2) as usize].add(1);
                 k += 1;
                 let now = mono_ns();
