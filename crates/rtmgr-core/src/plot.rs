@@ -3,6 +3,10 @@
 //! the DROPS §5.3 Figs. 6–8 series (time since the previous activation per
 //! activation). Pure string building, no dependencies.
 
+mod budget;
+
+pub use budget::budget_rates_svg;
+
 use crate::stats::HistData;
 use std::fmt::Write as _;
 
