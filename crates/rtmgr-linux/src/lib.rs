@@ -6,6 +6,7 @@
 pub mod balance;
 pub mod cgroup;
 pub mod cpus;
+pub mod experiment;
 pub mod fake;
 pub mod host;
 pub mod irq;

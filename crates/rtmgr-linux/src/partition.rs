@@ -576,6 +576,22 @@ pub fn enter(host: &Host, applied: &Applied, role: Role, pid: u32) -> Result<()>
     Ok(())
 }
 
+/// Put one thread of this process into the RT or NRT set: on cgroup v1 that
+/// thread alone moves (not journalled: it belongs to rtmgr, which restores its
+/// own threads); v2 moves whole processes only, so this process enters (journalled).
+pub fn enter_thread(host: &Host, applied: &Applied, role: Role, tid: u32) -> Result<()> {
+    match (&applied.layout, role, &applied.nrt_cgroup) {
+        (Layout::V1(_), Role::Rt, _) => Ok(cgroup::attach(
+            host,
+            &applied.layout,
+            &applied.rt_cgroup,
+            tid,
+        )?),
+        (Layout::V1(_), Role::Nrt, Some(d)) => Ok(cgroup::attach(host, &applied.layout, d, tid)?),
+        _ => enter(host, applied, role, std::process::id()),
+    }
+}
+
 /// Undo everything the journal records. Idempotent: with no journal it does
 /// nothing; after a partial reset it finishes the job.
 pub fn reset(host: &Host, journal_path: &Path) -> Result<ResetReport> {

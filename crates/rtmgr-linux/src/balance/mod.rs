@@ -4,6 +4,7 @@
 //! NRT cpuset and single RT CPUs (cpuset + affinity), under a latency guard.
 //! Every change is kept in memory and undone when it stops (also on error).
 
+pub mod background;
 pub mod guard;
 pub mod lbu;
 pub mod observe;
@@ -31,6 +32,10 @@ pub enum BalanceError {
     Host(#[from] HostError),
     #[error("latency guard: {0}")]
     Guard(#[from] MeasureError),
+    #[error("balancer could not restore: {0}")]
+    Restore(String),
+    #[error("balancer thread panicked")]
+    Panicked,
 }
 
 /// How the live balancer runs.

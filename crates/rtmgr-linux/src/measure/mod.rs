@@ -10,6 +10,7 @@ pub mod exec;
 pub mod load;
 pub mod periodicity;
 pub mod probe;
+pub mod segment;
 pub mod spawn;
 
 use rtmgr_core::report::HostInfo;

@@ -50,15 +50,10 @@ pub struct BalanceArgs {
 
 /// SIGINT/SIGTERM/SIGHUP set the returned flag (the loop then restores and exits).
 fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
-    }
-    Ok(stop)
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    Ok(rtmgr_linux::experiment::session::stop_flag(&[
+        SIGINT, SIGTERM, SIGHUP,
+    ])?)
 }
 
 fn applied_partition(host: &Host, journal: &std::path::Path) -> anyhow::Result<Option<Applied>> {
@@ -357,43 +352,5 @@ fn live_report(
         completion_max_ns: max,
         completion_spread: spread,
         tasks,
-    }
-}
-
-/// The live balancer in a background thread over every task of the machine
-/// (this process's own threads excluded), for as long as a measurement runs:
-/// `rtmgr evaluate`'s "partition + live balancer" configuration.
-pub struct BackgroundBalancer {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<Result<LiveReport, rtmgr_linux::balance::BalanceError>>,
-}
-
-impl BackgroundBalancer {
-    pub fn start(host: &Host, applied: &Applied) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h, a, s) = (host.clone(), applied.clone(), stop.clone());
-        let handle = std::thread::spawn(move || {
-            let mut cfg = LiveConfig::new(&a);
-            // Measurement segments are short: find new tasks every 200 ms.
-            cfg.scan_every = 4;
-            run_balancer(&h, &a, &cfg, &s, |_, _| {})
-        });
-        BackgroundBalancer { stop, handle }
-    }
-
-    /// Stop, restore every change, and say what it did.
-    pub fn finish(self) -> anyhow::Result<LiveReport> {
-        self.stop.store(true, Ordering::Relaxed);
-        let rep = self
-            .handle
-            .join()
-            .map_err(|_| anyhow::anyhow!("balancer thread panicked"))??;
-        if !rep.restore_failures.is_empty() {
-            anyhow::bail!(
-                "balancer could not restore: {}",
-                rep.restore_failures.join("; ")
-            );
-        }
-        Ok(rep)
     }
 }

@@ -6,51 +6,14 @@ pub mod budget;
 pub mod evaluate;
 pub mod lb;
 pub mod measure;
+pub mod output;
 pub mod partition;
 pub mod run;
 pub mod status;
 
-use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
-use rtmgr_linux::Host;
-use std::path::Path;
 use std::process::ExitCode;
 
-/// The machine to work on: the real one, or a fake tree named by
-/// RTMGR_SYSROOT (tests only; then root is not required).
-pub fn host() -> Host {
-    match std::env::var_os("RTMGR_SYSROOT") {
-        Some(root) => Host::fake(root),
-        None => Host::real(),
-    }
-}
-
-/// Refuse to change the machine unless root (checked before anything changes).
-pub fn require_root(host: &Host, what: &str) -> anyhow::Result<()> {
-    if !host.is_fake() && !rtmgr_linux::sched::is_root() {
-        return bad_input(format!(
-            "{what} needs root (CAP_SYS_ADMIN and CAP_SYS_NICE): run it with sudo"
-        ));
-    }
-    Ok(())
-}
-
-/// Take the machine-wide lock so no other rtmgr changes the machine meanwhile.
-/// A test (or script) that already holds the lock and runs rtmgr under it sets
-/// RTMGR_LOCK_HELD=1; then no lock is taken (it would wait for its own parent).
-pub fn machine_lock(host: &Host) -> anyhow::Result<Option<MachineLock>> {
-    if std::env::var_os("RTMGR_LOCK_HELD").is_some() {
-        return Ok(None);
-    }
-    let path = host.path(DEFAULT_LOCK_PATH);
-    if let Some(l) = MachineLock::try_acquire(&path)? {
-        return Ok(Some(l));
-    }
-    eprintln!(
-        "rtmgr: waiting for another rtmgr to release {}",
-        Path::new(DEFAULT_LOCK_PATH).display()
-    );
-    Ok(Some(MachineLock::acquire(&path)?))
-}
+pub use rtmgr_linux::experiment::session::{host_from_env as host, machine_lock, require_root};
 
 /// An error caused by the user's input, detected before anything changed: exit 2.
 #[derive(Debug)]
@@ -92,10 +55,19 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
             if let Some(bad) = e.downcast_ref::<BadInput>() {
                 eprintln!("rtmgr: error: {bad}");
                 ExitCode::from(2)
+            } else if is_engine_input(&e) {
+                eprintln!("rtmgr: error: {e:#}");
+                ExitCode::from(2)
             } else {
                 eprintln!("rtmgr: error: {e:#}");
                 ExitCode::from(1)
             }
         }
     }
+}
+
+/// An engine's bad-input error (nothing was changed), under any context.
+fn is_engine_input(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<rtmgr_linux::experiment::Error>()
+        .is_some_and(|x| x.is_input())
 }

@@ -1,0 +1,372 @@
+//! `rtmgr evaluate`, the main job: the RT CPU's wake-up latency under the
+//! `all` load (ARTiS §3.1) in five configurations, interleaved in rounds so
+//! drift hits them alike (DESIGN.md "Measuring"): idle, stock, shield, rtmgr
+//! (SCHED_IDLE guests on the RT CPU, ARTiS §2.2) and balanced (the live
+//! balancer lending the RT CPU, ARTiS §2.3). Always resets the partition it applied.
+
+use super::session::{lock_memory, machine_lock, report, require_root, stop_flag, STOP_SIGNALS};
+use super::{bad_input, progress_line, Context, Error, Reporter, Result};
+use crate::balance::background::BackgroundBalancer;
+use crate::journal::DEFAULT_JOURNAL;
+use crate::measure::probe::{max_fifo_priority, ProbeConfig};
+use crate::measure::segment::{
+    cpu_result, merged, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator,
+};
+use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
+use crate::partition::{self, ApplyOptions, PartitionGuard, Role};
+use crate::Host;
+use rtmgr_core::load::{LoadKind, StressorMetrics};
+use rtmgr_core::partition::{validate, PartitionConfig, PartitionPlan};
+use rtmgr_core::report::{
+    evaluate_verdicts, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec, ProbeMode, Report,
+};
+use rtmgr_core::stats::Hist;
+use rtmgr_core::CpuSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct EvaluateConfig {
+    /// Total measuring time, spread over all rounds and configurations.
+    pub total: Duration,
+    /// Rounds; each runs every configuration once.
+    pub rounds: u32,
+    /// The RT CPU (default: the last online CPU).
+    pub rt_cpu: Option<u32>,
+    pub load: LoadKind,
+    /// Probe release period.
+    pub interval: Duration,
+}
+
+impl EvaluateConfig {
+    /// The defaults: 48 s over 4 rounds, or 12 s over 2 with `quick`.
+    pub fn new(quick: bool) -> Self {
+        EvaluateConfig {
+            total: Duration::from_secs(if quick { 12 } else { 48 }),
+            rounds: if quick { 2 } else { 4 },
+            rt_cpu: None,
+            load: LoadKind::All,
+            interval: Duration::from_micros(250),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Config {
+    Idle,
+    Stock,
+    Shield,
+    Rtmgr,
+    /// Partition + the live balancer (`rtmgr balance`).
+    Balanced,
+}
+
+const CONFIGS: [Config; 5] = [
+    Config::Idle,
+    Config::Stock,
+    Config::Shield,
+    Config::Rtmgr,
+    Config::Balanced,
+];
+
+impl Config {
+    fn name(self) -> &'static str {
+        match self {
+            Config::Idle => "idle",
+            Config::Stock => "stock",
+            Config::Shield => "shield",
+            Config::Rtmgr => "rtmgr",
+            Config::Balanced => "balanced",
+        }
+    }
+    fn description(self) -> &'static str {
+        match self {
+            Config::Idle => "no partition, no load: the machine's floor",
+            Config::Stock => "no partition, load on every CPU",
+            Config::Shield => "partition applied, load confined to the NRT CPUs (cset/RedHawk-style shielding)",
+            Config::Rtmgr => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU (ARTiS)",
+            Config::Balanced => "partition applied, load on the NRT CPUs, the live balancer (`rtmgr balance`) lending the RT CPU to it under its latency guard",
+        }
+    }
+    fn partitioned(self) -> bool {
+        matches!(self, Config::Shield | Config::Rtmgr | Config::Balanced)
+    }
+
+    fn load_plan(self, kind: LoadKind, online: &CpuSet, plan: &PartitionPlan) -> Option<LoadPlan> {
+        let part = |cpus: &CpuSet, idle: bool, enter: Option<Role>| LoadPart {
+            cpus: cpus.clone(),
+            sched_idle: idle,
+            enter,
+        };
+        let parts = match self {
+            Config::Idle => return None,
+            Config::Stock => vec![part(online, false, None)],
+            Config::Shield | Config::Balanced => vec![part(&plan.nrt, false, Some(Role::Nrt))],
+            Config::Rtmgr => vec![
+                part(&plan.nrt, false, Some(Role::Nrt)),
+                part(&plan.rt, true, Some(Role::Rt)),
+            ],
+        };
+        Some(LoadPlan { kind, parts })
+    }
+}
+
+/// One configuration's data over the rounds.
+#[derive(Default)]
+struct Acc {
+    hist: Hist,
+    missed: u64,
+    metrics: Vec<Vec<StressorMetrics>>,
+    segments: u32,
+    disturbance: Disturbance,
+}
+
+/// Per-segment average of bogo-ops/s per stressor.
+fn mean_metrics(parts: &[Vec<StressorMetrics>]) -> Vec<StressorMetrics> {
+    let mut sum = rtmgr_core::load::merge_metrics(parts);
+    for m in &mut sum {
+        let k = parts
+            .iter()
+            .filter(|p| p.iter().any(|x| x.stressor == m.stressor))
+            .count()
+            .max(1);
+        m.bogo_ops_per_s /= k as f64;
+    }
+    sum
+}
+
+/// What a run gives back: the report (partial when cut short), how it was
+/// measured, and the failure that ended it early, if one did.
+pub struct EvaluateOutcome {
+    pub report: Report,
+    pub mlocked: bool,
+    pub dma_held: bool,
+    pub failure: Option<Error>,
+}
+
+impl EvaluateOutcome {
+    pub fn run(&self) -> &EvaluateRun {
+        match &self.report.body {
+            Body::Evaluate(e) => e,
+            _ => unreachable!("an evaluate report"),
+        }
+    }
+}
+
+/// Check the request, take the machine, run every round, reset the partition.
+/// Errors before the first round are returned; a failure during the rounds
+/// ends them and comes back in the outcome with the data so far.
+pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<EvaluateOutcome> {
+    require_root(host, "rtmgr evaluate")?;
+    crate::measure::load::stress_ng()?;
+    let online = crate::cpus::online(host)?;
+    if online.len() < 2 {
+        return bad_input(format!(
+            "rtmgr evaluate needs at least 2 online CPUs (one RT, one NRT); online: {online}"
+        ));
+    }
+    let rt_cpu = cfg
+        .rt_cpu
+        .unwrap_or_else(|| online.iter().last().expect("non-empty"));
+    let plan = validate(
+        &PartitionConfig::default(),
+        Some(&CpuSet::single(rt_cpu)),
+        &online,
+    )
+    .or_else(|e| bad_input(e.to_string()))?;
+    let rounds = cfg.rounds;
+    if rounds == 0 {
+        return bad_input("--rounds must be at least 1");
+    }
+    let total = cfg.total;
+    let segment = total / (rounds * CONFIGS.len() as u32);
+    if segment < Duration::from_millis(100) || cfg.interval.is_zero() || cfg.interval > segment {
+        return bad_input(format!(
+            "--duration {total:?} over {rounds} rounds gives {segment:?} per configuration: too short for --interval {:?}",
+            cfg.interval
+        ));
+    }
+    let journal = PathBuf::from(DEFAULT_JOURNAL);
+    let _lock = machine_lock(host)?;
+    if let Some(a) = partition::current(host, &journal)? {
+        return bad_input(format!(
+            "a partition is already applied (RT CPUs {}): evaluate applies and resets its own; run `rtmgr partition reset` first",
+            a.plan.rt
+        ));
+    }
+    let opts = ApplyOptions {
+        journal,
+        replace: false,
+    };
+    // Also refuses leftover rtmgr cgroups (a partition applied with another journal).
+    if let Err(e) = partition::preflight(host, &opts) {
+        return bad_input(format!("cannot apply evaluate's partition: {e}"));
+    }
+    let stop = stop_flag(&STOP_SIGNALS)?;
+    let _orchestrator = Orchestrator::enter(&plan.rt, &online);
+    let mlocked = lock_memory();
+    let dma = DmaLatencyGuard::hold();
+    let started = unix_now_s();
+    let probe = ProbeConfig {
+        mode: ProbeMode::Absolute,
+        cpus: CpuSet::single(rt_cpu),
+        interval_ns: cfg.interval.as_nanos() as u64,
+        duration_ns: Some(segment.as_nanos() as u64),
+        loops: None,
+        policy: PolicySpec::Fifo {
+            priority: max_fifo_priority(),
+        },
+        parallel: 1,
+    };
+    rep.note(&format!(
+        "evaluate: RT CPU {rt_cpu}, NRT CPUs {}, {} load, {rounds} rounds x {} configurations x {segment:?}, probe every {:?}",
+        plan.nrt,
+        cfg.load,
+        CONFIGS.len(),
+        cfg.interval
+    ));
+    let mut acc: Vec<Acc> = CONFIGS.iter().map(|_| Acc::default()).collect();
+    let t0 = Instant::now();
+    let mut rounds_done = 0;
+    let mut failure: Option<Error> = None;
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    'rounds: for r in 0..rounds {
+        // Alternate the order so no configuration always runs first or last.
+        let mut order: Vec<Config> = CONFIGS.to_vec();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        let mut guard: Option<PartitionGuard> = None;
+        for c in order {
+            if stopped() {
+                break 'rounds;
+            }
+            if c.partitioned() && guard.is_none() {
+                rep.progress(t0.elapsed(), &format!("round {} applying partition", r + 1));
+                let t = Instant::now();
+                let applied = PartitionGuard::apply(host, &plan, &opts);
+                tracing::debug!("partition apply took {:?}", t.elapsed());
+                match applied.context("apply the partition") {
+                    Ok(g) => guard = Some(g),
+                    Err(e) => {
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                }
+            }
+            if !c.partitioned() {
+                if let Some(g) = guard.take() {
+                    if let Err(e) = g.reset().context("reset the partition") {
+                        failure = Some(e);
+                        break 'rounds;
+                    }
+                }
+            }
+            let applied = guard.as_ref().map(|g| g.applied());
+            let prepare = applied.map(|a| rt_prepare(host, a));
+            let load = c.load_plan(cfg.load, &online, &plan);
+            let i = CONFIGS.iter().position(|x| *x == c).expect("listed");
+            let seg_start = Instant::now();
+            // The live balancer runs during the "balanced" segment.
+            let balancer = match (c, applied) {
+                (Config::Balanced, Some(a)) => Some(BackgroundBalancer::start(host, a)),
+                _ => None,
+            };
+            let seg = run_segment(
+                host,
+                &probe,
+                load.as_ref(),
+                applied,
+                prepare,
+                &stop,
+                &mut |p, _| {
+                    let msg = format!(
+                        "round {}/{rounds} {:6} {}",
+                        r + 1,
+                        c.name(),
+                        progress_line(p)
+                    );
+                    rep.progress(t0.elapsed(), &msg)
+                },
+            );
+            tracing::debug!(
+                "round {} {}: segment took {:?}",
+                r + 1,
+                c.name(),
+                seg_start.elapsed()
+            );
+            let seg = match (seg, balancer.map(|b| b.finish())) {
+                (Ok(_), Some(Err(e))) => Err(Error::from(e).context("live balancer")),
+                (seg, _) => seg.map_err(Error::from),
+            };
+            match seg {
+                Ok(seg) => {
+                    let a = &mut acc[i];
+                    let (h, m) = merged(&seg.threads);
+                    a.hist.merge(&h);
+                    a.missed += m;
+                    if !seg.metrics.is_empty() {
+                        a.metrics.push(seg.metrics);
+                    }
+                    if !seg.interrupted {
+                        a.segments += 1;
+                    }
+                    disturb::accumulate(&mut a.disturbance, &seg.disturbance);
+                }
+                Err(e) => {
+                    failure = Some(e.context(format!("round {} {}", r + 1, c.name())));
+                    break 'rounds;
+                }
+            }
+        }
+        if let Some(g) = guard.take() {
+            if let Err(e) = g.reset().context("reset the partition") {
+                failure = Some(e);
+                break 'rounds;
+            }
+        }
+        if !stopped() {
+            rounds_done += 1;
+        }
+    }
+    // Any guard still alive was dropped (reset) when the loop ended.
+    let configs: Vec<ConfigResult> = CONFIGS
+        .iter()
+        .zip(&acc)
+        .map(|(c, a)| ConfigResult {
+            name: c.name().into(),
+            description: c.description().into(),
+            result: cpu_result(rt_cpu, &a.hist, a.missed),
+            throughput: mean_metrics(&a.metrics),
+            segments: a.segments,
+            disturbance: a.disturbance.clone(),
+        })
+        .collect();
+    let mut run = EvaluateRun {
+        rt_cpus: plan.rt.clone(),
+        nrt_cpus: plan.nrt.clone(),
+        load: cfg.load.name().into(),
+        interval_ns: probe.interval_ns,
+        rounds_planned: rounds,
+        rounds_done,
+        segment_ns: segment.as_nanos() as u64,
+        latency_bound_us: plan.latency_bound_us,
+        configs,
+        verdicts: Vec::new(),
+    };
+    run.verdicts = evaluate_verdicts(&run);
+    let partial = if let Some(e) = &failure {
+        Some(format!("failed: {e}"))
+    } else if stopped() {
+        Some("interrupted (SIGINT/SIGTERM): fewer rounds than planned".to_string())
+    } else {
+        None
+    };
+    Ok(EvaluateOutcome {
+        report: report(Body::Evaluate(run), &online, started, partial),
+        mlocked,
+        dma_held: dma.held(),
+        failure,
+    })
+}

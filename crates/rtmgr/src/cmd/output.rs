@@ -1,0 +1,86 @@
+//! Where a command's report and plots go: where `--out`/`--json`/`--svg` say,
+//! plots beside their JSON report, and without any of them into a fresh
+//! directory under the user's state directory — never into the current
+//! directory unasked.
+
+use std::path::{Path, PathBuf};
+
+/// `$XDG_STATE_HOME/rtmgr/reports/<kind>-<UTC time>` (`~/.local/state/…` when
+/// XDG_STATE_HOME is unset; /var/tmp/rtmgr/reports/… without a home).
+pub fn default_dir(kind: &str) -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| Path::new(&h).join(".local/state"))
+        })
+        .map(|b| b.join("rtmgr/reports"))
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/rtmgr/reports"));
+    base.join(format!("{kind}-{}", stamp(std::time::SystemTime::now())))
+}
+
+/// "20261123-101500" (UTC): sorts by time, safe in any file name.
+fn stamp(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .map(|c| if c == 'T' { '-' } else { c })
+        .collect()
+}
+
+/// The files of one report: the JSON and the stem its plots are named from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub json: PathBuf,
+    /// Plots are this path with a suffix before `.svg`.
+    pub svg: PathBuf,
+}
+
+/// `--json`/`--svg` win; else `--out DIR`; else a fresh default directory.
+/// Plots without `--svg` go beside the JSON report.
+pub fn paths(kind: &str, out: Option<&Path>, json: Option<&Path>, svg: Option<&Path>) -> Paths {
+    let dir = || {
+        out.map(Path::to_path_buf)
+            .unwrap_or_else(|| default_dir(kind))
+    };
+    let json = json
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| dir().join("report.json"));
+    let svg = svg.map(Path::to_path_buf).unwrap_or_else(|| {
+        let name = if json.file_name().is_some_and(|n| n == "report.json") {
+            format!("{kind}.svg")
+        } else {
+            let stem = json.file_stem().map(|s| s.to_string_lossy().into_owned());
+            format!("{}.svg", stem.unwrap_or_else(|| kind.into()))
+        };
+        json.with_file_name(name)
+    });
+    Paths { json, svg }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plots_follow_the_json_and_nothing_lands_in_the_current_directory() {
+        let p = paths("latency", None, Some(Path::new("/r/a.json")), None);
+        assert_eq!(p.svg, Path::new("/r/a.svg"));
+        let p = paths("latency", Some(Path::new("/o")), None, None);
+        assert_eq!(p.json, Path::new("/o/report.json"));
+        assert_eq!(p.svg, Path::new("/o/latency.svg"));
+        let p = paths("exec", None, None, Some(Path::new("x.svg")));
+        assert_eq!(p.svg, Path::new("x.svg"));
+        assert!(p.json.is_absolute(), "{:?}", p.json);
+        assert!(p.json.to_string_lossy().contains("rtmgr/reports/exec-"));
+    }
+
+    #[test]
+    fn stamps_are_digits() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
+        assert_eq!(stamp(t), "20261118-110640");
+    }
+}
