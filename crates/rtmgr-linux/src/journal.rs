@@ -37,8 +37,14 @@ pub enum Record {
         rt_cgroup: PathBuf,
         nrt_cgroup: Option<PathBuf>,
     },
-    /// A control file's old content (machine path), restored verbatim.
-    File { path: PathBuf, old: String },
+    /// A control file's old content (machine path), restored verbatim by the
+    /// knob that wrote it (journals of older rtmgr versions name none).
+    File {
+        path: PathBuf,
+        old: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        knob: Option<String>,
+    },
     /// The cpuset controller about to be enabled in a v2 subtree_control; reset disables it.
     ControllerEnabled { path: PathBuf },
     /// A cgroup directory about to be created; reset removes it.
@@ -163,6 +169,7 @@ mod tests {
         let rec = Record::File {
             path: "/proc/irq/default_smp_affinity".into(),
             old: "3".into(),
+            knob: Some("defaults".into()),
         };
         j.record(&rec).unwrap();
         assert!(

@@ -1,0 +1,141 @@
+//! The cpusets knob (ARTiS §2.1: RT CPUs kept for RT tasks; what `cset shield`
+//! does): v1 creates `rtmgr-nrt` and a CPU-exclusive `rtmgr-rt` and turns off
+//! load balancing across the root; v2 makes `rtmgr-rt` an isolated (or root)
+//! partition. Undo empties and removes them and disables what it enabled.
+
+use super::knob::{ApplyCx, Knob, UndoCx};
+use super::Result;
+use crate::cgroup::{self, Layout};
+use crate::host::HostError;
+use crate::journal::Record;
+use crate::Host;
+use std::path::{Path, PathBuf};
+
+pub(super) struct Cpusets;
+
+impl Knob for Cpusets {
+    fn name(&self) -> &'static str {
+        "cgroups"
+    }
+
+    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
+        match cx.layout {
+            Layout::V1(mount) => apply_v1(cx, &mount.clone()),
+            Layout::V2(mount) => apply_v2(cx, &mount.clone()),
+        }
+    }
+
+    fn undo(&self, cx: &mut UndoCx<'_>) {
+        cx.restore_files(Some(self.name()));
+        let created: Vec<PathBuf> = cx
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::CgroupCreated { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        for dir in created.iter().rev() {
+            match remove_cgroup(cx.host, cx.layout, dir) {
+                Ok(true) => cx.report.cgroups_removed.push(dir.display().to_string()),
+                Ok(false) => {}
+                Err(e) => cx.problems.push(format!("remove {}: {e}", dir.display())),
+            }
+        }
+        for r in cx.records.iter().rev() {
+            if let Record::ControllerEnabled { path } = r {
+                if let Err(e) = cx.host.write(path, "-cpuset") {
+                    cx.report.notes.push(format!(
+                        "cpuset controller left enabled in {}: {e}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn apply_v1(cx: &mut ApplyCx<'_>, mount: &Path) -> Result<()> {
+    let (host, layout) = (cx.host, cx.layout);
+    let mems = cgroup::root_mems(host, layout);
+    if let Some(nrt) = cx.nrt_dir {
+        cx.journal
+            .record(&Record::CgroupCreated { path: nrt.into() })?;
+        cgroup::create(host, layout, nrt)?;
+        cgroup::configure_v1(host, nrt, &cx.plan.nrt, &mems)?;
+    }
+    let rt_dir = cx.rt_dir;
+    cx.journal.record(&Record::CgroupCreated {
+        path: rt_dir.into(),
+    })?;
+    cgroup::create(host, layout, rt_dir)?;
+    cgroup::configure_v1(host, rt_dir, &cx.plan.rt, &mems)?;
+    if host
+        .write(rt_dir.join("cpuset.cpu_exclusive"), "1")
+        .is_err()
+    {
+        cx.report
+            .notes
+            .push("could not make the RT cpuset CPU-exclusive".into());
+    }
+    // Like `cset shield`: no load balancing across the root, none on the
+    // RT set, so the scheduler never pulls tasks onto the RT CPUs.
+    let slb = mount.join("cpuset.sched_load_balance");
+    if let Some(written) = cx.set_file("cgroups", &slb, |_| "0".into())? {
+        written?;
+        let _ = host.write(rt_dir.join("cpuset.sched_load_balance"), "0");
+    }
+    Ok(())
+}
+
+fn apply_v2(cx: &mut ApplyCx<'_>, mount: &Path) -> Result<()> {
+    let host = cx.host;
+    let ctl = mount.join("cgroup.subtree_control");
+    let enabled = host.read_opt(&ctl).unwrap_or_default();
+    if !enabled.split_whitespace().any(|c| c == "cpuset") {
+        cx.journal
+            .record(&Record::ControllerEnabled { path: ctl.clone() })?;
+        host.write(&ctl, "+cpuset")?;
+    }
+    let rt_dir = cx.rt_dir;
+    cx.journal.record(&Record::CgroupCreated {
+        path: rt_dir.into(),
+    })?;
+    cgroup::create(host, cx.layout, rt_dir)?;
+    match cgroup::configure_v2_partition(host, rt_dir, &cx.plan.rt)? {
+        Some(state) => {
+            cx.report.partition_state = Some(state.actual.clone());
+            if !state.valid() {
+                cx.report.notes.push(format!(
+                    "the kernel did not accept the RT cpuset as a partition ({}); RT CPUs are kept clear by task affinity only",
+                    state.actual
+                ));
+            }
+        }
+        None => cx.report.notes.push(
+            "this kernel has no cpuset.cpus.partition (cgroup v2 partitions need Linux 5.11+): RT CPUs are kept clear by task affinity only".into(),
+        ),
+    }
+    Ok(())
+}
+
+/// Empty a cgroup into its parent and remove it. Ok(false) if it was not there.
+fn remove_cgroup(host: &Host, layout: &Layout, dir: &Path) -> std::result::Result<bool, HostError> {
+    if !host.exists(dir) {
+        return Ok(false);
+    }
+    let parent = dir.parent().unwrap_or(layout.mount()).to_path_buf();
+    let mut last = None;
+    for _ in 0..50 {
+        for id in cgroup::members(host, layout, dir) {
+            let _ = cgroup::attach(host, layout, &parent, id);
+        }
+        match host.rmdir(dir) {
+            Ok(()) => return Ok(true),
+            Err(e) if e.is_gone() => return Ok(false),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(last.expect("loop ran"))
+}

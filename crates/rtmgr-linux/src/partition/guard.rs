@@ -1,0 +1,50 @@
+//! A partition held for a while (evaluate's shield configurations, tests): it
+//! is reset when the guard drops, also on error and panic.
+
+use super::{apply, reset, Applied, ApplyOptions, ResetReport, Result};
+use crate::Host;
+use rtmgr_core::partition::{ApplyReport, PartitionPlan};
+
+pub struct PartitionGuard {
+    host: Host,
+    applied: Applied,
+    report: ApplyReport,
+    reset_done: bool,
+}
+
+impl PartitionGuard {
+    pub fn apply(host: &Host, plan: &PartitionPlan, opts: &ApplyOptions) -> Result<Self> {
+        let (applied, report) = apply(host, plan, opts)?;
+        Ok(PartitionGuard {
+            host: host.clone(),
+            applied,
+            report,
+            reset_done: false,
+        })
+    }
+
+    pub fn applied(&self) -> &Applied {
+        &self.applied
+    }
+
+    pub fn report(&self) -> &ApplyReport {
+        &self.report
+    }
+
+    /// Reset now and report errors (Drop resets too but can only log them).
+    pub fn reset(mut self) -> Result<ResetReport> {
+        self.reset_done = true;
+        reset(&self.host, &self.applied.journal)
+    }
+}
+
+impl Drop for PartitionGuard {
+    fn drop(&mut self) {
+        if !self.reset_done {
+            if let Err(e) = reset(&self.host, &self.applied.journal) {
+                tracing::error!("partition reset failed: {e}");
+                eprintln!("rtmgr: partition reset failed: {e}; run `rtmgr partition reset`");
+            }
+        }
+    }
+}
