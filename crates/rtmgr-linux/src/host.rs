@@ -175,6 +175,16 @@ impl Host {
             .map_err(|e| io_err("sched_setaffinity", Path::new(&format!("task {tid}")), e))
     }
 
+    /// Set a thread's scheduling policy. A fake tree has no scheduler: the
+    /// call is accepted and changes nothing.
+    pub fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()> {
+        if self.fake {
+            return Ok(());
+        }
+        crate::sched::set_policy(tid, policy)
+            .map_err(|e| io_err("sched_setattr", Path::new(&format!("task {tid}")), e))
+    }
+
     pub fn parse_err(&self, abs: impl AsRef<Path>, msg: impl Into<String>) -> HostError {
         HostError::Parse {
             path: abs.as_ref().display().to_string(),

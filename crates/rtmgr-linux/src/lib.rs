@@ -5,6 +5,7 @@
 
 pub mod balance;
 pub mod cgroup;
+pub mod classify;
 pub mod cpus;
 pub mod experiment;
 pub mod fake;

@@ -5,16 +5,16 @@
 
 use super::{bad_input, host, require_root, Outcome};
 use anyhow::Context;
-use rtmgr_core::class::{place, PartitionView, TaskClass, RT0_PRIORITY};
+use rtmgr_core::class::{place, PartitionView, TaskClass};
 use rtmgr_core::CpuSet;
-use rtmgr_linux::cgroup::Layout;
+use rtmgr_linux::classify;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::launch::{self, Launch};
 use rtmgr_linux::partition::{self, Applied, Role};
 use rtmgr_linux::preload::{self, MlockPreload};
 use rtmgr_linux::sched::Policy;
-use rtmgr_linux::{cpus, tasks, Host};
-use std::path::{Path, PathBuf};
+use rtmgr_linux::{cpus, Host};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 #[command(trailing_var_arg = true)]
@@ -62,7 +62,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         nrt: p.plan.nrt.clone(),
     });
     let busy = match (class, a.cpu) {
-        (TaskClass::Rt0, Some(cpu)) => rt0_tasks_on(&host, cpu, a.pid),
+        (TaskClass::Rt0, Some(cpu)) => classify::rt0_tasks_on(&host, cpu, a.pid),
         _ => Vec::new(),
     };
     let cpus = match place(class, a.cpu, a.share, &online, view.as_ref(), &busy) {
@@ -82,42 +82,6 @@ pub fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-/// User tasks already running as RT0 on `cpu` (SCHED_FIFO 99 bound to it alone).
-fn rt0_tasks_on(host: &Host, cpu: u32, except: Option<u32>) -> Vec<u32> {
-    let mut pids: Vec<u32> = tasks::all(host)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| !t.kthread && t.is_fifo_or_rr() && t.rt_priority == RT0_PRIORITY as u32)
-        .filter(|t| Some(t.pid) != except && t.pid != std::process::id())
-        .filter(|t| {
-            host.get_affinity(t.tid)
-                .map(|a| a == CpuSet::single(cpu))
-                .unwrap_or(false)
-        })
-        .map(|t| t.pid)
-        .collect();
-    pids.dedup();
-    pids
-}
-
-/// Which cpuset a task with these CPUs belongs in, under a partition.
-fn target_role(applied: &Applied, cpus: &CpuSet) -> Option<Role> {
-    if cpus.is_subset(&applied.plan.rt) {
-        Some(Role::Rt)
-    } else if cpus.is_subset(&applied.plan.nrt) {
-        Some(Role::Nrt)
-    } else {
-        None // spans both: v1 root cpuset
-    }
-}
-
-fn membership_file(layout: &Layout, dir: &Path) -> PathBuf {
-    dir.join(match layout {
-        Layout::V1(_) => "tasks",
-        Layout::V2(_) => "cgroup.procs",
-    })
-}
-
 fn start(
     host: &Host,
     applied: Option<&Applied>,
@@ -126,7 +90,11 @@ fn start(
     policy: Policy,
 ) -> anyhow::Result<Outcome> {
     let program = a.command[0].clone();
-    let resolved = resolve(&program);
+    let resolved = if program.contains('/') {
+        Some(PathBuf::from(&program))
+    } else {
+        rtmgr_linux::measure::which(&program)
+    };
     let mut env = Vec::new();
     let preload = if a.mlock {
         if let Some(path) = &resolved {
@@ -146,15 +114,7 @@ fn start(
     } else {
         None
     };
-    let cgroup_file = applied.and_then(|ap| {
-        let dir = match (target_role(ap, cpus), &ap.layout) {
-            (Some(Role::Rt), _) => Some(ap.rt_cgroup.clone()),
-            (Some(Role::Nrt), _) => ap.nrt_cgroup.clone(),
-            (None, Layout::V1(mount)) => Some(mount.clone()),
-            (None, Layout::V2(_)) => None,
-        }?;
-        Some(membership_file(&ap.layout, &dir))
-    });
+    let cgroup_file = applied.and_then(|ap| partition::membership_file(ap, cpus));
     let launch = Launch {
         program: program.clone(),
         args: a.command[1..].to_vec(),
@@ -174,29 +134,14 @@ fn start(
         }
     };
     if let Some(ap) = applied {
-        if target_role(ap, cpus) == Some(Role::Rt) {
-            // Journal it so `partition reset` returns it to where it came from.
-            record_entered(host, ap, child.id());
+        if partition::role_of(ap, cpus) == Some(Role::Rt) {
+            // Journal it so `partition reset` returns it to where rtmgr runs.
+            let _ = partition::record_entered(host, ap, child.id(), std::process::id());
         }
     }
     let status = launch::wait_forwarding(&mut child).context("waiting for the program")?;
     drop(preload);
     Ok(Outcome::Code(launch::exit_like(status)))
-}
-
-fn record_entered(host: &Host, ap: &Applied, pid: u32) {
-    use rtmgr_linux::journal::{Journal, Record};
-    let start_time = tasks::info(host, pid, pid)
-        .map(|t| t.start_time)
-        .unwrap_or(0);
-    let from = rtmgr_linux::cgroup::task_cgroup(host, &ap.layout, std::process::id());
-    if let Ok(mut j) = Journal::append_to(host, &ap.journal) {
-        let _ = j.record(&Record::Entered {
-            pid,
-            start_time,
-            from,
-        });
-    }
 }
 
 fn reclassify(
@@ -206,52 +151,11 @@ fn reclassify(
     cpus: &CpuSet,
     policy: Policy,
 ) -> anyhow::Result<Outcome> {
-    let threads = tasks::threads_of(host, pid);
-    if threads.is_empty() {
-        return bad_input(format!("no process {pid}"));
-    }
-    if tasks::info(host, pid, pid)
-        .map(|t| t.kthread)
-        .unwrap_or(false)
-    {
-        return bad_input(format!(
-            "{pid} is a kernel thread: rtmgr run --pid is for user processes"
-        ));
-    }
-    if let Some(ap) = applied {
-        match target_role(ap, cpus) {
-            Some(role) => partition::enter(host, ap, role, pid)?,
-            None => {
-                if let Layout::V1(mount) = &ap.layout {
-                    for tid in &threads {
-                        rtmgr_linux::cgroup::attach(host, &ap.layout, mount, *tid)?;
-                    }
-                }
-            }
-        }
-    }
-    let mut done = 0;
-    for tid in tasks::threads_of(host, pid) {
-        host.set_affinity(tid, cpus)
-            .with_context(|| format!("affinity of thread {tid}"))?;
-        if !host.is_fake() {
-            rtmgr_linux::sched::set_policy(tid, policy)
-                .with_context(|| format!("policy of thread {tid}"))?;
-        }
-        done += 1;
-    }
+    let done = match classify::reclassify(host, applied, pid, cpus, policy) {
+        Ok(n) => n,
+        Err(e) if e.is_input() => return bad_input(e.to_string()),
+        Err(e) => return Err(e.into()),
+    };
     println!("process {pid}: {done} thread(s) now {policy:?} on CPUs {cpus}");
     Ok(Outcome::Ok)
-}
-
-/// Find a program the way exec would (PATH search when it has no slash).
-fn resolve(program: &str) -> Option<PathBuf> {
-    if program.contains('/') {
-        return Some(PathBuf::from(program));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    })
 }
