@@ -111,42 +111,9 @@ fn file(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// Create a cpuset directory (machine path). In a fake tree the control files
-/// the kernel would create are emulated.
-pub fn create(host: &Host, layout: &Layout, dir: &Path) -> Result<()> {
-    host.mkdir(dir)?;
-    if host.is_fake() {
-        let parent = dir.parent().unwrap_or(Path::new("/"));
-        let names: &[&str] = match layout {
-            Layout::V1(_) => &[
-                "cpuset.cpus",
-                "cpuset.mems",
-                "tasks",
-                "cgroup.procs",
-                "cpuset.cpu_exclusive",
-                "cpuset.sched_load_balance",
-            ],
-            Layout::V2(_) => &[
-                "cpuset.cpus",
-                "cpuset.mems",
-                "cgroup.procs",
-                "cpuset.cpus.partition",
-                "cpuset.cpus.exclusive",
-                "cpuset.cpus.effective",
-            ],
-        };
-        for n in names {
-            host.write(file(dir, n), "")?;
-        }
-        if matches!(layout, Layout::V2(_)) {
-            host.write(file(dir, "cpuset.cpus.partition"), "member\n")?;
-            let eff = host
-                .read_opt(file(parent, "cpuset.cpus.effective"))
-                .unwrap_or_default();
-            host.write(file(dir, "cpuset.cpus.effective"), &eff)?;
-        }
-    }
-    Ok(())
+/// Create a cpuset directory (machine path); the kernel adds its control files.
+pub fn create(host: &Host, _layout: &Layout, dir: &Path) -> Result<()> {
+    host.mkdir(dir)
 }
 
 /// Set a v1 cpuset's CPUs and memory nodes (both are needed before tasks can join).
@@ -200,9 +167,6 @@ pub fn configure_v2_partition(
     for mode in ["isolated", "root"] {
         if host.write(&part, mode).is_ok() {
             let actual = host.read(&part)?.trim().to_string();
-            if host.is_fake() && actual == mode {
-                host.write(file(dir, "cpuset.cpus.effective"), &cpus.to_list())?;
-            }
             let state = PartitionState {
                 requested: mode,
                 actual,
@@ -225,18 +189,11 @@ pub fn attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
         Layout::V1(_) => "tasks",
         Layout::V2(_) => "cgroup.procs",
     };
-    host.write(file(dir, name), &id.to_string())?;
-    if host.is_fake() {
-        fake_attach(host, layout, dir, id)?;
-    }
-    Ok(())
+    host.write(file(dir, name), &id.to_string())
 }
 
 /// Thread ids (v1) or process ids (v2) in a cgroup.
 pub fn members(host: &Host, layout: &Layout, dir: &Path) -> Vec<u32> {
-    if host.is_fake() {
-        return fake_members(host, layout, dir);
-    }
     let name = match layout {
         Layout::V1(_) => "tasks",
         Layout::V2(_) => "cgroup.procs",
@@ -250,66 +207,6 @@ pub fn members(host: &Host, layout: &Layout, dir: &Path) -> Vec<u32> {
 pub fn rel_path(layout: &Layout, dir: &Path) -> String {
     let rel = dir.strip_prefix(layout.mount()).unwrap_or(dir);
     format!("/{}", rel.display()).replace("//", "/")
-}
-
-// ---- fake-tree emulation of the kernel's side effects (tests only) ----
-
-fn fake_attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
-    let rel = rel_path(layout, dir);
-    let tids = match layout {
-        Layout::V1(_) => vec![id],
-        Layout::V2(_) => crate::tasks::threads_of(host, id),
-    };
-    for tid in tids {
-        let path = format!("/proc/{tid}/cgroup");
-        let text = host.read(&path)?;
-        let mut out = String::new();
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (hid, ctl) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            let mine = match layout {
-                Layout::V1(_) => ctl.split(',').any(|c| c == "cpuset"),
-                Layout::V2(_) => ctl.is_empty(),
-            };
-            if mine {
-                out.push_str(&format!("{hid}:{ctl}:{rel}\n"));
-            } else {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        host.write(&path, &out)?;
-        if let Layout::V1(_) = layout {
-            // The kernel resets a task's affinity to the cpuset's CPUs on attach.
-            if let Some(cpus) = host
-                .read_opt(file(dir, "cpuset.cpus"))
-                .and_then(|c| CpuSet::parse_list(&c).ok())
-            {
-                host.set_affinity(tid, &cpus)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn fake_members(host: &Host, layout: &Layout, dir: &Path) -> Vec<u32> {
-    let rel = rel_path(layout, dir);
-    let mut out = Vec::new();
-    for pid in crate::tasks::pids(host).unwrap_or_default() {
-        for tid in crate::tasks::threads_of(host, pid) {
-            if task_cgroup(host, layout, tid).as_deref() == Some(rel.as_str()) {
-                match layout {
-                    Layout::V1(_) => out.push(tid),
-                    Layout::V2(_) => {
-                        if !out.contains(&pid) {
-                            out.push(pid)
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Is this error the kernel refusing to move a per-CPU kernel thread?

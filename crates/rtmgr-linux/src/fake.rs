@@ -1,6 +1,6 @@
 //! A fake machine for tests: a temporary directory laid out like /proc, /sys
 //! and a cgroup v1 or v2 tree, with tasks, IRQs and CPUs. `Host::fake` on it
-//! emulates the kernel's side effects rtmgr depends on (see host.rs, cgroup.rs).
+//! emulates the kernel's side effects rtmgr depends on (host/fake.rs). Feature `fake`.
 
 use crate::host::Host;
 use std::path::{Path, PathBuf};

@@ -46,14 +46,7 @@ pub fn affinity(host: &Host, irq: u32) -> Result<CpuSet> {
 
 /// Write a raw mask back (used to restore exactly what was there).
 pub fn write_raw_mask(host: &Host, irq: u32, mask: &str) -> Result<()> {
-    host.write(affinity_path(irq), mask)?;
-    if host.is_fake() {
-        // The kernel keeps both spellings in step; emulate that in a fake tree.
-        if let Ok(set) = CpuSet::parse_mask(mask) {
-            host.write(format!("/proc/irq/{irq}/smp_affinity_list"), &set.to_list())?;
-        }
-    }
-    Ok(())
+    host.write(affinity_path(irq), mask)
 }
 
 /// Steer an IRQ to a set of CPUs.
@@ -61,11 +54,7 @@ pub fn set_affinity(host: &Host, irq: u32, cpus: &CpuSet) -> Result<()> {
     host.write(
         format!("/proc/irq/{irq}/smp_affinity_list"),
         &cpus.to_list(),
-    )?;
-    if host.is_fake() {
-        host.write(affinity_path(irq), &cpus.to_mask(1))?;
-    }
-    Ok(())
+    )
 }
 
 pub fn effective(host: &Host, irq: u32) -> Option<CpuSet> {

@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod classify;
 pub mod cpus;
 pub mod experiment;
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod host;
 pub mod irq;

@@ -225,21 +225,12 @@ pub fn preemption(host: &Host) -> (String, Option<String>) {
     };
     // The PREEMPT_DYNAMIC mode: debugfs when readable, else `preempt=` on the
     // command line, else the boot default chosen in the kernel config.
-    let from_debugfs = host
-        .read_opt("/sys/kernel/debug/sched/preempt")
-        .or_else(|| {
-            if host.is_fake() {
-                None
-            } else {
-                read_debugfs_privately("sched/preempt")
-            }
-        })
-        .and_then(|t| {
-            // "none voluntary (full) lazy": the selected mode is in parentheses.
-            let start = t.find('(')?;
-            let end = t[start..].find(')')?;
-            Some(t[start + 1..start + end].to_string())
-        });
+    let from_debugfs = host.read_debugfs("sched/preempt").and_then(|t| {
+        // "none voluntary (full) lazy": the selected mode is in parentheses.
+        let start = t.find('(')?;
+        let end = t[start..].find(')')?;
+        Some(t[start + 1..start + end].to_string())
+    });
     let from_cmdline = || {
         host.read_opt("/proc/cmdline")?
             .split_whitespace()
@@ -293,24 +284,6 @@ pub fn kernel_config(host: &Host) -> Option<String> {
     }
     let release = host.read_opt("/proc/sys/kernel/osrelease")?;
     host.read_opt(format!("/boot/config-{}", release.trim()))
-}
-
-/// Read a debugfs file without mounting debugfs for everyone: mount it in a
-/// private mount namespace of a short-lived child (util-linux `unshare`).
-fn read_debugfs_privately(rel: &str) -> Option<String> {
-    if !crate::sched::is_root() {
-        return None;
-    }
-    let script = format!(
-        "mount -t debugfs none /sys/kernel/debug 2>/dev/null && cat /sys/kernel/debug/{rel}"
-    );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn preemption_item(host: &Host) -> Item {
@@ -435,17 +408,15 @@ fn virt_item(host: &Host) -> Item {
 }
 
 fn deadline_item(host: &Host) -> Item {
-    if host.is_fake() {
-        return item(
+    match host.probe_deadline() {
+        None => item(
             "sched_deadline",
             Verdict::Warn,
             "not probed (fake machine)",
             "",
-        );
-    }
-    match crate::sched::deadline_available() {
-        Ok(()) => item("sched_deadline", Verdict::Ok, "available", "reservations (runtime/period) are enforced by the kernel"),
-        Err(e) => item(
+        ),
+        Some(Ok(())) => item("sched_deadline", Verdict::Ok, "available", "reservations (runtime/period) are enforced by the kernel"),
+        Some(Err(e)) => item(
             "sched_deadline",
             Verdict::Warn,
             format!("unavailable: {e}"),

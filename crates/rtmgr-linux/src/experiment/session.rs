@@ -15,18 +15,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The machine to work on: the real one, or a fake tree named by
-/// RTMGR_SYSROOT (tests only; then root is not required).
-pub fn host_from_env() -> Host {
-    match std::env::var_os("RTMGR_SYSROOT") {
-        Some(root) => Host::fake(root),
-        None => Host::real(),
-    }
+/// The machine to work on: the real one, or (tests, feature `fake`) a fake
+/// tree named by RTMGR_SYSROOT (see `Host::from_env`).
+pub fn host_from_env() -> Result<Host> {
+    Host::from_env().or_else(bad_input)
 }
 
 /// Refuse to change the machine unless root (checked before anything changes).
 pub fn require_root(host: &Host, what: &str) -> Result<()> {
-    if !host.is_fake() && !crate::sched::is_root() {
+    if !host.privileged() {
         return bad_input(format!(
             "{what} needs root (CAP_SYS_ADMIN and CAP_SYS_NICE): run it with sudo"
         ));

@@ -61,7 +61,7 @@ fn applied_partition(host: &Host, journal: &std::path::Path) -> anyhow::Result<O
 }
 
 pub fn run(args: BalanceArgs) -> anyhow::Result<Outcome> {
-    let host = host();
+    let host = host()?;
     if args.period_ms == 0 || args.guard_interval_ms == 0 {
         return bad_input("--period-ms and --guard-interval-ms must be > 0");
     }
@@ -146,7 +146,7 @@ fn print_live(r: &LiveReport, json: bool) -> anyhow::Result<()> {
 
 /// Live lbµ: run the scenario's fake tasks on this machine under each balancer.
 pub fn live_lb(sc: &Scenario, kinds: &[BalancerKind], args: &LbArgs) -> anyhow::Result<Vec<LbRun>> {
-    let host = host();
+    let host = host()?;
     let online = cpus::online(&host).context("reading online CPUs")?;
     if kinds.contains(&BalancerKind::Artis) {
         return bad_input("the ARTiS balancer needs the ARTiS kernel patch: use --sim for it");

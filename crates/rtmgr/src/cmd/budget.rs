@@ -74,7 +74,7 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
         taskset,
         rounds: args.rounds,
     };
-    let report = budget::run(&host_from_env(), &cfg, &mut rtmgr_linux::experiment::Quiet)?;
+    let report = budget::run(&host_from_env()?, &cfg, &mut rtmgr_linux::experiment::Quiet)?;
     eprint!("{}", budget_table(&report.runs));
     let json = serde_json::to_string_pretty(&report)?;
     match &args.json {

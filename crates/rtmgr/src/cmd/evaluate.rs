@@ -51,7 +51,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
     };
     let outcome = {
         let mut bar = Bar::new(cfg.total);
-        evaluate::run(&host_from_env(), &cfg, &mut bar)?
+        evaluate::run(&host_from_env()?, &cfg, &mut bar)?
     };
     print_run(outcome.run(), outcome.mlocked, outcome.dma_held);
     let dir = args.out.unwrap_or_else(|| output::default_dir("evaluate"));

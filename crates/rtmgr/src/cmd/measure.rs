@@ -211,7 +211,7 @@ fn outcome(partial: &Option<String>) -> Outcome {
 fn latency(a: LatencyArgs) -> Result<Outcome> {
     let cfg = latency_config(&a)?;
     experiment::latency::check(&cfg)?;
-    let s = Session::open(host_from_env(), "rtmgr measure latency")?;
+    let s = Session::open(host_from_env()?, "rtmgr measure latency")?;
     let run = experiment::latency::run(&s, &cfg, &mut Bar::new(cfg.planned()))?;
     let mut rows: Vec<(String, &rtmgr_core::stats::Summary)> = Vec::new();
     if a.parallel > 1 {
@@ -281,7 +281,7 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
     };
     experiment::compare::check(&cfg)?;
     let s = Session::open(
-        host_from_env(),
+        host_from_env()?,
         "rtmgr measure latency --compare-cyclictest",
     )?;
     let run = experiment::compare::run(&s, &cfg, &mut Bar::new(a.duration))?;
@@ -334,7 +334,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
         load_cpus: a.load.load_cpus.clone(),
     };
     experiment::exec::check(&cfg)?;
-    let s = Session::open(host_from_env(), "rtmgr measure exec")?;
+    let s = Session::open(host_from_env()?, "rtmgr measure exec")?;
     let run = experiment::exec::run(&s, &cfg, &mut experiment::Quiet)?;
     let mut rows = vec![("unloaded".to_string(), &run.unloaded.summary)];
     if let Some(l) = &run.loaded {
@@ -371,7 +371,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
 }
 
 fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
-    let s = Session::open(host_from_env(), "rtmgr measure periodicity")?;
+    let s = Session::open(host_from_env()?, "rtmgr measure periodicity")?;
     let cfg = PeriodicityConfig {
         cpu: a.cpu,
         period: a.period,

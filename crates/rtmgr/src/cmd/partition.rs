@@ -48,7 +48,7 @@ pub struct JournalArgs {
 }
 
 pub fn run(cmd: PartitionCmd) -> anyhow::Result<Outcome> {
-    let host = host();
+    let host = host()?;
     match cmd {
         PartitionCmd::Apply(a) => apply(&host, a),
         PartitionCmd::Reset(a) => reset(&host, a),

@@ -42,7 +42,7 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<Outcome> {
-    let host = host();
+    let host = host()?;
     let class: TaskClass = match a.class.parse() {
         Ok(c) => c,
         Err(e) => return bad_input(e.to_string()),

@@ -19,7 +19,7 @@ pub struct StatusArgs {
 }
 
 pub fn run(a: StatusArgs) -> anyhow::Result<Outcome> {
-    let r = status::collect(&host(), &a.journal);
+    let r = status::collect(&host()?, &a.journal);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(Outcome::Ok);

@@ -1,0 +1,261 @@
+//! The fake kernel behind `Host::fake` (tests, feature `fake`): files under a
+//! temporary root stand for /proc, /sys and the cgroup tree, and the kernel's
+//! reactions rtmgr relies on are emulated here — cgroup control files on
+//! mkdir, membership and (v1) affinity on attach, v2 partitions' effective
+//! CPUs, both spellings of an IRQ mask, task affinity in `status`.
+
+use super::{io_err, task_err, Host, Kernel, Result};
+use crate::cgroup::{self, Layout};
+use crate::sched::Policy;
+use rtmgr_core::CpuSet;
+use std::path::Path;
+
+#[derive(Debug)]
+pub(super) struct FakeKernel;
+
+/// A plain file write: create or replace, no emulation.
+fn put(host: &Host, abs: &Path, value: &str) -> Result<()> {
+    let p = host.path(abs);
+    std::fs::write(&p, value).map_err(|e| io_err("write", &p, e))
+}
+
+/// The cpuset hierarchy and the cgroup directory `abs` is a control file of.
+fn cgroup_of<'a>(host: &Host, abs: &'a Path) -> Option<(Layout, &'a Path)> {
+    let layout = cgroup::mounts(host).ok()?.layout()?;
+    let dir = abs.parent()?;
+    dir.starts_with(layout.mount()).then_some((layout, dir))
+}
+
+fn is_membership(abs: &Path) -> bool {
+    abs.file_name()
+        .is_some_and(|n| n == "tasks" || n == "cgroup.procs")
+}
+
+impl Kernel for FakeKernel {
+    fn read(&self, host: &Host, abs: &Path) -> Result<String> {
+        if is_membership(abs) {
+            if let Some((layout, dir)) = cgroup_of(host, abs) {
+                let ids: Vec<String> = members(host, &layout, dir)
+                    .iter()
+                    .map(u32::to_string)
+                    .collect();
+                return Ok(ids.join("\n"));
+            }
+        }
+        let p = host.path(abs);
+        std::fs::read_to_string(&p).map_err(|e| io_err("read", &p, e))
+    }
+
+    fn write(&self, host: &Host, abs: &Path, value: &str) -> Result<()> {
+        let name = abs.file_name().map(|n| n.to_string_lossy().into_owned());
+        match name.as_deref() {
+            Some("cgroup.subtree_control") => return subtree_control(host, abs, value),
+            Some("tasks" | "cgroup.procs") => {
+                if let (Some((layout, dir)), Ok(id)) = (cgroup_of(host, abs), value.trim().parse())
+                {
+                    return attach(host, &layout, dir, id);
+                }
+            }
+            _ => {}
+        }
+        put(host, abs, value)?;
+        let irq_dir = abs
+            .parent()
+            .filter(|d| d.parent() == Some(Path::new("/proc/irq")));
+        match (name.as_deref(), irq_dir) {
+            // The kernel keeps both spellings of an IRQ's mask in step.
+            (Some("smp_affinity"), Some(d)) => {
+                if let Ok(set) = CpuSet::parse_mask(value) {
+                    put(host, &d.join("smp_affinity_list"), &set.to_list())?;
+                }
+            }
+            (Some("smp_affinity_list"), Some(d)) => {
+                if let Ok(set) = CpuSet::parse_list(value) {
+                    put(host, &d.join("smp_affinity"), &set.to_mask(1))?;
+                }
+            }
+            // An accepted partition takes its CPUs as its effective CPUs.
+            (Some("cpuset.cpus.partition"), _) if matches!(value, "isolated" | "root") => {
+                let dir = abs.parent().unwrap_or(Path::new("/"));
+                let cpus = host.read_opt(dir.join("cpuset.cpus")).unwrap_or_default();
+                put(host, &dir.join("cpuset.cpus.effective"), &cpus)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn mkdir(&self, host: &Host, abs: &Path) -> Result<()> {
+        let p = host.path(abs);
+        std::fs::create_dir(&p).map_err(|e| io_err("mkdir", &p, e))?;
+        let Some((layout, parent)) = cgroup_of(host, abs) else {
+            return Ok(());
+        };
+        // The kernel gives a new cgroup its control files.
+        let names: &[&str] = match layout {
+            Layout::V1(_) => &[
+                "cpuset.cpus",
+                "cpuset.mems",
+                "tasks",
+                "cgroup.procs",
+                "cpuset.cpu_exclusive",
+                "cpuset.sched_load_balance",
+            ],
+            Layout::V2(_) => &[
+                "cpuset.cpus",
+                "cpuset.mems",
+                "cgroup.procs",
+                "cpuset.cpus.partition",
+                "cpuset.cpus.exclusive",
+                "cpuset.cpus.effective",
+            ],
+        };
+        for n in names {
+            put(host, &abs.join(n), "")?;
+        }
+        if matches!(layout, Layout::V2(_)) {
+            put(host, &abs.join("cpuset.cpus.partition"), "member\n")?;
+            let eff = host
+                .read_opt(parent.join("cpuset.cpus.effective"))
+                .unwrap_or_default();
+            put(host, &abs.join("cpuset.cpus.effective"), &eff)?;
+        }
+        Ok(())
+    }
+
+    /// The emulated control files go with the directory.
+    fn rmdir(&self, host: &Host, abs: &Path) -> Result<()> {
+        let p = host.path(abs);
+        std::fs::remove_dir_all(&p).map_err(|e| io_err("rmdir", &p, e))
+    }
+
+    fn get_affinity(&self, host: &Host, tid: u32) -> Result<CpuSet> {
+        let path = status_path(tid);
+        let status = host.read(&path)?;
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .ok_or_else(|| host.parse_err(&path, "no Cpus_allowed_list"))?;
+        CpuSet::parse_list(line).map_err(|e| host.parse_err(&path, e.to_string()))
+    }
+
+    /// Per-CPU kernel threads carry a marker in their fake `status`: EINVAL.
+    fn set_affinity(&self, host: &Host, tid: u32, cpus: &CpuSet) -> Result<()> {
+        let path = status_path(tid);
+        let status = host.read(&path)?;
+        if status.contains("rtmgr_fake_no_setaffinity") {
+            let e = std::io::Error::from_raw_os_error(libc::EINVAL);
+            return Err(task_err("sched_setaffinity", tid, e));
+        }
+        let mut out = String::new();
+        for line in status.lines() {
+            if line.starts_with("Cpus_allowed_list:") {
+                out.push_str(&format!("Cpus_allowed_list:\t{}\n", cpus.to_list()));
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        put(host, Path::new(&path), &out)
+    }
+
+    /// No scheduler here: accepted, nothing changes.
+    fn set_policy(&self, _tid: u32, _policy: Policy) -> Result<()> {
+        Ok(())
+    }
+
+    fn privileged(&self) -> bool {
+        true
+    }
+
+    fn read_debugfs(&self, _rel: &str) -> Option<String> {
+        None
+    }
+
+    fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
+        None
+    }
+}
+
+fn status_path(tid: u32) -> String {
+    format!("/proc/{tid}/status")
+}
+
+/// cgroup.subtree_control takes "+ctl"/"-ctl" tokens and shows the result.
+fn subtree_control(host: &Host, abs: &Path, value: &str) -> Result<()> {
+    let mut enabled: Vec<String> = host
+        .read_opt(abs)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    for token in value.split_whitespace() {
+        let (add, name) = token.split_at(1);
+        enabled.retain(|c| c != name);
+        if add == "+" {
+            enabled.push(name.to_string());
+        }
+    }
+    put(host, abs, &(enabled.join(" ") + "\n"))
+}
+
+/// Move one thread (v1) or one process (v2) into `dir`: its `/proc/*/cgroup`
+/// line changes, and on v1 its affinity becomes the cpuset's CPUs.
+fn attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
+    let rel = cgroup::rel_path(layout, dir);
+    let tids = match layout {
+        Layout::V1(_) => vec![id],
+        Layout::V2(_) => crate::tasks::threads_of(host, id),
+    };
+    for tid in tids {
+        let path = format!("/proc/{tid}/cgroup");
+        let text = host.read(&path)?;
+        let mut out = String::new();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (hid, ctl) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let mine = match layout {
+                Layout::V1(_) => ctl.split(',').any(|c| c == "cpuset"),
+                Layout::V2(_) => ctl.is_empty(),
+            };
+            if mine {
+                out.push_str(&format!("{hid}:{ctl}:{rel}\n"));
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        put(host, Path::new(&path), &out)?;
+        if let Layout::V1(_) = layout {
+            // The kernel resets a task's affinity to the cpuset's CPUs on attach.
+            if let Some(cpus) = host
+                .read_opt(dir.join("cpuset.cpus"))
+                .and_then(|c| CpuSet::parse_list(&c).ok())
+            {
+                host.set_affinity(tid, &cpus)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Thread ids (v1) or process ids (v2) whose `/proc/*/cgroup` names `dir`.
+fn members(host: &Host, layout: &Layout, dir: &Path) -> Vec<u32> {
+    let rel = cgroup::rel_path(layout, dir);
+    let mut out = Vec::new();
+    for pid in crate::tasks::pids(host).unwrap_or_default() {
+        for tid in crate::tasks::threads_of(host, pid) {
+            if cgroup::task_cgroup(host, layout, tid).as_deref() == Some(rel.as_str()) {
+                match layout {
+                    Layout::V1(_) => out.push(tid),
+                    Layout::V2(_) => {
+                        if !out.contains(&pid) {
+                            out.push(pid)
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}

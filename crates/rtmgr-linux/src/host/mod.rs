@@ -1,0 +1,215 @@
+//! Access to the machine through one root path and one kernel backend: `/`
+//! and the running kernel on the real machine; a temporary directory holding
+//! a fake sysfs/procfs/cgroup tree, and a fake kernel that emulates the side
+//! effects rtmgr relies on (task affinity, cgroup membership, IRQ masks), in
+//! tests (feature `fake`). Production code never asks which one it has.
+
+#[cfg(any(test, feature = "fake"))]
+mod fake;
+mod real;
+
+use rtmgr_core::CpuSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Parse { path: String, msg: String },
+}
+
+impl HostError {
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            HostError::Io { source, .. } => source.raw_os_error(),
+            HostError::Parse { .. } => None,
+        }
+    }
+
+    /// True when the object (file, task, IRQ) vanished.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, HostError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ESRCH))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, HostError>;
+
+/// What the kernel does when rtmgr talks to it. Paths are machine paths
+/// (absolute, as the machine names them); `host` maps them to files.
+pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
+    /// Read a control file (the fake computes cgroup membership lists).
+    fn read(&self, host: &Host, abs: &Path) -> Result<String>;
+    /// Write a control file in a single write(2) (the fake emulates what the
+    /// kernel does when it sees the write).
+    fn write(&self, host: &Host, abs: &Path, value: &str) -> Result<()>;
+    /// Create a directory (a cgroup: the kernel adds its control files).
+    fn mkdir(&self, host: &Host, abs: &Path) -> Result<()>;
+    /// Remove a cgroup directory.
+    fn rmdir(&self, host: &Host, abs: &Path) -> Result<()>;
+    fn get_affinity(&self, host: &Host, tid: u32) -> Result<CpuSet>;
+    fn set_affinity(&self, host: &Host, tid: u32, cpus: &CpuSet) -> Result<()>;
+    fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()>;
+    /// May this process change the machine (root)?
+    fn privileged(&self) -> bool;
+    /// A debugfs file read in a private mount namespace; None when unreadable.
+    fn read_debugfs(&self, rel: &str) -> Option<String>;
+    /// Can a thread take SCHED_DEADLINE? None when it cannot be tried here.
+    fn probe_deadline(&self) -> Option<std::result::Result<(), String>>;
+}
+
+#[derive(Debug, Clone)]
+pub struct Host {
+    root: PathBuf,
+    kernel: Arc<dyn Kernel>,
+}
+
+impl Host {
+    /// The running machine.
+    pub fn real() -> Self {
+        Host {
+            root: PathBuf::from("/"),
+            kernel: Arc::new(real::RealKernel),
+        }
+    }
+
+    /// A fake tree under `root` (tests). Affinity and cgroup moves are emulated.
+    #[cfg(any(test, feature = "fake"))]
+    pub fn fake(root: impl Into<PathBuf>) -> Self {
+        Host {
+            root: root.into(),
+            kernel: Arc::new(fake::FakeKernel),
+        }
+    }
+
+    /// The machine named by the environment: the real one, or with the `fake`
+    /// feature a fake tree at RTMGR_SYSROOT (tests; then root is not required).
+    /// A build without the feature refuses RTMGR_SYSROOT rather than change the
+    /// real machine in its place.
+    pub fn from_env() -> std::result::Result<Self, String> {
+        match std::env::var_os("RTMGR_SYSROOT") {
+            None => Ok(Host::real()),
+            #[cfg(any(test, feature = "fake"))]
+            Some(root) => Ok(Host::fake(root)),
+            #[cfg(not(any(test, feature = "fake")))]
+            Some(_) => Err(
+                "RTMGR_SYSROOT is set, but this rtmgr was built without the `fake` feature (a test-only fake machine): unset it".into(),
+            ),
+        }
+    }
+
+    /// May this process change the machine? Root on the real machine; always in a fake tree.
+    pub fn privileged(&self) -> bool {
+        self.kernel.privileged()
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Map an absolute machine path to where it lives under this host's root.
+    pub fn path(&self, abs: impl AsRef<Path>) -> PathBuf {
+        let abs = abs.as_ref();
+        self.root.join(abs.strip_prefix("/").unwrap_or(abs))
+    }
+
+    /// The inverse of `path`: a path under the root, as the machine names it.
+    pub fn machine_path(&self, p: &Path) -> PathBuf {
+        match p.strip_prefix(&self.root) {
+            Ok(rel) => Path::new("/").join(rel),
+            Err(_) => p.to_path_buf(),
+        }
+    }
+
+    pub fn exists(&self, abs: impl AsRef<Path>) -> bool {
+        self.path(abs).exists()
+    }
+
+    pub fn read(&self, abs: impl AsRef<Path>) -> Result<String> {
+        self.kernel.read(self, abs.as_ref())
+    }
+
+    /// Read, or None when the file is absent or unreadable.
+    pub fn read_opt(&self, abs: impl AsRef<Path>) -> Option<String> {
+        self.read(abs).ok()
+    }
+
+    /// Write a control file in a single write(2), as sysfs and cgroupfs expect.
+    pub fn write(&self, abs: impl AsRef<Path>, value: &str) -> Result<()> {
+        self.kernel.write(self, abs.as_ref(), value)
+    }
+
+    pub fn list_dir(&self, abs: impl AsRef<Path>) -> Result<Vec<String>> {
+        let p = self.path(abs.as_ref());
+        let mut names: Vec<String> = std::fs::read_dir(&p)
+            .map_err(|e| io_err("list", &p, e))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Create a directory; a cgroup gets its control files from the kernel.
+    pub fn mkdir(&self, abs: impl AsRef<Path>) -> Result<()> {
+        self.kernel.mkdir(self, abs.as_ref())
+    }
+
+    /// Remove a cgroup directory.
+    pub fn rmdir(&self, abs: impl AsRef<Path>) -> Result<()> {
+        self.kernel.rmdir(self, abs.as_ref())
+    }
+
+    /// The CPUs a task (thread id) may run on.
+    pub fn get_affinity(&self, tid: u32) -> Result<CpuSet> {
+        self.kernel.get_affinity(self, tid)
+    }
+
+    pub fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<()> {
+        self.kernel.set_affinity(self, tid, cpus)
+    }
+
+    /// Set a thread's scheduling policy (a fake tree has no scheduler: accepted, nothing changes).
+    pub fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()> {
+        self.kernel.set_policy(tid, policy)
+    }
+
+    /// A debugfs file (e.g. "sched/preempt"), read in a private mount
+    /// namespace so nothing is mounted for others; None when unreadable.
+    pub fn read_debugfs(&self, rel: &str) -> Option<String> {
+        self.read_opt(format!("/sys/kernel/debug/{rel}"))
+            .or_else(|| self.kernel.read_debugfs(rel))
+    }
+
+    /// Can a thread take SCHED_DEADLINE here? None when it cannot be tried.
+    pub fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
+        self.kernel.probe_deadline()
+    }
+
+    pub fn parse_err(&self, abs: impl AsRef<Path>, msg: impl Into<String>) -> HostError {
+        HostError::Parse {
+            path: abs.as_ref().display().to_string(),
+            msg: msg.into(),
+        }
+    }
+}
+
+pub(crate) fn io_err(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
+    HostError::Io {
+        op,
+        path: p.display().to_string(),
+        source,
+    }
+}
+
+/// The error of a scheduling call on a task.
+pub(crate) fn task_err(op: &'static str, tid: u32, source: std::io::Error) -> HostError {
+    io_err(op, Path::new(&format!("task {tid}")), source)
+}
