@@ -10,6 +10,7 @@ pub mod load;
 pub mod partition;
 pub mod plot;
 pub mod procstat;
+pub mod proctext;
 pub mod report;
 pub mod stats;
 

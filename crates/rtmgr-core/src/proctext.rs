@@ -1,0 +1,147 @@
+//! Parsers of the /proc files the live balancer reads at every sample
+//! (ARTiS §2.3 on an unpatched kernel): a task's `status` lines, `schedstat`,
+//! CPU pressure (PSI), `loadavg`, the per-CPU interrupt ticks of /proc/stat,
+//! and the ARTiS class of a scheduling policy. Pure: text in, numbers out.
+
+use crate::class::{TaskClass, RT0_PRIORITY};
+use crate::cpuset::CpuSet;
+
+/// SCHED_FIFO and SCHED_RR as /proc/…/stat numbers them.
+const SCHED_FIFO: u32 = 1;
+const SCHED_RR: u32 = 2;
+
+/// The class of a task from its scheduling policy and real-time priority
+/// (the `policy` and `rt_priority` fields of /proc/…/stat).
+pub fn class_of_policy(policy: u32, prio: u32) -> TaskClass {
+    let rt = policy == SCHED_FIFO || policy == SCHED_RR;
+    match (rt, prio) {
+        (false, _) => TaskClass::Linux,
+        (true, p) if p >= u32::from(RT0_PRIORITY) => TaskClass::Rt0,
+        (true, p) => TaskClass::Rt1 {
+            priority: p.clamp(1, 98) as u8,
+        },
+    }
+}
+
+/// The three lines of /proc/…/status the balancer needs: affinity and
+/// voluntary/involuntary context switches (procfs's full parser allocates
+/// a map of every line, too much at every sample).
+#[derive(Debug, Default, PartialEq)]
+pub struct StatusLines {
+    pub affinity: Option<CpuSet>,
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+pub fn parse_status(text: &[u8]) -> StatusLines {
+    let mut out = StatusLines::default();
+    for line in String::from_utf8_lossy(text).lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key {
+            "Cpus_allowed_list" => out.affinity = CpuSet::parse_list(value).ok(),
+            "voluntary_ctxt_switches" => out.voluntary = value.parse().unwrap_or(0),
+            "nonvoluntary_ctxt_switches" => out.involuntary = value.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// "run_ns delay_ns timeslices" of /proc/…/schedstat.
+pub fn parse_schedstat(text: &[u8]) -> Option<(u64, u64, u64)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>());
+    Some((f.next()?.ok()?, f.next()?.ok()?, f.next()?.ok()?))
+}
+
+/// Total time (µs) some task waited for a CPU, from /proc/pressure/cpu
+/// ("some avg10=0.00 avg60=0.00 avg300=0.00 total=12345").
+pub fn parse_pressure(text: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(text).ok()?;
+    let line = s.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
+/// Running tasks and the last pid handed out, from /proc/loadavg
+/// ("0.10 0.20 0.30 2/650 12345").
+pub fn parse_loadavg(text: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let mut f = s.split_whitespace().skip(3);
+    let running = f.next()?.split('/').next()?.parse().ok()?;
+    let last_pid = f.next()?.parse().ok()?;
+    Some((running, last_pid))
+}
+
+/// Interrupt + softirq ticks per CPU from /proc/stat (per-CPU lines only).
+pub fn irq_ticks(text: &str) -> Vec<u64> {
+    let mut now = Vec::new();
+    for line in text.lines() {
+        // "cpu3 user nice system idle iowait irq softirq …", not the aggregate "cpu  …".
+        let mut f = line.split_whitespace();
+        let Some(Ok(cpu)) = f
+            .next()
+            .and_then(|n| n.strip_prefix("cpu"))
+            .map(|c| c.parse::<usize>())
+        else {
+            continue;
+        };
+        if cpu >= crate::cpuset::MAX_CPUS as usize {
+            continue;
+        }
+        let v: Vec<u64> = f.take(7).filter_map(|x| x.parse().ok()).collect();
+        let irq = v.get(5).copied().unwrap_or(0) + v.get(6).copied().unwrap_or(0);
+        if now.len() <= cpu {
+            now.resize(cpu + 1, 0);
+        }
+        now[cpu] = irq;
+    }
+    now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn irq_ticks_skip_the_aggregate_line() {
+        let text = "cpu  9999999 0 5 100 0 40 60 0 0 0\ncpu0 10 0 5 50 0 4 6 0 0 0\ncpu1 10 0 5 50 0 36 54 0 0 0\nintr 123\nctxt 5\n";
+        assert_eq!(irq_ticks(text), vec![10, 90]);
+        assert!(irq_ticks("cpu99999999 1 2 3 4 5 6 7\n").is_empty());
+    }
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_schedstat(b"123 456 7\n"), Some((123, 456, 7)));
+        assert_eq!(parse_schedstat(b"x"), None);
+        assert_eq!(
+            parse_loadavg(b"0.52 0.58 0.59 3/612 40123\n"),
+            Some((3, 40123))
+        );
+        assert_eq!(
+            parse_pressure(
+                b"some avg10=1.00 avg60=0.50 avg300=0.10 total=987\nfull avg10=0 total=5\n"
+            ),
+            Some(987)
+        );
+        assert_eq!(parse_pressure(b""), None);
+        let st = parse_status(b"Name:\tx\nCpus_allowed_list:\t0-2,5\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n");
+        assert_eq!(st.affinity, Some([0, 1, 2, 5].into_iter().collect()));
+        assert_eq!((st.voluntary, st.involuntary), (12, 3));
+    }
+
+    #[test]
+    fn classes_from_policy() {
+        assert_eq!(class_of_policy(0, 0), TaskClass::Linux);
+        assert_eq!(class_of_policy(SCHED_FIFO, 99), TaskClass::Rt0);
+        assert_eq!(
+            class_of_policy(SCHED_RR, 10),
+            TaskClass::Rt1 { priority: 10 }
+        );
+    }
+}
