@@ -1,6 +1,24 @@
-//! rtmgr-core: the pure policy core of rtmgr (see DESIGN.md, "one policy, two worlds").
-//! Nothing here makes a system call, reads a clock or starts a thread, so every
-//! policy runs unchanged on the live machine (rtmgr-linux) and in the simulator.
+//! rtmgr-core: the pure core of rtmgr — every policy, model and report, and
+//! nothing that touches the machine.
+//!
+//! **What it is.** The decisions rtmgr makes, written once (DESIGN.md "one
+//! policy, two worlds"): the ARTiS balancing policy ([`balance::Balancer`],
+//! ARTiS §2.3), budget accounting ([`budget`], budget-based RTAI §3.2), the
+//! task classes and where each may run ([`class`], ARTiS §2.1), the partition
+//! description and its validation ([`partition`], DROPS §4.1), latency
+//! statistics ([`stats`], McKenney §3), the versioned reports with their
+//! tables and SVG plots ([`report`], [`plot`]), and the parsers of the /proc
+//! files the live side reads ([`proctext`], [`procstat`]).
+//!
+//! **Central types.** [`CpuSet`]; `balance::{Observation, Move, Balancer}` —
+//! the seam of the balancer: an observation in, moves out; `partition::
+//! {PartitionConfig, PartitionPlan}`; `stats::{Hist, Summary}`;
+//! `report::{Report, Body}`.
+//!
+//! **Key decision.** Nothing here makes a system call, reads a clock, opens a
+//! file or starts a thread: time and machine state come in as data. So every
+//! policy runs unchanged live (rtmgr-linux) and in the deterministic simulator
+//! (rtmgr-sim), and is property-tested without a machine.
 
 pub mod balance;
 pub mod budget;

@@ -1,7 +1,24 @@
-//! rtmgr-linux: everything rtmgr does to or reads from the running kernel
-//! (DESIGN.md: the only crate that touches the OS). Every file access goes
-//! through a `Host` rooted at a path, so tests run against fake sysfs/procfs/
-//! cgroup trees as well as the real machine.
+//! rtmgr-linux: everything rtmgr does to or reads from the running kernel.
+//!
+//! **What it is.** The OS side of rtmgr (DESIGN.md: the only crate, with the
+//! syscall layer, that touches the machine): the partition and its exact
+//! undo ([`partition`], one knob per file, journalled first in [`journal`];
+//! ARTiS §2.1, DROPS §4.1), tasks in their class ([`launch`], [`classify`];
+//! ARTiS §2.4), the live balancer ([`balance`]: /proc observer, mover,
+//! latency guard; ARTiS §2.3), measurement probes and loads ([`measure`];
+//! McKenney §2–3), the experiment engines behind `rtmgr measure` and
+//! `rtmgr evaluate` ([`experiment`]), and `rtmgr status` ([`status`]).
+//!
+//! **Central types.** [`Host`] — the machine: a root path and a kernel
+//! backend; `partition::{Applied, PartitionGuard}`; `journal::Record`;
+//! `balance::{LiveConfig, LiveReport}`; `experiment::{Session, Reporter}`.
+//!
+//! **Key decision.** Every file access and every scheduling call goes through
+//! a `Host`, whose kernel is either the running one or (feature `fake`, tests)
+//! a fake one that emulates the side effects rtmgr relies on in a temporary
+//! tree. The same code paths run on fake cgroup v1/v2 trees and on the real
+//! machine, and production code never asks which it has. Decisions are
+//! rtmgr-core's; this crate observes, applies, and undoes.
 
 pub mod balance;
 pub mod cgroup;

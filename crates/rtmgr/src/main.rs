@@ -1,5 +1,14 @@
-//! rtmgr command line: one module per subcommand under `cmd/`.
-//! Exit codes: 0 success, 1 failure at run time, 2 bad input (nothing changed).
+//! rtmgr: the command line — flags and glue.
+//!
+//! **What it is.** One module per subcommand under `cmd/`: each parses its
+//! flags into a library config type, calls the library (rtmgr-linux's
+//! engines and partition, rtmgr-core's reports, rtmgr-sim), prints a human
+//! table and writes the versioned JSON report where `--out`/`--json` say.
+//!
+//! **Key decision.** No engine, no `unsafe`, no cgroup layout and no journal
+//! record lives here, so everything the CLI does is also a library call.
+//! Exit codes: 0 success, 1 failure at run time, 2 bad input (nothing
+//! changed), 130 interrupted with a partial report.
 
 mod cmd;
 
