@@ -68,17 +68,17 @@ impl LatencyGuard {
                     if failed {
                         return;
                     }
-                    let mut next = mono_ns() + interval_ns as i64;
+                    let mut next = mono_ns() + interval_ns;
                     while !stop.load(Ordering::Relaxed) {
                         sleep_until(next);
-                        let late = (mono_ns() - next).max(0) as u64;
+                        let late = mono_ns().saturating_sub(next);
                         if let Ok(mut r) = ring.lock() {
                             if r.len() == WINDOW_SAMPLES {
                                 r.pop_front();
                             }
                             r.push_back(late);
                         }
-                        next += interval_ns as i64;
+                        next += interval_ns;
                         // Missed releases are recorded late, not skipped.
                     }
                 })

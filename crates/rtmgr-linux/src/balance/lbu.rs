@@ -11,7 +11,7 @@ use rtmgr_core::balance::scenario::{Scenario, Sched};
 use rtmgr_core::class::TaskClass;
 use rtmgr_core::CpuSet;
 use std::io::Read;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 
 /// Inner operations of one busy-loop "unit"; a scenario iteration is
@@ -19,6 +19,8 @@ use std::sync::{mpsc, Arc, Barrier};
 const UNIT_OPS: u64 = 64;
 /// Work between two CPU checks, ns.
 const CHUNK_NS: u64 = 200_000;
+/// Start time the tasks read when another task's set-up failed.
+const SETUP_FAILED: u64 = u64::MAX;
 
 #[inline(never)]
 fn spin_units(n: u64) -> u64 {
@@ -36,7 +38,7 @@ pub fn calibrate() -> f64 {
         let n = 20_000;
         let t0 = thread_cpu_ns();
         spin_units(n);
-        let dt = (thread_cpu_ns() - t0).max(1) as f64;
+        let dt = thread_cpu_ns().saturating_sub(t0).max(1) as f64;
         best = best.max(n as f64 / dt);
     }
     best
@@ -126,7 +128,7 @@ pub fn run(
     let rate = calibrate();
     let daemons_stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(tasks.len() + 1));
-    let t0 = Arc::new(AtomicI64::new(0));
+    let t0 = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel::<Result<u32, String>>();
     let mut handles = Vec::new();
     for (i, spec) in tasks.iter().cloned().enumerate() {
@@ -158,7 +160,7 @@ pub fn run(
                 drop(tx);
                 barrier.wait();
                 let start = t0.load(Ordering::SeqCst);
-                if !ok || start < 0 {
+                if !ok || start == SETUP_FAILED {
                     return FakeResult::default();
                 }
                 fake_body(&spec, tid, rate, ncpus, start, &stop)
@@ -176,7 +178,7 @@ pub fn run(
         }
     }
     if !errors.is_empty() {
-        t0.store(-1, Ordering::SeqCst);
+        t0.store(SETUP_FAILED, Ordering::SeqCst);
         barrier.wait();
         for h in handles {
             let _ = h.join();
@@ -207,7 +209,7 @@ fn fake_body(
     tid: u32,
     rate: f64,
     ncpus: usize,
-    start: i64,
+    start: u64,
     stop: &AtomicBool,
 ) -> FakeResult {
     let mut res = FakeResult {
@@ -239,7 +241,7 @@ fn fake_body(
         let step = work.min(burst).min(kern).min(CHUNK_NS);
         spin_units(((step as f64) * rate).max(1.0) as u64);
         let (now_cpu, now_t) = (current_cpu(), thread_cpu_ns());
-        res.cpu_ns[now_cpu.min(ncpus - 1)] += (now_t - cpu_t).max(0) as u64;
+        res.cpu_ns[now_cpu.min(ncpus - 1)] += now_t.saturating_sub(cpu_t);
         if now_cpu != last_cpu {
             res.migrations += 1;
         }
@@ -254,28 +256,28 @@ fn fake_body(
         if kern == 0 {
             kern = spec.kernel_every_ns;
             // Kernel-heavy phase: system calls that copy in the kernel.
-            let end = mono_ns() + spec.kernel_ns as i64;
+            let end = mono_ns() + spec.kernel_ns;
             let k0 = thread_cpu_ns();
             while mono_ns() < end {
                 if let Some(z) = zero.as_mut() {
                     let _ = z.read(&mut buf);
                 }
             }
-            let k = (thread_cpu_ns() - k0).max(0) as u64;
+            let k = thread_cpu_ns().saturating_sub(k0);
             res.kernel_ns += k;
             res.cpu_ns[current_cpu().min(ncpus - 1)] += k;
             cpu_t = thread_cpu_ns();
         }
         if burst == 0 && work > 0 {
             burst = spec.burst_ns;
-            let target = mono_ns() + spec.sleep_ns as i64;
+            let target = mono_ns() + spec.sleep_ns;
             sleep_until(target);
-            res.wake_latency_ns.push((mono_ns() - target).max(0) as u64);
+            res.wake_latency_ns.push(mono_ns().saturating_sub(target));
             cpu_t = thread_cpu_ns();
             last_cpu = current_cpu();
         }
     }
-    res.wall_ns = (mono_ns() - start).max(0) as u64;
+    res.wall_ns = mono_ns().saturating_sub(start);
     res.switches = {
         let sw1 = thread_switches();
         (sw1.0 + sw1.1) - (sw0.0 + sw0.1)

@@ -264,7 +264,7 @@ pub fn run_balancer(
     let mut reads = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let now = mono_ns();
-        if cfg.duration_ns.is_some_and(|d| (now - t0) as u64 >= d) {
+        if cfg.duration_ns.is_some_and(|d| now - t0 >= d) {
             break;
         }
         let p99 = guard.as_ref().map(|g| g.p99()).unwrap_or_default();
@@ -273,7 +273,7 @@ pub fn run_balancer(
             *m = (*m).max(v);
         }
         let guests = mover.guests();
-        let mut obs = observer.sample((now - t0) as u64, (now - last).max(1) as u64, &guests, &p99);
+        let mut obs = observer.sample(now - t0, (now - last).max(1), &guests, &p99);
         last = now;
         reads += observer.last.reads as u64;
         report.proc_listings += u64::from(observer.last.listed);
@@ -315,7 +315,7 @@ pub fn run_balancer(
         report.samples += 1;
         report.tasks_known_max = report.tasks_known_max.max(observer.known_tasks());
         progress(&report, &moves);
-        next += cfg.period_ns as i64;
+        next += cfg.period_ns;
         sleep_until(next);
     }
     let (restored, fails) = mover.restore_all();

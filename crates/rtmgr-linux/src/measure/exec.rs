@@ -8,6 +8,7 @@ use super::probe::{setup_rt_thread, Prepare};
 use super::{mono_ns, sleep_until, MeasureError, Result};
 use crate::sched::Policy;
 use rtmgr_core::stats::Hist;
+use rtmgr_sys::time::diff_ns;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -55,7 +56,7 @@ pub fn run_pass(
                 sleep_until(next);
                 let t = mono_ns();
                 std::hint::black_box(divisions(std::hint::black_box(n)));
-                h.record(mono_ns() - t);
+                h.record(diff_ns(mono_ns(), t));
                 next = (next + period).max(mono_ns() + period / 3);
             }
             Ok((h, false))

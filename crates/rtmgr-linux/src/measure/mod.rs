@@ -44,59 +44,9 @@ impl MeasureError {
 
 pub type Result<T> = std::result::Result<T, MeasureError>;
 
-/// CLOCK_MONOTONIC in ns.
-pub fn mono_ns() -> i64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CPU time of the calling thread in ns.
-pub fn thread_cpu_ns() -> i64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// Sleep until CLOCK_MONOTONIC reaches `t_ns` (absolute: no drift from the
-/// time spent computing the deadline; restarted after a signal).
-pub fn sleep_until(t_ns: i64) {
-    let ts = libc::timespec {
-        tv_sec: t_ns / 1_000_000_000,
-        tv_nsec: t_ns % 1_000_000_000,
-    };
-    // SAFETY: valid timespec; remaining-time pointer unused with TIMER_ABSTIME.
-    while unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    } == libc::EINTR
-    {}
-}
-
-/// Voluntary and involuntary context switches of the calling thread so far.
-pub fn thread_switches() -> (u64, u64) {
-    // SAFETY: zeroed rusage is valid; getrusage fills it for the calling thread.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into a valid pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-/// The calling thread's id.
-pub fn gettid() -> u32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::gettid() as u32 }
-}
+pub use rtmgr_sys::process::thread_switches;
+pub use rtmgr_sys::sched::gettid;
+pub use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
 
 /// Is `prog` on PATH?
 pub fn which(prog: &str) -> Option<std::path::PathBuf> {

@@ -71,7 +71,7 @@ impl Drop for EventFd {
 }
 
 struct TaskLog {
-    times: Vec<i64>,
+    times: Vec<u64>,
     coalesced: u64,
 }
 
@@ -128,12 +128,7 @@ pub fn run(
         tasks.push(h);
     }
     let (fds2, ready2, failed2) = (fds.clone(), ready.clone(), setup_failed.clone());
-    let (cpu, prio, period, duration) = (
-        cfg.cpu,
-        cfg.priority,
-        cfg.period_ns as i64,
-        cfg.duration_ns as i64,
-    );
+    let (cpu, prio, period, duration) = (cfg.cpu, cfg.priority, cfg.period_ns, cfg.duration_ns);
     let timer = std::thread::Builder::new()
         .name("rtmgr-periodic-timer".into())
         .spawn(move || -> Result<(u64, u64, bool)> {
@@ -200,7 +195,7 @@ pub fn run(
     let mut dev = Hist::new();
     let mut series = Vec::with_capacity(SERIES_POINTS.min(times.len()));
     for w in times.windows(2) {
-        let d = w[1] - w[0];
+        let d = (w[1] - w[0]) as i64;
         inter.record(d);
         dev.record(d - cfg.period_ns as i64);
         if series.len() < SERIES_POINTS {

@@ -12,6 +12,8 @@ use crate::sched::{self, Policy};
 use rtmgr_core::report::{PolicySpec, ProbeMode};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
+use rtmgr_sys::time::{diff_ns, sleep_for};
+use rtmgr_sys::Nanos;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -37,6 +39,9 @@ pub type Prepare = Arc<dyn Fn(u32) -> Result<()> + Send + Sync>;
 const PUBLISH_NS: i64 = 100_000_000;
 /// Histograms are pre-sized to this value so the loop never allocates.
 const PRESIZE_NS: i64 = 10_000_000_000;
+/// `Shared::start_at` before the threads may start, and when they must not.
+const START_WAIT: Nanos = 0;
+const START_ABORT: Nanos = Nanos::MAX;
 
 struct Slot {
     live: Mutex<Hist>,
@@ -48,8 +53,8 @@ struct Slot {
 
 struct Shared {
     stop: Arc<AtomicBool>,
-    /// 0 = wait, -1 = abort, else t0 in CLOCK_MONOTONIC ns.
-    start_at: AtomicI64,
+    /// START_WAIT, START_ABORT, else t0 in CLOCK_MONOTONIC ns.
+    start_at: AtomicU64,
     slots: Vec<Slot>,
 }
 
@@ -68,7 +73,7 @@ pub struct ThreadOutcome {
 pub struct Probe {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<ThreadOutcome>>,
-    pub t0_ns: i64,
+    pub t0_ns: Nanos,
 }
 
 /// Snapshot for the live progress line.
@@ -100,15 +105,6 @@ pub fn max_fifo_priority() -> u8 {
     // SAFETY: no pointers.
     let p = unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) };
     p.clamp(1, 99) as u8
-}
-
-fn sleep_for(d_ns: i64) {
-    let ts = libc::timespec {
-        tv_sec: d_ns / 1_000_000_000,
-        tv_nsec: d_ns % 1_000_000_000,
-    };
-    // SAFETY: valid timespec; an interrupted sleep simply ends early (and shows as negative jitter).
-    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
 }
 
 /// Pin and raise the calling thread (after `prepare`): the probe threads' setup,
@@ -162,7 +158,7 @@ impl Probe {
             .collect();
         let shared = Arc::new(Shared {
             stop,
-            start_at: AtomicI64::new(0),
+            start_at: AtomicU64::new(START_WAIT),
             slots: placements
                 .iter()
                 .map(|_| Slot {
@@ -203,7 +199,7 @@ impl Probe {
         if !errors.is_empty() {
             errors.sort();
             errors.dedup();
-            shared.start_at.store(-1, SeqCst);
+            shared.start_at.store(START_ABORT, SeqCst);
             for h in handles {
                 let _ = h.join();
             }
@@ -274,16 +270,16 @@ fn run_thread(
     }
     let t0 = loop {
         match shared.start_at.load(SeqCst) {
-            0 if !failed => std::thread::sleep(std::time::Duration::from_millis(1)),
-            t if t > 0 && !failed => break t,
+            START_WAIT if !failed => std::thread::sleep(std::time::Duration::from_millis(1)),
+            t if t != START_ABORT && !failed => break t,
             _ => {
                 me.done.store(true, Release);
                 return out;
             }
         }
     };
-    let interval = cfg.interval_ns as i64;
-    let end = cfg.duration_ns.map(|d| t0 + d as i64);
+    let interval = cfg.interval_ns;
+    let end = cfg.duration_ns.map(|d| t0 + d);
     let loops = cfg.loops.unwrap_or(u64::MAX);
     let (v0, i0) = thread_switches();
     let c0 = thread_cpu_ns();
@@ -296,13 +292,14 @@ fn run_thread(
             ProbeMode::Absolute => {
                 sleep_until(next);
                 let now = mono_ns();
-                (now - next, now)
+                (diff_ns(now, next), now)
             }
             ProbeMode::Relative => {
                 let t1 = mono_ns();
+                // A signal ends the sleep early: it shows as negative jitter.
                 sleep_for(interval);
                 let now = mono_ns();
-                (now - t1 - interval, now)
+                (diff_ns(now, t1) - interval as i64, now)
             }
         };
         out.hist.record(lat);
@@ -313,8 +310,8 @@ fn run_thread(
             // Releases that passed while we were late: served now, at their own release.
             let mut rel = next + interval;
             while rel <= now && samples < loops && end.is_none_or(|e| rel <= e) {
-                out.hist.record(now - rel);
-                delta.record(now - rel);
+                out.hist.record((now - rel) as i64);
+                delta.record((now - rel) as i64);
                 out.missed += 1;
                 samples += 1;
                 rel += interval;
@@ -323,7 +320,7 @@ fn run_thread(
         } else {
             next = now + interval;
         }
-        if now - last_pub >= PUBLISH_NS {
+        if diff_ns(now, last_pub) >= PUBLISH_NS {
             if let Ok(mut l) = me.live.try_lock() {
                 l.merge(&delta);
                 delta.clear();
@@ -335,7 +332,7 @@ fn run_thread(
         }
     }
     let (v1, i1) = thread_switches();
-    out.cpu_time_ns = (thread_cpu_ns() - c0).max(0) as u64;
+    out.cpu_time_ns = thread_cpu_ns().saturating_sub(c0);
     out.voluntary_ctxt_switches = v1 - v0;
     out.involuntary_ctxt_switches = i1 - i0;
     if let Ok(mut l) = me.live.lock() {
