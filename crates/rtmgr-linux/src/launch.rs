@@ -4,11 +4,12 @@
 //! its scheduling policy, so its first instruction already runs in its class.
 //! Also: forwarding signals to it and passing its exit status on.
 
-use crate::sched::{self, Policy};
+use crate::sched::Policy;
 use rtmgr_core::CpuSet;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use rtmgr_sys::child::ChildSetup;
+use rtmgr_sys::process;
+use rtmgr_sys::sched::CpuMask;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 
@@ -30,40 +31,14 @@ pub fn spawn(l: &Launch) -> std::io::Result<Child> {
     for (k, v) in &l.env {
         cmd.env(k, v);
     }
-    let cgroup = l
-        .cgroup_file
-        .as_ref()
-        .map(|p| {
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-        })
-        .transpose()?;
-    let cpus = l.cpus.clone();
-    let policy = l.policy;
-    // SAFETY: the closure runs between fork and exec in the child. It only makes
-    // system calls (open, write, close, sched_setaffinity, sched_setattr) on data
-    // prepared before the fork; set_affinity builds a cpu_set_t on the stack and
-    // allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(path) = &cgroup {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0" means the writing task itself (cgroup v1 `tasks`, v2 `cgroup.procs`).
-                let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if rc != 1 {
-                    return Err(err);
-                }
-            }
-            sched::set_affinity(0, &cpus)?;
-            sched::set_policy(0, policy)?;
-            Ok(())
-        });
+    let mut setup = ChildSetup::new();
+    if let Some(p) = &l.cgroup_file {
+        setup = setup.join_cgroup(p)?;
     }
+    setup
+        .affinity(CpuMask::from_cpus(l.cpus.iter())?)
+        .policy(l.policy)
+        .install(&mut cmd);
     cmd.spawn()
 }
 
@@ -74,7 +49,7 @@ pub fn wait_forwarding(child: &mut Child) -> std::io::Result<ExitStatus> {
     use signal_hook::consts::signal::*;
     use signal_hook::iterator::exfiltrator::WithOrigin;
     use signal_hook::iterator::SignalsInfo;
-    let pid = child.id() as libc::pid_t;
+    let pid = child.id() as i32;
     let mut signals = SignalsInfo::<WithOrigin>::new([
         SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGWINCH,
     ])?;
@@ -84,10 +59,7 @@ pub fn wait_forwarding(child: &mut Child) -> std::io::Result<ExitStatus> {
             let from_terminal =
                 origin.process.is_none() && matches!(origin.signal, SIGINT | SIGQUIT | SIGWINCH);
             if !from_terminal {
-                // SAFETY: kill with a pid we spawned; no memory involved.
-                unsafe {
-                    libc::kill(pid, origin.signal);
-                }
+                let _ = process::kill(pid, origin.signal);
             }
         }
     });
@@ -105,11 +77,7 @@ pub fn exit_like(status: ExitStatus) -> u8 {
         return code as u8;
     }
     if let Some(sig) = status.signal() {
-        // SAFETY: restoring the default action and raising a signal on ourselves.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
+        process::raise_default(sig);
         return 128u8.wrapping_add(sig as u8);
     }
     1
@@ -118,8 +86,5 @@ pub fn exit_like(status: ExitStatus) -> u8 {
 /// Let a write to a closed pipe end the process quietly (as for `rtmgr status | head`)
 /// instead of panicking in println!.
 pub fn default_sigpipe() {
-    // SAFETY: setting the default disposition of SIGPIPE; no handler involved.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    process::default_signal_action(libc::SIGPIPE);
 }

@@ -4,10 +4,9 @@
 //! the program runs, so nothing is written to disk. Statically linked programs
 //! ignore LD_PRELOAD: `is_static_elf` lets the caller say so.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::io::{AsRawFd, FromRawFd};
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 static MLOCK_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/librtmgr_mlock.so"));
@@ -19,14 +18,7 @@ pub struct MlockPreload {
 
 impl MlockPreload {
     pub fn create() -> std::io::Result<Self> {
-        let name = CString::new("rtmgr-mlock.so").expect("no NUL");
-        // SAFETY: name is a valid C string; the returned fd is owned by `file` below.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let mut file = unsafe { File::from_raw_fd(fd) };
+        let mut file = File::from(rtmgr_sys::fd::memfd("rtmgr-mlock.so", false)?);
         file.write_all(MLOCK_SO)?;
         Ok(MlockPreload { file })
     }
@@ -89,7 +81,7 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         let kb: u64 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
         // Only root (or a large RLIMIT_MEMLOCK) can lock a whole program.
-        if unsafe { libc::geteuid() } == 0 {
+        if rtmgr_sys::process::is_root() {
             assert!(kb > 0, "memory not locked: {text}");
         } else {
             eprintln!("skip VmLck check: not root");

@@ -33,9 +33,12 @@ fn target(tid: Tid) -> io::Result<Option<Pid>> {
     }
 }
 
-/// The CPU the calling thread runs on now.
+/// The CPU the calling thread runs on now (glibc's `sched_getcpu`: read from
+/// rseq or the vDSO, no system call; 0 if it fails).
 pub fn current_cpu() -> u32 {
-    rustix::thread::sched_getcpu() as u32
+    // SAFETY: sched_getcpu takes no arguments.
+    let c = unsafe { libc::sched_getcpu() };
+    c.max(0) as u32
 }
 
 /// Give up the CPU (`sched_yield`).

@@ -105,9 +105,7 @@ pub struct FakeResult {
 }
 
 fn current_cpu() -> usize {
-    // SAFETY: no arguments.
-    let c = unsafe { libc::sched_getcpu() };
-    c.max(0) as usize
+    rtmgr_sys::sched::current_cpu() as usize
 }
 
 /// Called in each fake-task thread with (index, tid) before it pins itself,

@@ -56,25 +56,8 @@ impl FdBudget {
     /// Raise the soft RLIMIT_NOFILE to the hard one (this process only) and
     /// keep a quarter of it free for everything else.
     pub fn from_rlimit() -> Self {
-        // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
-        let max = unsafe {
-            let mut r: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-                256
-            } else {
-                if r.rlim_cur < r.rlim_max {
-                    let raised = libc::rlimit {
-                        rlim_cur: r.rlim_max,
-                        rlim_max: r.rlim_max,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                        r.rlim_cur = r.rlim_max;
-                    }
-                }
-                (r.rlim_cur.min(1 << 20) as usize) * 3 / 4
-            }
-        };
-        FdBudget::new(max)
+        let limit = rtmgr_sys::process::raise_nofile_limit();
+        FdBudget::new((limit.min(1 << 20) as usize) * 3 / 4)
     }
 
     pub fn new(max: usize) -> Self {
@@ -160,7 +143,7 @@ mod tests {
 
         // The kernel regenerates /proc files at offset 0: this thread's run
         // time grows between two reads of one descriptor.
-        let tid = unsafe { libc::gettid() };
+        let tid = rtmgr_sys::sched::gettid();
         let path = format!("/proc/self/task/{tid}/schedstat");
         let Ok(f) = ProcFile::open(Path::new(&path)) else {
             eprintln!("skip the /proc half: no {path} (CONFIG_SCHED_INFO off)");
@@ -184,7 +167,7 @@ mod tests {
     fn exited_thread_makes_the_kept_file_fail() {
         let (tx, rx) = std::sync::mpsc::channel();
         let h = std::thread::spawn(move || {
-            tx.send(unsafe { libc::gettid() }).unwrap();
+            tx.send(rtmgr_sys::sched::gettid()).unwrap();
         });
         let tid = rx.recv().unwrap();
         let path = format!("/proc/self/task/{tid}/stat");

@@ -26,13 +26,9 @@ pub fn snapshot(host: &Host) -> Snapshot {
 }
 
 fn ns_per_tick() -> u64 {
-    // SAFETY: sysconf has no memory arguments.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        1_000_000_000 / hz as u64
-    } else {
-        10_000_000
-    }
+    1_000_000_000u64
+        .checked_div(rtmgr_sys::time::clock_ticks_per_second())
+        .unwrap_or(10_000_000)
 }
 
 /// What happened on `cpus` between two snapshots.

@@ -9,6 +9,7 @@ use super::probe::{setup_rt_thread, Prepare};
 use super::{mono_ns, sleep_until, MeasureError, Result};
 use crate::sched::Policy;
 use rtmgr_core::stats::Hist;
+use rtmgr_sys::fd::EventCounter;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 
@@ -36,38 +37,8 @@ pub struct PeriodicityOutcome {
 /// Keep at most this many points for the plot.
 pub const SERIES_POINTS: usize = 20_000;
 
-struct EventFd(i32);
-
-impl EventFd {
-    fn new() -> Result<EventFd> {
-        // SAFETY: plain syscall, returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(MeasureError::io("eventfd", std::io::Error::last_os_error()));
-        }
-        Ok(EventFd(fd))
-    }
-    fn add(&self, v: u64) {
-        // SAFETY: writes 8 bytes from a valid u64 to our descriptor.
-        unsafe { libc::write(self.0, &v as *const u64 as *const libc::c_void, 8) };
-    }
-    fn wait(&self) -> u64 {
-        let mut v = 0u64;
-        loop {
-            // SAFETY: reads 8 bytes into a valid u64 from our descriptor.
-            let n = unsafe { libc::read(self.0, &mut v as *mut u64 as *mut libc::c_void, 8) };
-            if n == 8 {
-                return v;
-            }
-        }
-    }
-}
-
-impl Drop for EventFd {
-    fn drop(&mut self) {
-        // SAFETY: closing a descriptor we own.
-        unsafe { libc::close(self.0) };
-    }
+fn event_counter() -> Result<EventCounter> {
+    EventCounter::new().map_err(|e| MeasureError::io("eventfd", e))
 }
 
 struct TaskLog {
@@ -86,7 +57,7 @@ pub fn run(
         ));
     }
     let expected_cap = (cfg.duration_ns / cfg.period_ns) as usize / 2 + 16;
-    let fds = Arc::new([EventFd::new()?, EventFd::new()?]);
+    let fds = Arc::new([event_counter()?, event_counter()?]);
     let ready = Arc::new(std::sync::Barrier::new(3));
     let setup_failed = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -137,7 +108,7 @@ pub fn run(
                 failed2.store(true, SeqCst);
             }
             ready2.wait();
-            let finish = |fds: &[EventFd; 2]| {
+            let finish = |fds: &[EventCounter; 2]| {
                 fds[0].add(TERM);
                 fds[1].add(TERM);
             };

@@ -101,11 +101,7 @@ pub fn to_policy(p: PolicySpec) -> Policy {
 }
 
 /// Highest SCHED_FIFO priority.
-pub fn max_fifo_priority() -> u8 {
-    // SAFETY: no pointers.
-    let p = unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) };
-    p.clamp(1, 99) as u8
-}
+pub use rtmgr_sys::sched::max_fifo_priority;
 
 /// Pin and raise the calling thread (after `prepare`): the probe threads' setup,
 /// shared with the other measurements.

@@ -6,6 +6,9 @@
 
 use super::{MeasureError, Result};
 use rtmgr_core::CpuSet;
+use rtmgr_sys::child::ChildSetup;
+use rtmgr_sys::process::{self, ChildUsage};
+use rtmgr_sys::sched::CpuMask;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,20 +30,11 @@ pub struct SpawnSpec<'a> {
 pub struct GroupChild {
     child: Child,
     pgid: i32,
-    reaped: Option<libc::rusage>,
+    reaped: Option<ChildUsage>,
 }
 
-fn cpu_set(cpus: &CpuSet) -> Result<libc::cpu_set_t> {
-    // SAFETY: zeroed cpu_set_t is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter() {
-        if c as usize >= libc::CPU_SETSIZE as usize {
-            return Err(MeasureError::Setup(format!("CPU {c} out of range")));
-        }
-        // SAFETY: c < CPU_SETSIZE.
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
-    }
-    Ok(set)
+fn cpu_mask(cpus: &CpuSet) -> Result<CpuMask> {
+    CpuMask::from_cpus(cpus.iter()).map_err(|e| MeasureError::Setup(e.to_string()))
 }
 
 impl GroupChild {
@@ -72,37 +66,20 @@ impl GroupChild {
         }
         // A gated child is pinned after `before_run` has moved it into its cpuset:
         // before that, the target CPUs may lie outside its current cpuset (EINVAL).
-        let set = if gated {
+        let mask = if gated {
             None
         } else {
-            spec.cpus.as_ref().map(cpu_set).transpose()?
+            spec.cpus.as_ref().map(cpu_mask).transpose()?
         };
         // A gated child gets SCHED_IDLE after the gate too: at SCHED_IDLE on a
         // busy CPU it might take seconds to even reach the gate.
         let idle = spec.sched_idle && !gated;
-        // SAFETY: the closure only makes async-signal-safe system calls on
-        // pre-built data (no allocation) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(set) = &set {
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                // Children never inherit the orchestrator's real-time policy.
-                let p = libc::sched_param { sched_priority: 0 };
-                let policy = if idle {
-                    libc::SCHED_IDLE
-                } else {
-                    libc::SCHED_OTHER
-                };
-                if libc::sched_setscheduler(0, policy, &p) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        let mut setup = ChildSetup::new();
+        if let Some(mask) = mask {
+            setup = setup.affinity(mask);
         }
+        // Children never inherit the orchestrator's real-time policy.
+        setup.time_sharing(idle).install(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| MeasureError::io(format!("start {}", spec.program), e))?;
@@ -124,24 +101,21 @@ impl GroupChild {
                 crate::sched::set_policy(pgid as u32, crate::sched::Policy::Idle)
                     .map_err(|e| MeasureError::io("SCHED_IDLE for gated child", e))?;
             }
-            // SAFETY: signalling our own child's process group.
-            unsafe { libc::kill(-pgid, libc::SIGCONT) };
+            let _ = process::kill(-pgid, libc::SIGCONT);
         }
         Ok(gc)
     }
 
     fn wait_stopped(&mut self) -> Result<()> {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child with a valid status pointer; WUNTRACED
-        // reports the stop without reaping.
-        let rc = unsafe { libc::waitpid(self.pgid, &mut status, libc::WUNTRACED) };
-        if rc != self.pgid || !libc::WIFSTOPPED(status) {
-            return Err(MeasureError::Setup(format!(
-                "child {} did not stop at its start gate (status {status:#x})",
-                self.pgid
-            )));
+        // WUNTRACED reports the stop without reaping.
+        match process::wait_stopped_or_ended(self.pgid) {
+            Ok(w) if w.stopped() => Ok(()),
+            r => Err(MeasureError::Setup(format!(
+                "child {} did not stop at its start gate (status {:#x})",
+                self.pgid,
+                r.map_or(0, |w| w.raw())
+            ))),
         }
-        Ok(())
     }
 
     pub fn pid(&self) -> u32 {
@@ -150,8 +124,7 @@ impl GroupChild {
 
     /// Signal every process of the group.
     pub fn signal_group(&self, sig: i32) {
-        // SAFETY: signalling a process group we created.
-        unsafe { libc::kill(-self.pgid, sig) };
+        let _ = process::kill(-self.pgid, sig);
     }
 
     /// Has the leader exited? Reaps it (keeping its resource usage) if so.
@@ -159,16 +132,13 @@ impl GroupChild {
         if self.reaped.is_some() {
             return true;
         }
-        let mut status = 0;
-        // SAFETY: zeroed rusage is valid plain data.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: wait4 on our own child with valid pointers.
-        let rc = unsafe { libc::wait4(self.pgid, &mut status, libc::WNOHANG, &mut ru) };
-        if rc == self.pgid {
-            self.reaped = Some(ru);
-            true
-        } else {
-            rc < 0 // ECHILD: already reaped elsewhere
+        match process::try_reap(self.pgid) {
+            Ok(Some(usage)) => {
+                self.reaped = Some(usage);
+                true
+            }
+            Ok(None) => false,
+            Err(_) => true, // ECHILD: already reaped elsewhere
         }
     }
 
@@ -188,8 +158,7 @@ impl GroupChild {
 
     /// Does any process of the group still exist?
     pub fn group_alive(&self) -> bool {
-        // SAFETY: signal 0 only checks existence.
-        unsafe { libc::kill(-self.pgid, 0) == 0 }
+        process::exists(-self.pgid)
     }
 
     /// Stop the group: `sig` first, then SIGKILL after `grace`; verify it is gone.
@@ -220,10 +189,7 @@ impl GroupChild {
 
     /// User + system CPU time of the reaped leader and its waited-for children, ns.
     pub fn cpu_time_ns(&self) -> Option<u64> {
-        self.reaped.map(|ru| {
-            let t = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
-            t(ru.ru_utime) + t(ru.ru_stime)
-        })
+        self.reaped.map(|u| u.user_ns + u.system_ns)
     }
 
     pub fn exited_ok(&self) -> bool {
@@ -261,8 +227,7 @@ mod tests {
         c.stop(libc::SIGTERM, Duration::from_secs(2)).unwrap();
         assert!(!c.group_alive());
         drop(c);
-        // SAFETY: existence check only.
-        assert_ne!(unsafe { libc::kill(-(pgid as i32), 0) }, 0);
+        assert!(!process::exists(-(pgid as i32)));
     }
 
     #[test]
@@ -294,7 +259,6 @@ mod tests {
             CpuSet::single(0)
         );
         drop(c);
-        // SAFETY: existence check only.
-        assert_ne!(unsafe { libc::kill(-pgid, 0) }, 0);
+        assert!(!process::exists(-pgid));
     }
 }

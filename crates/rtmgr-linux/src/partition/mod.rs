@@ -107,10 +107,7 @@ pub struct ResetReport {
 /// for it (environment RTMGR_TEST_CRASH_AT=<point>): the `kill -9` of the tests.
 fn crash_point(name: &str) {
     if std::env::var("RTMGR_TEST_CRASH_AT").as_deref() == Ok(name) {
-        // SAFETY: sending a signal to ourselves; no memory involved.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        rtmgr_sys::process::kill_self();
     }
 }
 
