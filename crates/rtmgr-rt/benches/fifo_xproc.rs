@@ -17,7 +17,7 @@ use fifo_queues::*;
 use hdrhistogram::Histogram;
 use rtmgr_rt::fifo::shm::{self, ShmConsumer, ShmProducer, Wake};
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -116,8 +116,7 @@ fn child_main(role: &str) {
     let cpu: u32 = std::env::var("CPU").unwrap().parse().unwrap();
     let rt = std::env::var("RT").as_deref() == Ok("1");
     // Die with the parent: never leave a spinning SCHED_FIFO producer behind.
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    rtmgr_sys::process::die_with_parent().expect("PR_SET_PDEATHSIG");
     pin_checked(cpu);
     let _g = rt.then(|| common::FifoPolicy::enter(50).expect("SCHED_FIFO"));
     let mut send: Sender = match role {
@@ -134,9 +133,9 @@ fn child_main(role: &str) {
             })
         }
         "pipe" => {
-            let fd: i32 = std::env::var("PIPE_FD").unwrap().parse().unwrap();
-            // SAFETY: the parent left this pipe's write end open for us.
-            let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            // The parent made the pipe's write end our stdout.
+            let fd = std::io::stdout().as_fd().try_clone_to_owned().unwrap();
+            let mut f = std::fs::File::from(fd);
             Box::new(move |r| f.write_all(r).unwrap())
         }
         other => panic!("unknown role {other}"),
@@ -156,14 +155,21 @@ fn child_main(role: &str) {
     }
 }
 
-fn spawn_producer(role: &str, n: u64, gap: u64, o: &Opts, extra: &[(&str, String)]) -> ChildGuard {
+fn spawn_producer(
+    role: &str,
+    n: u64,
+    gap: u64,
+    o: &Opts,
+    extra: &[(&str, String)],
+    stdout: Stdio,
+) -> ChildGuard {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.env(common::ROLE_ENV, role)
         .env("N", n.to_string())
         .env("GAP_NS", gap.to_string())
         .env("CPU", "0")
         .env("RT", if o.rt { "1" } else { "0" })
-        .stdout(Stdio::null());
+        .stdout(stdout);
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -212,6 +218,7 @@ fn shm_run(n: u64, gap: u64, spin: bool, lazy: bool, o: &Opts) -> (f64, Vec<u64>
         gap,
         o,
         &[("FIFO_NAME", name.clone()), ("WAKE", wake.into())],
+        Stdio::null(),
     );
     let r = receive(n, gap, |rec| {
         let mut s = Spin::new();
@@ -248,8 +255,7 @@ fn remove_stale_segments() {
         let Ok(pid) = pid.parse::<i32>() else {
             continue;
         };
-        // SAFETY: signal 0 only checks whether the process exists.
-        if unsafe { libc::kill(pid, 0) } != 0 {
+        if !rtmgr_sys::process::exists(pid) {
             let _ = shm::unlink(&name);
         }
     }
@@ -257,14 +263,9 @@ fn remove_stale_segments() {
 
 /// A pipe between two processes; the consumer blocks in read(2).
 fn pipe_run(n: u64, gap: u64, o: &Opts) -> (f64, Vec<u64>) {
-    let mut fds = [0i32; 2];
-    // SAFETY: valid array of two ints; fds are not CLOEXEC so the child inherits the write end.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: fresh descriptors we own.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut child = spawn_producer("pipe", n, gap, o, &[("PIPE_FD", fds[1].to_string())]);
-    drop(wr);
-    let mut f = std::fs::File::from(rd);
+    let (mut rd, wr) = std::io::pipe().expect("pipe");
+    let mut child = spawn_producer("pipe", n, gap, o, &[], Stdio::from(wr));
+    let f = &mut rd;
     let r = receive(n, gap, |rec| f.read_exact(rec).unwrap());
     child.finish_status();
     r
@@ -283,12 +284,12 @@ impl FinishStatus for ChildGuard {
 /// Run `f` with the calling thread pinned to `cpu` (and at SCHED_FIFO with
 /// `rt`), restoring its affinity and policy afterwards.
 fn on_cpu<R>(cpu: u32, rt: bool, f: impl FnOnce() -> R) -> R {
-    let before = rtmgr_linux::sched::get_affinity(0).unwrap();
+    let before = rtmgr_sys::sched::get_affinity(0).unwrap();
     pin_checked(cpu);
     let g = rt.then(|| common::FifoPolicy::enter(50).expect("SCHED_FIFO"));
     let r = f();
     drop(g);
-    rtmgr_linux::sched::set_affinity(0, &before).unwrap();
+    rtmgr_sys::sched::set_affinity(0, &before).unwrap();
     r
 }
 
@@ -340,8 +341,8 @@ fn main() {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone()).unwrap();
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone()).unwrap();
     let _lock = o.rt.then(|| {
-        rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
-            rtmgr_linux::lock::DEFAULT_LOCK_PATH,
+        rtmgr_sys::lock::MachineLock::acquire(std::path::Path::new(
+            rtmgr_sys::lock::DEFAULT_LOCK_PATH,
         ))
         .unwrap()
     });

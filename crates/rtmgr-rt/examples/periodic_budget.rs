@@ -26,8 +26,7 @@ fn main() {
         Some("hard") => BudgetMode::hard(),
         _ => BudgetMode::soft(),
     };
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rtmgr_sys::process::is_root();
     let class = if root {
         TaskClass::Rt1 { priority: 50 }
     } else {

@@ -83,8 +83,7 @@ fn consumer_child(name: &str) {
                 let seq = decode(rec).expect("torn or corrupt record");
                 if Some(seq) == kill_at {
                     // Die in the middle of the pop: the record is not released.
-                    // SAFETY: kill on our own pid.
-                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                    rtmgr_sys::process::kill_self();
                 }
                 seq
             })
@@ -125,8 +124,8 @@ fn fifo_multiprocess_stress() {
     }
     let root = is_root();
     let _lock = root.then(|| {
-        rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
-            rtmgr_linux::lock::DEFAULT_LOCK_PATH,
+        rtmgr_sys::lock::MachineLock::acquire(std::path::Path::new(
+            rtmgr_sys::lock::DEFAULT_LOCK_PATH,
         ))
         .expect("machine lock")
     });

@@ -25,6 +25,14 @@ fn static_lib() -> PathBuf {
         .unwrap_or_else(|| panic!("librtmgr_rt.a not found next to {}", exe.display()))
 }
 
+/// Root runs RT tasks: take the machine lock then.
+fn machine_lock_if_root() -> Option<rtmgr_sys::lock::MachineLock> {
+    rtmgr_sys::process::is_root().then(|| {
+        rtmgr_sys::lock::MachineLock::acquire(Path::new(rtmgr_sys::lock::DEFAULT_LOCK_PATH))
+            .expect("machine lock")
+    })
+}
+
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
@@ -39,11 +47,7 @@ fn run(cmd: &mut Command) -> String {
 
 #[test]
 fn c_periodic_programs_build_and_run() {
-    // SAFETY: geteuid has no preconditions.
-    let _lock = (unsafe { libc::geteuid() } == 0).then(|| {
-        rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
-            .expect("machine lock")
-    });
+    let _lock = machine_lock_if_root();
     let tmp = tempfile::tempdir().unwrap();
     let root = repo_root();
     for (prog, args) in [
@@ -69,11 +73,7 @@ fn c_periodic_programs_build_and_run() {
 /// binaries, in `../examples`) run too.
 #[test]
 fn rust_examples_run() {
-    // SAFETY: geteuid has no preconditions.
-    let _lock = (unsafe { libc::geteuid() } == 0).then(|| {
-        rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
-            .expect("machine lock")
-    });
+    let _lock = machine_lock_if_root();
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().join("examples");
     for (prog, args) in [

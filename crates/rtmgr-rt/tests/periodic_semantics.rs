@@ -8,6 +8,9 @@ use rtmgr_rt::periodic::{
     mono_ns, thread_cpu_ns, BudgetError, BudgetMode, SoftVariant, Task, TaskClass, TaskConfig,
     TaskError, WaitOutcome,
 };
+use rtmgr_sys::lock::{MachineLock, DEFAULT_LOCK_PATH};
+use rtmgr_sys::process::is_root;
+use rtmgr_sys::sched::{get_affinity, get_attr, SCHED_FLAG_RESET_ON_FORK};
 use std::path::Path;
 
 const MS: u64 = 1_000_000;
@@ -23,19 +26,20 @@ fn burn(ns: u64) {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+fn machine_lock() -> MachineLock {
+    MachineLock::acquire(Path::new(DEFAULT_LOCK_PATH)).expect("machine lock")
 }
 
-fn machine_lock() -> rtmgr_linux::lock::MachineLock {
-    rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
-        .expect("machine lock")
-}
-
+/// The calling thread's policy as sched_getscheduler(2) reports it
+/// (with the reset-on-fork bit).
 fn policy() -> i32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::sched_getscheduler(0) }
+    let a = get_attr(0).expect("sched_getattr");
+    let reset_on_fork = if a.flags & SCHED_FLAG_RESET_ON_FORK != 0 {
+        libc::SCHED_RESET_ON_FORK
+    } else {
+        0
+    };
+    a.policy as i32 | reset_on_fork
 }
 
 #[test]
@@ -210,12 +214,7 @@ fn rt1_soft_task_restores_policy_and_affinity() {
         assert_eq!(policy(), before);
         overrun_catch_up(BudgetMode::soft(), TaskClass::Rt1 { priority: 10 });
         assert_eq!(policy(), before);
-        // SAFETY: zeroed cpu_set_t is valid; sched_getaffinity fills it.
-        let n = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-            libc::CPU_COUNT(&set)
-        };
+        let n = get_affinity(0).expect("sched_getaffinity").count();
         assert_eq!(
             n as usize,
             std::thread::available_parallelism().unwrap().get()

@@ -32,6 +32,13 @@ pub fn kill_self() {
     let _ = kill(pid(), libc::SIGKILL);
 }
 
+/// Have the kernel send SIGKILL to the calling process when its parent dies
+/// (a benchmark's SCHED_FIFO child must never outlive it).
+pub fn die_with_parent() -> io::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(io_err)
+}
+
 /// Does a process (or, for a negative id, a process group) with this id exist?
 pub fn exists(pid: i32) -> bool {
     kill(pid, 0).is_ok()

@@ -99,13 +99,7 @@ impl Queue for Crossbeam {
 /// CLOCK_MONOTONIC in nanoseconds (comparable across processes).
 #[inline]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    rtmgr_sys::time::mono_ns()
 }
 
 /// Longest a benchmark thread may spin waiting for its peer. Beyond that
@@ -173,7 +167,10 @@ fn enter(cpu: u32, rt: bool) -> Option<common::FifoPolicy> {
 /// forbid it); two spinning SCHED_FIFO threads must never share a CPU.
 pub fn pin_checked(cpu: u32) {
     let pinned = common::try_pin(cpu);
-    let got = rtmgr_linux::sched::get_affinity(0).expect("sched_getaffinity");
+    let got: rtmgr_core::CpuSet = rtmgr_sys::sched::get_affinity(0)
+        .expect("sched_getaffinity")
+        .cpus()
+        .collect();
     if !pinned || got.len() != 1 || !got.contains(cpu % common::online_cpus()) {
         // Exit rather than panic: the peer thread may already wait for us.
         eprintln!(

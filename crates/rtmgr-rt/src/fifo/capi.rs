@@ -71,8 +71,7 @@ fn status(e: &FifoError) -> RtfStatus {
     match e {
         FifoError::Os { source, .. } => {
             if let Some(code) = source.raw_os_error() {
-                // SAFETY: __errno_location returns this thread's errno slot.
-                unsafe { *libc::__errno_location() = code };
+                rtmgr_sys::errno::set(code);
             }
             RTF_EOS
         }
@@ -440,7 +439,7 @@ mod tests {
                 rtf_create(n, 8, 2, RtfRole::RTF_PRODUCER, &mut p),
                 RtfStatus::RTF_EOS
             );
-            assert_eq!(*libc::__errno_location(), libc::EEXIST);
+            assert_eq!(rtmgr_sys::errno::get(), libc::EEXIST);
             assert_eq!(rtf_close(p), RtfStatus::RTF_OK);
             assert_eq!(rtf_close(c), RtfStatus::RTF_OK);
             assert_eq!(rtf_close(ptr::null_mut()), RtfStatus::RTF_OK);
@@ -449,7 +448,7 @@ mod tests {
                 rtf_open(n, 0, RtfRole::RTF_CONSUMER, &mut c),
                 RtfStatus::RTF_EOS
             );
-            assert_eq!(*libc::__errno_location(), libc::ENOENT);
+            assert_eq!(rtmgr_sys::errno::get(), libc::ENOENT);
             assert_eq!(
                 rtf_open(ptr::null(), 0, RtfRole::RTF_CONSUMER, &mut c),
                 RtfStatus::RTF_EINVAL

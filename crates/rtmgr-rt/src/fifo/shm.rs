@@ -28,10 +28,12 @@
 //! sequentially consistent operations (Dekker-style: one always sees the
 //! other); [`Wake::Lazy`] drops the producer's fence, see there.
 
+use rtmgr_sys::fd::{file_size, seal_size, shm_open, shm_unlink, truncate};
+use rtmgr_sys::mem::SharedMapping;
+use rtmgr_sys::{futex, process};
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -105,11 +107,8 @@ pub enum FifoError {
 }
 
 impl FifoError {
-    fn os(op: &'static str) -> Self {
-        FifoError::Os {
-            op,
-            source: io::Error::last_os_error(),
-        }
+    fn os(op: &'static str) -> impl FnOnce(io::Error) -> Self {
+        move |source| FifoError::Os { op, source }
     }
 }
 
@@ -243,46 +242,34 @@ fn shm_name(name: &str) -> Result<CString, FifoError> {
 
 /// Remove a named segment (existing handles keep working).
 pub fn unlink(name: &str) -> Result<(), FifoError> {
-    let c = shm_name(name)?;
-    // SAFETY: c is a valid NUL-terminated string.
-    if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
-        return Err(FifoError::os("shm_unlink"));
-    }
-    Ok(())
+    shm_unlink(&shm_name(name)?).map_err(FifoError::os("shm_unlink"))
 }
 
 /// A fresh anonymous memory file (memfd) to create a segment in; pass it to the
 /// peer over a Unix socket (SCM_RIGHTS) or across fork, then use `*_fd` calls.
 pub fn memfd(name: &str) -> Result<OwnedFd, FifoError> {
-    let c = CString::new(name).map_err(|_| FifoError::InvalidArgument("NUL in memfd name"))?;
-    // SAFETY: valid string; the returned fd is ours.
-    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(FifoError::os("memfd_create"));
+    if name.contains('\0') {
+        return Err(FifoError::InvalidArgument("NUL in memfd name"));
     }
-    // SAFETY: fd is a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    rtmgr_sys::fd::memfd(name, true).map_err(FifoError::os("memfd_create"))
 }
 
 /// A mapped, validated segment with one role claimed.
+/// All shared fields are accessed through atomics, and slot access is
+/// coordinated by the SPSC protocol, so a segment may move between threads.
 struct Segment {
-    base: NonNull<u8>,
-    map_len: usize,
+    map: SharedMapping,
     geo: Geometry,
     role: Role,
     pid: i32,
 }
-
-// SAFETY: the mapping is process-wide memory; all shared fields are accessed
-// through atomics, and slot access is coordinated by the SPSC protocol.
-unsafe impl Send for Segment {}
 
 impl Segment {
     fn u32_field(&self, o: usize) -> &AtomicU32 {
         debug_assert!(o.is_multiple_of(4) && o + 4 <= HEADER_SIZE);
         // SAFETY: o is an aligned offset inside the mapped header (page-aligned
         // base), and the field is only ever accessed atomically.
-        unsafe { &*(self.base.as_ptr().add(o) as *const AtomicU32) }
+        unsafe { &*(self.map.base().as_ptr().add(o) as *const AtomicU32) }
     }
 
     fn pid_field(&self, role: Role) -> &AtomicI32 {
@@ -291,7 +278,7 @@ impl Segment {
             Role::Consumer => off::CONSUMER_PID,
         };
         // SAFETY: aligned offset inside the mapped header, accessed atomically.
-        unsafe { &*(self.base.as_ptr().add(o) as *const AtomicI32) }
+        unsafe { &*(self.map.base().as_ptr().add(o) as *const AtomicI32) }
     }
 
     #[inline(always)]
@@ -300,50 +287,28 @@ impl Segment {
         // SAFETY: i < slots was checked by the caller, so the slot lies inside
         // the validated mapping (total_size <= map_len).
         unsafe {
-            self.base
+            self.map
+                .base()
                 .as_ptr()
                 .add(HEADER_SIZE + i as usize * self.geo.record_size as usize)
         }
     }
 
-    fn map(fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, FifoError> {
-        // SAFETY: a fresh shared mapping of `fd`; we check the result.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(FifoError::os("mmap"));
-        }
-        NonNull::new(p as *mut u8).ok_or(FifoError::InvalidArgument("mmap returned NULL"))
+    fn map(fd: BorrowedFd<'_>, len: usize) -> Result<SharedMapping, FifoError> {
+        SharedMapping::map(fd, len).map_err(FifoError::os("mmap"))
     }
 
     /// Size the (empty) file and write a fresh header into it.
     fn create(fd: BorrowedFd<'_>, geo: Geometry, role: Role) -> Result<Self, FifoError> {
         let total = geo.total_size();
         let len = usize::try_from(total).map_err(|_| FifoError::Capacity(geo.capacity))?;
-        // SAFETY: plain syscall on a descriptor we borrow.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) } != 0 {
-            return Err(FifoError::os("ftruncate"));
-        }
+        truncate(fd, total).map_err(FifoError::os("ftruncate"))?;
         // A memfd made with sealing allowed (see `memfd`) is sealed at this
         // size, so no peer can shrink it under a mapping (SIGBUS). Files that
         // cannot be sealed (shm_open) refuse with EINVAL: nothing to do.
-        // SAFETY: plain fcntl on a borrowed descriptor.
-        unsafe {
-            libc::fcntl(
-                fd.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
-            )
-        };
-        let base = Self::map(fd, len)?;
+        let _ = seal_size(fd);
+        let map = Self::map(fd, len)?;
+        let base = map.base();
         let fixed = geo.encode();
         // SAFETY: the mapping is `len` >= HEADER_SIZE bytes; nobody validates
         // it before the magic (bytes 0..8) is stored last, with release order.
@@ -357,8 +322,7 @@ impl Segment {
             (*(base.as_ptr() as *const AtomicU64)).store(MAGIC, Ordering::Release);
         }
         let seg = Segment {
-            base,
-            map_len: len,
+            map,
             geo,
             role,
             pid: 0,
@@ -368,13 +332,7 @@ impl Segment {
 
     /// Map and validate an existing segment.
     fn open(fd: BorrowedFd<'_>, expect_record_size: u32, role: Role) -> Result<Self, FifoError> {
-        // SAFETY: zeroed stat is valid; fstat fills it.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid fd and pointer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(FifoError::os("fstat"));
-        }
-        let size = st.st_size.max(0) as u64;
+        let size = file_size(fd).map_err(FifoError::os("fstat"))?;
         if size < HEADER_SIZE as u64 {
             return Err(FifoError::TooSmall {
                 size,
@@ -382,10 +340,10 @@ impl Segment {
             });
         }
         let len = usize::try_from(size).map_err(|_| FifoError::Corrupt("segment too large"))?;
-        let base = Self::map(fd, len)?;
+        let map = Self::map(fd, len)?;
+        let base = map.base();
         let mut seg = Segment {
-            base,
-            map_len: len,
+            map,
             geo: Geometry {
                 record_size: 1,
                 capacity: 1,
@@ -408,18 +366,14 @@ impl Segment {
 
     /// Take the role's pid slot: free, ours, or left by a dead process.
     fn claim(mut self, role: Role) -> Result<Self, FifoError> {
-        // SAFETY: getpid cannot fail.
-        let me = unsafe { libc::getpid() };
+        let me = process::pid();
         let f = self.pid_field(role);
         let mut cur = 0;
         loop {
             match f.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(other) => {
-                    // SAFETY: signal 0 only checks existence.
-                    let dead = other != me
-                        && unsafe { libc::kill(other, 0) } != 0
-                        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+                    let dead = other != me && process::is_gone(other);
                     if other == 0 || dead {
                         cur = other;
                         continue;
@@ -460,25 +414,13 @@ impl Drop for Segment {
                 Ordering::Relaxed,
             );
         }
-        // SAFETY: unmapping the region we mapped; no references outlive self.
-        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.map_len) };
+        // The mapping goes when `map` drops, after this: no reference into
+        // it outlives the segment.
     }
 }
 
 fn shm_fd(name: &str, create: bool) -> Result<OwnedFd, FifoError> {
-    let c = shm_name(name)?;
-    let flags = if create {
-        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC
-    } else {
-        libc::O_RDWR | libc::O_CLOEXEC
-    };
-    // SAFETY: valid string; the fd is ours.
-    let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
-    if fd < 0 {
-        return Err(FifoError::os("shm_open"));
-    }
-    // SAFETY: fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    shm_open(&shm_name(name)?, create).map_err(FifoError::os("shm_open"))
 }
 
 fn create_named(name: &str, geo: Geometry, role: Role) -> Result<Segment, FifoError> {
@@ -491,23 +433,6 @@ fn create_named(name: &str, geo: Geometry, role: Role) -> Result<Segment, FifoEr
 fn fd_ref(fd: &OwnedFd) -> BorrowedFd<'_> {
     use std::os::fd::AsFd;
     fd.as_fd()
-}
-
-fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<&libc::timespec>) -> i64 {
-    let ts = timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: word is a live, aligned u32 in shared memory; a non-private
-    // futex because the peer is another process.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            op,
-            val,
-            ts,
-            std::ptr::null::<u32>(),
-            0u32,
-        )
-    }
 }
 
 /// The writing end: never blocks; `try_push` is wait-free and makes a system
@@ -631,7 +556,7 @@ impl ShmProducer {
             }
         };
         if announced != 0 && waiting.swap(0, Ordering::SeqCst) != 0 {
-            futex(waiting, libc::FUTEX_WAKE, 1, None);
+            let _ = futex::wake(waiting, 1);
             self.wakeups += 1;
         }
         Ok(true)
@@ -764,14 +689,9 @@ impl ShmConsumer {
                 continue;
             }
             let nap = remaining.map_or(SAFETY_POLL, |r| r.min(SAFETY_POLL));
-            let ts = libc::timespec {
-                tv_sec: nap.as_secs() as libc::time_t,
-                tv_nsec: nap.subsec_nanos() as libc::c_long,
-            };
             // Returns on wake, timeout, EINTR, or EAGAIN (producer already cleared the flag).
-            let rc = futex(waiting, libc::FUTEX_WAIT, 1, Some(&ts));
-            let timed_out =
-                rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT);
+            let timed_out = matches!(futex::wait(waiting, 1, Some(nap)),
+                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT));
             waiting.store(0, Ordering::Relaxed);
             if timed_out && self.seg.u32_field(off::TAIL).load(Ordering::Acquire) != self.head {
                 // Data arrived but no wake-up came: the Lazy race (see `Wake`).
@@ -858,10 +778,8 @@ mod tests {
     #[test]
     fn fifo_shm_memfd_is_sealed_against_shrinking() {
         let (_p, _c, fd) = pair(8, 4);
-        // SAFETY: plain syscall on our own fd.
-        let rc = unsafe { libc::ftruncate(fd.as_raw_fd(), 10) };
-        assert_eq!(rc, -1);
-        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+        let e = truncate(fd_ref(&fd), 10).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
     }
 
     #[test]

@@ -76,8 +76,7 @@ fn fail(e: TaskError) -> RtmgrTaskStatus {
         TaskError::WrongThread { .. } => RTMGR_TASK_ETHREAD,
         TaskError::Os { source, .. } => {
             if let Some(code) = source.raw_os_error() {
-                // SAFETY: __errno_location returns this thread's errno slot.
-                unsafe { *libc::__errno_location() = code };
+                rtmgr_sys::errno::set(code);
             }
             RTMGR_TASK_EOS
         }

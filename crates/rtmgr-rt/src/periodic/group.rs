@@ -9,9 +9,9 @@
 //! for the remaining group budget divided by the number of members (they may
 //! run in parallel on several CPUs).
 
-use super::sys;
 use super::TaskError;
 use rtmgr_core::budget::Reservation;
+use rtmgr_sys::time::{mono_ns, process_cpu_ns};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
@@ -45,18 +45,14 @@ impl Group {
     /// A group budget of `budget_ns` per `period_ns`, first release at
     /// `start_ns` (CLOCK_MONOTONIC, absolute; 0 = now).
     pub fn new(start_ns: u64, period_ns: u64, budget_ns: u64) -> Result<Arc<Group>, TaskError> {
-        let start = if start_ns == 0 {
-            sys::mono_ns()
-        } else {
-            start_ns
-        };
+        let start = if start_ns == 0 { mono_ns() } else { start_ns };
         let res = Reservation::new(start, period_ns, Some(budget_ns), None)?;
         Ok(Arc::new(Group {
             res,
             budget_ns,
             lock: AtomicBool::new(false),
             win: AtomicU64::new(0),
-            base: AtomicU64::new(sys::process_cpu_ns()),
+            base: AtomicU64::new(process_cpu_ns()),
             members: AtomicU64::new(0),
             exhaustions: AtomicU64::new(0),
             last_received: AtomicU64::new(0),

@@ -26,7 +26,7 @@
 pub mod capi;
 pub mod group;
 mod ring;
-mod sys;
+mod signal;
 
 pub use group::Group;
 pub use ring::StatsRing;
@@ -34,9 +34,16 @@ pub use rtmgr_core::budget::{
     BudgetError, PeriodRecord, SoftVariant, Totals, WaitOutcome, DEFAULT_IF_WAIT_CAP,
 };
 pub use rtmgr_core::class::TaskClass;
-pub use sys::{mono_ns, thread_cpu_ns};
+pub use rtmgr_sys::time::{mono_ns, thread_cpu_ns};
 
 use rtmgr_core::budget::{BudgetAccount, Enforce, Enforcer, Reservation, WaitAction};
+use rtmgr_sys::mem::mlockall;
+use rtmgr_sys::sched::{
+    gettid, online_cpus, pin_to, set_attr, yield_now, SavedSched, SchedAttr, SCHED_FIFO,
+};
+use rtmgr_sys::time::{process_cpu_ns, sleep_until};
+use rtmgr_sys::{errno, Tid};
+use signal::{SCHED_DEADLINE, SCHED_FLAG_DL_OVERRUN, SCHED_FLAG_RESET_ON_FORK};
 use std::cell::{Cell, UnsafeCell};
 use std::io;
 use std::marker::PhantomData;
@@ -62,7 +69,7 @@ pub enum TaskError {
     #[error(
         "task created on thread {owner} used from thread {caller}: a task belongs to its thread"
     )]
-    WrongThread { owner: i32, caller: i32 },
+    WrongThread { owner: Tid, caller: Tid },
     #[error(
         "SCHED_DEADLINE admission refused (EBUSY): requested utilisation {requested:.3} \
          (runtime {runtime_ns} ns / period {period_ns} ns); the kernel admits at most \
@@ -266,7 +273,7 @@ struct Inner {
     in_cs: AtomicBool,
     pending: AtomicBool,
     kind: Kind,
-    timer: Option<sys::ThreadTimer>,
+    timer: Option<signal::ThreadTimer>,
     signo: i32,
     /// Absolute expiry the one-shot timer was armed for (0: not armed).
     armed_abs: AtomicU64,
@@ -311,10 +318,10 @@ static SIGXCPU_COUNT: AtomicU64 = AtomicU64::new(0);
 /// Signals for which our handler is installed (bit n = signal n).
 static INSTALLED: AtomicU64 = AtomicU64::new(0);
 
-fn ensure_handler(signo: i32, h: sys::SigAction) -> Result<(), TaskError> {
+fn ensure_handler(signo: i32, h: signal::SigAction) -> Result<(), TaskError> {
     let bit = 1u64 << signo;
     if INSTALLED.load(Acquire) & bit == 0 {
-        sys::install_handler(signo, h).map_err(os("sigaction"))?;
+        signal::install_handler(signo, h).map_err(os("sigaction"))?;
         INSTALLED.fetch_or(bit, AcqRel);
     }
     Ok(())
@@ -327,9 +334,9 @@ pub fn sigxcpu_count() -> u64 {
 
 /// A periodic task bound to the thread that created it.
 pub struct Task {
-    tid: i32,
+    tid: Tid,
     cfg: TaskConfig,
-    saved: sys::SavedSched,
+    saved: SavedSched,
     shared: Arc<TaskShared>,
     inner: Option<Box<Inner>>,
     _not_send: PhantomData<*const ()>,
@@ -356,7 +363,7 @@ fn account_handler(c: &Counters, used: u64, spin: u64) {
 fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
     let Some(timer) = &inner.timer else { return };
     let c = &inner.shared.c;
-    let (mut now, mut cpu) = entry.unwrap_or_else(|| (sys::mono_ns(), sys::thread_cpu_ns()));
+    let (mut now, mut cpu) = entry.unwrap_or_else(|| (mono_ns(), thread_cpu_ns()));
     let c0 = cpu;
     let mut excluded = 0u64;
     let mut spin = 0u64;
@@ -373,7 +380,7 @@ fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
             Enforce::Arm(after) => {
                 inner.shared.mirror(acct);
                 if entry.is_some() {
-                    let used = sys::thread_cpu_ns().saturating_sub(c0);
+                    let used = thread_cpu_ns().saturating_sub(c0);
                     account_handler(c, used.saturating_sub(excluded), spin);
                 }
                 let at = now + after;
@@ -385,8 +392,8 @@ fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
             Enforce::Spin { cpu_ns, until_ns } => {
                 let s0 = cpu;
                 while cpu < cpu_ns && now < until_ns {
-                    cpu = sys::thread_cpu_ns();
-                    now = sys::mono_ns();
+                    cpu = thread_cpu_ns();
+                    now = mono_ns();
                 }
                 spin += cpu - s0;
                 excluded += cpu - s0;
@@ -395,16 +402,16 @@ fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
                 inner.armed_abs.store(0, Relaxed);
                 inner.shared.mirror(acct);
                 let before = cpu;
-                sys::sleep_until(until);
-                now = sys::mono_ns();
-                cpu = sys::thread_cpu_ns();
+                sleep_until(until);
+                now = mono_ns();
+                cpu = thread_cpu_ns();
                 excluded += cpu.saturating_sub(before);
                 acct.released(now, cpu, &mut sink);
             }
         }
     }
     if entry.is_some() {
-        let used = sys::thread_cpu_ns().saturating_sub(c0);
+        let used = thread_cpu_ns().saturating_sub(c0);
         account_handler(c, used.saturating_sub(excluded), spin);
     }
 }
@@ -425,7 +432,7 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
         return;
     };
     let c = &inner.shared.c;
-    let (mut now, mut cpu) = entry.unwrap_or_else(|| (sys::mono_ns(), sys::thread_cpu_ns()));
+    let (mut now, mut cpu) = entry.unwrap_or_else(|| (mono_ns(), thread_cpu_ns()));
     let c0 = cpu;
     let mut excluded = 0u64;
     let mut sink = |r: PeriodRecord| inner.shared.ring.push(&r);
@@ -434,7 +441,7 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
     let res = *group.reservation();
     loop {
         acct.observe(now, cpu, &mut sink);
-        let at = match group.seen(now, sys::process_cpu_ns()) {
+        let at = match group.seen(now, process_cpu_ns()) {
             None => now + GROUP_MIN_ARM_NS,
             Some(s) if s.consumed >= group.spin_end() => {
                 group.count_exhaustion();
@@ -442,9 +449,9 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
                 inner.armed_abs.store(0, Relaxed);
                 inner.shared.mirror(acct);
                 let before = cpu;
-                sys::sleep_until(until);
-                now = sys::mono_ns();
-                cpu = sys::thread_cpu_ns();
+                sleep_until(until);
+                now = mono_ns();
+                cpu = thread_cpu_ns();
                 excluded += cpu.saturating_sub(before);
                 acct.released(now, cpu, &mut sink);
                 continue;
@@ -456,12 +463,12 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
                 if rem <= GROUP_SPIN_MARGIN_NS {
                     // Spin (this is the group's budget, not overhead) until the
                     // group has used its budget or the period ends, then decide.
-                    let target = sys::process_cpu_ns() + left;
+                    let target = process_cpu_ns() + left;
                     let c1 = cpu;
-                    while sys::process_cpu_ns() < target && now < boundary {
-                        now = sys::mono_ns();
+                    while process_cpu_ns() < target && now < boundary {
+                        now = mono_ns();
                     }
-                    cpu = sys::thread_cpu_ns();
+                    cpu = thread_cpu_ns();
                     excluded += cpu.saturating_sub(c1);
                     continue;
                 }
@@ -470,7 +477,7 @@ fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
         };
         inner.shared.mirror(acct);
         if entry.is_some() {
-            let used = sys::thread_cpu_ns().saturating_sub(c0);
+            let used = thread_cpu_ns().saturating_sub(c0);
             account_handler(c, used.saturating_sub(excluded), 0);
         }
         inner.armed_abs.store(at, Relaxed);
@@ -485,9 +492,9 @@ extern "C" fn on_budget_signal(
     info: *mut libc::siginfo_t,
     _ctx: *mut libc::c_void,
 ) {
-    // SAFETY: errno is thread-local; we restore it before returning.
-    let saved_errno = unsafe { *libc::__errno_location() };
-    let entry = (sys::mono_ns(), sys::thread_cpu_ns());
+    // errno is thread-local; restored before returning.
+    let saved_errno = errno::get();
+    let entry = (mono_ns(), thread_cpu_ns());
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; our
     // timers carry a pointer to the live `Inner` (timers are deleted and the
     // signal drained before the `Inner` is freed).
@@ -519,14 +526,13 @@ extern "C" fn on_budget_signal(
                     let acct = unsafe { inner.acct() };
                     acct.observe(entry.0, entry.1, &mut |r| inner.shared.ring.push(&r));
                     inner.shared.mirror(acct);
-                    account_handler(c, sys::thread_cpu_ns().saturating_sub(entry.1), 0);
+                    account_handler(c, thread_cpu_ns().saturating_sub(entry.1), 0);
                 }
                 Kind::Plain => {}
             }
         }
     }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = saved_errno };
+    errno::set(saved_errno);
 }
 
 extern "C" fn on_sigxcpu(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
@@ -573,7 +579,7 @@ impl Task {
             return Err(TaskError::Invalid("if_wait cap must be >= 1".into()));
         }
         if let Some(cpu) = cfg.cpu {
-            let n = sys::online_cpus();
+            let n = online_cpus();
             if cpu >= n {
                 return Err(TaskError::Invalid(format!(
                     "CPU {cpu} does not exist (this machine has CPUs 0..{})",
@@ -581,21 +587,27 @@ impl Task {
                 )));
             }
         }
-        let saved = sys::save_sched().map_err(os("sched_getscheduler"))?;
+        let saved = SavedSched::save().map_err(os("sched_getscheduler"))?;
         let apply = || -> Result<(), TaskError> {
             if let Some(cpu) = cfg.cpu {
-                sys::pin_to(cpu).map_err(os("sched_setaffinity"))?;
+                pin_to(cpu).map_err(os("sched_setaffinity"))?;
             }
             if let Some(p) = cfg.class.fifo_priority() {
-                sys::set_fifo(p).map_err(os("sched_setattr(SCHED_FIFO)"))?;
+                let fifo = SchedAttr {
+                    policy: SCHED_FIFO,
+                    flags: SCHED_FLAG_RESET_ON_FORK,
+                    priority: p as u32,
+                    ..SchedAttr::default()
+                };
+                set_attr(0, &fifo).map_err(os("sched_setattr(SCHED_FIFO)"))?;
             }
             if cfg.lock_memory {
-                sys::mlockall().map_err(os("mlockall"))?;
+                mlockall().map_err(os("mlockall"))?;
             }
             Ok(())
         };
         if let Err(e) = apply() {
-            let _ = sys::restore_sched(&saved);
+            let _ = saved.restore();
             return Err(e);
         }
         let shared = Arc::new(TaskShared {
@@ -604,7 +616,7 @@ impl Task {
             c: Counters::default(),
         });
         Ok(Task {
-            tid: sys::gettid(),
+            tid: gettid(),
             cfg,
             saved,
             shared,
@@ -632,7 +644,7 @@ impl Task {
 
     /// Error unless called from the thread that created the task.
     pub fn check_thread(&self) -> Result<(), TaskError> {
-        let caller = sys::gettid();
+        let caller = gettid();
         if caller != self.tid {
             return Err(TaskError::WrongThread {
                 owner: self.tid,
@@ -644,7 +656,7 @@ impl Task {
 
     fn resolve_start(start_ns: u64) -> u64 {
         if start_ns == 0 {
-            sys::mono_ns()
+            mono_ns()
         } else {
             start_ns
         }
@@ -661,10 +673,10 @@ impl Task {
         let res = Reservation::new(Self::resolve_start(start_ns), period_ns, None, None)?;
         let acct = BudgetAccount::new(res, Enforcer::None, self.cfg.if_wait_cap)?;
         let inner = self.new_inner(acct, Kind::Plain, 0, 0);
-        sys::sleep_until(res.start_ns);
+        sleep_until(res.start_ns);
         // SAFETY: no timer exists: main-line is the only accessor.
         let a = unsafe { inner.acct() };
-        a.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut |r| {
+        a.released(mono_ns(), thread_cpu_ns(), &mut |r| {
             inner.shared.ring.push(&r)
         });
         inner.shared.mirror(a);
@@ -710,14 +722,15 @@ impl Task {
                 ensure_handler(signo, on_budget_signal)?;
                 let mut inner = self.new_inner(acct, Kind::Soft, signo, 0);
                 let ptr = &*inner as *const Inner as *mut libc::c_void;
-                inner.timer =
-                    Some(sys::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?);
+                inner.timer = Some(
+                    signal::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?,
+                );
                 CURRENT.with(|c| c.set(&*inner));
-                sys::sleep_until(start);
+                sleep_until(start);
                 {
                     // SAFETY: the timer is not armed yet: main-line is the only accessor.
                     let a = unsafe { inner.acct() };
-                    a.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut |r| {
+                    a.released(mono_ns(), thread_cpu_ns(), &mut |r| {
                         inner.shared.ring.push(&r)
                     });
                 }
@@ -737,26 +750,27 @@ impl Task {
                     ));
                 }
                 ensure_handler(libc::SIGXCPU, on_sigxcpu)?;
-                let signo = sys::sigrtmin() + DEFAULT_SIGNAL_OFFSET;
+                let signo = signal::sigrtmin() + DEFAULT_SIGNAL_OFFSET;
                 ensure_handler(signo, on_budget_signal)?;
-                sys::sleep_until(start);
-                let anchor = sys::mono_ns();
+                sleep_until(start);
+                let anchor = mono_ns();
                 let res = Reservation::new(anchor, period_ns, Some(budget_ns), deadline_ns)?;
                 let acct = BudgetAccount::new(res, Enforcer::Kernel, self.cfg.if_wait_cap)?;
                 let ppm = budget_ns * 1_000_000 / period_ns;
                 let mut inner = self.new_inner(acct, Kind::Hard, signo, ppm);
                 let ptr = &*inner as *const Inner as *mut libc::c_void;
                 let timer =
-                    sys::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?;
+                    signal::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?;
                 CURRENT.with(|c| c.set(&*inner));
-                if let Err(e) = sys::set_attr(
-                    sys::SCHED_DEADLINE,
-                    sys::SCHED_FLAG_DL_OVERRUN | sys::SCHED_FLAG_RESET_ON_FORK,
-                    0,
-                    budget_ns,
-                    res.deadline_ns,
-                    period_ns,
-                ) {
+                let reservation = SchedAttr {
+                    policy: SCHED_DEADLINE,
+                    flags: SCHED_FLAG_DL_OVERRUN | SCHED_FLAG_RESET_ON_FORK,
+                    runtime: budget_ns,
+                    deadline: res.deadline_ns,
+                    period: period_ns,
+                    ..SchedAttr::default()
+                };
+                if let Err(e) = set_attr(0, &reservation) {
                     CURRENT.with(|c| c.set(std::ptr::null()));
                     return Err(if e.raw_os_error() == Some(libc::EBUSY) {
                         self.admission_error(budget_ns, period_ns)
@@ -771,7 +785,7 @@ impl Task {
                 {
                     // SAFETY: the timer is not armed yet.
                     let a = unsafe { inner.acct() };
-                    a.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut |r| {
+                    a.released(mono_ns(), thread_cpu_ns(), &mut |r| {
                         inner.shared.ring.push(&r)
                     });
                     inner.shared.mirror(a);
@@ -805,15 +819,15 @@ impl Task {
         let mut inner = self.new_inner(acct, Kind::Group, signo, 0);
         let ptr = &*inner as *const Inner as *mut libc::c_void;
         inner.timer =
-            Some(sys::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?);
+            Some(signal::ThreadTimer::new(self.tid, signo, ptr).map_err(os("timer_create"))?);
         inner.group = Some(group.clone());
         group.join();
         CURRENT.with(|c| c.set(&*inner));
-        sys::sleep_until(res.start_ns);
+        sleep_until(res.start_ns);
         {
             // SAFETY: the timer is not armed yet: main-line is the only accessor.
             let a = unsafe { inner.acct() };
-            a.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut |r| {
+            a.released(mono_ns(), thread_cpu_ns(), &mut |r| {
                 inner.shared.ring.push(&r)
             });
         }
@@ -823,12 +837,12 @@ impl Task {
     }
 
     fn budget_signal(&self, signal: Option<i32>) -> Result<i32, TaskError> {
-        let signo = signal.unwrap_or(sys::sigrtmin() + DEFAULT_SIGNAL_OFFSET);
-        if signo < sys::sigrtmin() || signo > sys::sigrtmax() {
+        let signo = signal.unwrap_or(signal::sigrtmin() + DEFAULT_SIGNAL_OFFSET);
+        if signo < signal::sigrtmin() || signo > signal::sigrtmax() {
             return Err(TaskError::Invalid(format!(
                 "budget signal {signo} is not a real-time signal ({}..={})",
-                sys::sigrtmin(),
-                sys::sigrtmax()
+                signal::sigrtmin(),
+                signal::sigrtmax()
             )));
         }
         Ok(signo)
@@ -842,7 +856,7 @@ impl Task {
         } else {
             rt_runtime_us as f64 / rt_period_us.max(1) as f64
         };
-        let cpus = sys::online_cpus();
+        let cpus = online_cpus();
         TaskError::Admission {
             requested: runtime_ns as f64 / period_ns as f64,
             runtime_ns,
@@ -864,8 +878,7 @@ impl Task {
         let mut sink = |r: PeriodRecord| inner.shared.ring.push(&r);
         inner.enter();
         // SAFETY: in_cs is set: a handler will not touch the state.
-        let action =
-            unsafe { inner.acct() }.wait_period(sys::mono_ns(), sys::thread_cpu_ns(), &mut sink);
+        let action = unsafe { inner.acct() }.wait_period(mono_ns(), thread_cpu_ns(), &mut sink);
         // SAFETY: as above.
         inner.shared.mirror(unsafe { inner.acct() });
         match action {
@@ -886,17 +899,17 @@ impl Task {
                     // Give the rest of this runtime back; the kernel wakes us
                     // at the next period. Sleep the remainder if it was early.
                     let _ = inner.leave();
-                    sys::sched_yield();
-                    if sys::mono_ns() < t {
-                        sys::sleep_until(t);
+                    yield_now();
+                    if mono_ns() < t {
+                        sleep_until(t);
                     }
                     inner.enter();
                 } else {
-                    sys::sleep_until(t);
+                    sleep_until(t);
                 }
                 // SAFETY: in_cs is set (hard), or no timer is armed (soft, plain).
                 let a = unsafe { inner.acct() };
-                let o = a.released(sys::mono_ns(), sys::thread_cpu_ns(), &mut sink);
+                let o = a.released(mono_ns(), thread_cpu_ns(), &mut sink);
                 inner.shared.mirror(a);
                 let pending = inner.leave();
                 if inner.kind == Kind::Soft {
@@ -927,10 +940,10 @@ impl Task {
     fn teardown(&mut self) -> Result<(), TaskError> {
         if let Some(inner) = self.inner.take() {
             if inner.timer.is_some() {
-                sys::block_signal(inner.signo, true);
+                signal::block_signal(inner.signo, true);
                 drop(inner.timer);
-                sys::drain_signal(inner.signo);
-                sys::block_signal(inner.signo, false);
+                signal::drain_signal(inner.signo);
+                signal::block_signal(inner.signo, false);
             }
             if inner.kind == Kind::Hard {
                 DL_HELD_PPM.fetch_sub(inner.dl_ppm, Relaxed);
@@ -940,7 +953,9 @@ impl Task {
             }
             let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
         }
-        sys::restore_sched(&self.saved).map_err(os("restore scheduling policy"))
+        self.saved
+            .restore()
+            .map_err(os("restore scheduling policy"))
     }
 }
 
@@ -961,7 +976,7 @@ fn serve_pending(inner: &Inner) {
             inner.enter();
             // SAFETY: in_cs set.
             let a = unsafe { inner.acct() };
-            a.observe(sys::mono_ns(), sys::thread_cpu_ns(), &mut |r| {
+            a.observe(mono_ns(), thread_cpu_ns(), &mut |r| {
                 inner.shared.ring.push(&r)
             });
             inner.shared.mirror(a);
@@ -975,7 +990,7 @@ fn serve_pending(inner: &Inner) {
 
 impl Drop for Task {
     fn drop(&mut self) {
-        if sys::gettid() == self.tid {
+        if gettid() == self.tid {
             let _ = self.teardown();
         }
     }

@@ -1,39 +1,27 @@
 //! Helpers shared by the RT-FIFO multi-process test and benchmark: run this
 //! same binary as a child in a given role, pin threads, and run a thread at
 //! SCHED_FIFO with the previous policy restored on drop (also on panic).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use rtmgr_core::CpuSet;
-use rtmgr_linux::sched::{self, Policy};
+pub use rtmgr_sys::process::is_root;
+pub use rtmgr_sys::sched::online_cpus;
+use rtmgr_sys::sched::{self, pin_to, Policy};
 use std::process::{Child, Command, Stdio};
 
 /// Environment variable carrying a child's role.
 pub const ROLE_ENV: &str = "RTMGR_FIFO_CHILD_ROLE";
 
-/// True when running as root (SCHED_FIFO and the machine lock need it).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Number of online CPUs of the machine (not of our affinity mask).
-pub fn online_cpus() -> u32 {
-    // SAFETY: sysconf has no memory arguments.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    n.max(1) as u32
-}
-
 /// Pin the calling thread to `cpu` (modulo the CPU count).
 pub fn pin(cpu: u32) {
     let cpu = cpu % online_cpus();
-    sched::set_affinity(0, &CpuSet::single(cpu)).expect("sched_setaffinity");
+    pin_to(cpu).expect("sched_setaffinity");
 }
 
 /// Pin the calling thread to `cpu` (modulo the CPU count) if the process's
 /// cpuset allows it; false if not (e.g. a partition confines us to fewer CPUs).
 pub fn try_pin(cpu: u32) -> bool {
     let cpu = cpu % online_cpus();
-    sched::set_affinity(0, &CpuSet::single(cpu)).is_ok()
+    pin_to(cpu).is_ok()
 }
 
 /// The calling thread runs at SCHED_FIFO `priority` while this lives.
