@@ -145,14 +145,9 @@ pub(super) fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
                 excluded += cpu - s0;
             }
             Enforce::Suspend(until) => {
-                inner.armed_abs.store(0, Relaxed);
-                inner.shared.mirror(acct);
                 let before = cpu;
-                sleep_until(until);
-                now = mono_ns();
-                cpu = thread_cpu_ns();
+                (now, cpu) = suspend_until(inner, acct, until, &mut sink);
                 excluded += cpu.saturating_sub(before);
-                acct.released(now, cpu, &mut sink);
             }
         }
     }
@@ -160,6 +155,23 @@ pub(super) fn enforce(inner: &Inner, entry: Option<(u64, u64)>) {
         let used = thread_cpu_ns().saturating_sub(c0);
         account_handler(c, used.saturating_sub(excluded), spin);
     }
+}
+
+/// Suspend the task (in its handler, or main-line with no timer armed) until
+/// its release at `until`, and release it there; returns (mono, thread CPU)
+/// read at the wake-up.
+fn suspend_until(
+    inner: &Inner,
+    acct: &mut BudgetAccount,
+    until: u64,
+    sink: &mut impl FnMut(PeriodRecord),
+) -> (u64, u64) {
+    inner.armed_abs.store(0, Relaxed);
+    inner.shared.mirror(acct);
+    sleep_until(until);
+    let (now, cpu) = (mono_ns(), thread_cpu_ns());
+    acct.released(now, cpu, sink);
+    (now, cpu)
 }
 
 /// Shortest re-arm of a group member's timer, and the retry delay when
@@ -192,14 +204,9 @@ pub(super) fn enforce_group(inner: &Inner, entry: Option<(u64, u64)>) {
             Some(s) if s.consumed >= group.spin_end() => {
                 group.count_exhaustion();
                 let until = acct.suspend(now, cpu, &mut sink);
-                inner.armed_abs.store(0, Relaxed);
-                inner.shared.mirror(acct);
                 let before = cpu;
-                sleep_until(until);
-                now = mono_ns();
-                cpu = thread_cpu_ns();
+                (now, cpu) = suspend_until(inner, acct, until, &mut sink);
                 excluded += cpu.saturating_sub(before);
-                acct.released(now, cpu, &mut sink);
                 continue;
             }
             Some(s) => {
