@@ -8,8 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn is_root() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rtmgr_sys::process::is_root()
 }
 
 pub fn have(tool: &str) -> bool {
@@ -102,8 +101,7 @@ pub fn wait(child: &mut Child, limit: Duration) -> i32 {
 }
 
 pub fn sigint(child: &Child) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = rtmgr_sys::process::kill(child.id() as i32, libc::SIGINT);
 }
 
 pub fn json(path: &Path) -> serde_json::Value {
