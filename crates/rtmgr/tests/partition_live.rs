@@ -97,6 +97,9 @@ fn assert_restored(before: &MachineState, what: &str) {
 
 #[test]
 fn bad_input_is_one_line_exit_2_and_changes_nothing() {
+    // The before/after snapshots compare the whole machine: no other rtmgr
+    // (test or measurement) may change it meanwhile.
+    let _lock = MachineLock::acquire(Path::new(DEFAULT_LOCK_PATH)).expect("machine lock");
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("j.jsonl");
     let host = Host::real();
