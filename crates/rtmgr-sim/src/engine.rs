@@ -2,8 +2,8 @@
 //! fair class), ticks, device interrupts, non-preemptible sections, wake-ups,
 //! migrations and the accounting behind the lbµ figures (ARTiS §3.3).
 
-use crate::{BalancerKind, SimConfig, SimError, SimReport, TaskDef, TaskReport};
-use rtmgr_core::balance::{Balancer, History, Place};
+use crate::balancers::{self, Balancer};
+use crate::{SimConfig, SimError, SimReport, TaskDef, TaskReport};
 use rtmgr_core::class::TaskClass;
 use rtmgr_core::stats::Hist;
 use std::cmp::Reverse;
@@ -154,8 +154,6 @@ pub(crate) struct Task {
     pub(crate) w_vol: u64,
     pub(crate) w_invol: u64,
     pub(crate) w_np: bool,
-    pub(crate) history: History,
-    pub(crate) place: Place,
 }
 
 impl Task {
@@ -177,9 +175,9 @@ pub(crate) struct Cpu {
     pub(crate) fifo: Vec<u32>,
     pub(crate) fair: VecDeque<u32>,
     pub(crate) busy_ns: u64,
-    /// Time taken by unmovable work (RT0, pinned tasks, interrupts) in the window.
+    /// Time taken by unmovable work (RT0, pinned tasks, interrupts) since a
+    /// balancer last read it.
     pub(crate) w_fixed: u64,
-    pub(crate) rt_load: f64,
     /// Recent RT0 wake-up latencies (the simulated latency probe).
     pub(crate) w_lat: Vec<u64>,
 }
@@ -190,7 +188,10 @@ impl Cpu {
     }
 }
 
-pub struct Sim {
+/// The model machine: CPUs, tasks, the pending events and the accounting.
+/// What a balancer decides reaches it through the methods that take a
+/// `&dyn Balancer` (a dispatch on an idle CPU may pull a task).
+pub(crate) struct Machine {
     pub(crate) cfg: SimConfig,
     pub(crate) now: u64,
     heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
@@ -200,19 +201,23 @@ pub struct Sim {
     pub(crate) cpus: Vec<Cpu>,
     pub(crate) tasks: Vec<Task>,
     pub(crate) nrt: Vec<u32>,
+    /// The CPUs device interrupts go to (all, until a partition steers them).
+    pub(crate) irq_cpus: Vec<u32>,
     lat: Hist,
+    left: usize,
+    all_rt0: bool,
+}
+
+pub struct Sim {
+    m: Machine,
+    balancer: Box<dyn Balancer>,
     events: u64,
     hash: u64,
     pub trace: Vec<(u64, u64)>,
-    left: usize,
-    all_rt0: bool,
-    pub(crate) policy: Balancer,
-    pub(crate) last_sample: u64,
-    pub(crate) balance_round: u64,
 }
 
-impl Sim {
-    pub fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Sim, SimError> {
+impl Machine {
+    fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Machine, SimError> {
         if cfg.cpus == 0 || cfg.cpus > 4096 {
             return Err(SimError::Cpus(cfg.cpus));
         }
@@ -227,7 +232,6 @@ impl Sim {
         if nrt.is_empty() {
             return Err(SimError::NoNrt(cfg.rt.to_list()));
         }
-        let partitioned = cfg.balancer != BalancerKind::Linux;
         let mut tasks = Vec::new();
         for d in defs {
             if d.class == TaskClass::Rt0 && (d.mask.len() != 1 || !d.mask.is_subset(&cfg.rt)) {
@@ -235,13 +239,7 @@ impl Sim {
             }
             let whole = d.mask.len() == n;
             let movable = d.class != TaskClass::Rt0 && whole;
-            let mut mask: Vec<bool> = (0..cfg.cpus).map(|c| d.mask.contains(c)).collect();
-            // A partition confines ordinary tasks to the NRT CPUs (shield,
-            // rtmgr); ARTiS and Linux leave them their whole mask.
-            let confine = matches!(cfg.balancer, BalancerKind::Shield | BalancerKind::Rtmgr);
-            if confine && movable {
-                mask = (0..cfg.cpus).map(|c| !cfg.rt.contains(c)).collect();
-            }
+            let mask: Vec<bool> = (0..cfg.cpus).map(|c| d.mask.contains(c)).collect();
             tasks.push(Task {
                 prio: d.prio(),
                 work_left: d.work_ns,
@@ -270,12 +268,6 @@ impl Sim {
                 w_vol: 0,
                 w_invol: 0,
                 w_np: false,
-                history: History::default(),
-                place: if movable && partitioned && cfg.balancer != BalancerKind::Artis {
-                    Place::Nrt
-                } else {
-                    Place::Fixed
-                },
                 def: d,
             });
         }
@@ -293,9 +285,9 @@ impl Sim {
             .count();
         let all_rt0 = others == 0;
         let left = if all_rt0 { tasks.len() } else { others };
-        let mut sim = Sim {
-            policy: Balancer::new(cfg.policy.clone()),
+        Ok(Machine {
             rng: Rng(cfg.seed ^ 0x0005_eed0_fa11),
+            irq_cpus: (0..cfg.cpus).collect(),
             cfg,
             now: 0,
             heap: BinaryHeap::new(),
@@ -305,16 +297,9 @@ impl Sim {
             tasks,
             nrt,
             lat: Hist::new(),
-            events: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
-            trace: Vec::new(),
             left,
             all_rt0,
-            last_sample: 0,
-            balance_round: 0,
-        };
-        sim.start();
-        Ok(sim)
+        })
     }
 
     fn push(&mut self, t: u64, ev: Ev) {
@@ -322,9 +307,9 @@ impl Sim {
         self.heap.push(Reverse((t, self.seq, ev)));
     }
 
-    fn start(&mut self) {
-        // Fork placement: all tasks start at once, each on the allowed CPU
-        // with the fewest tasks so far (RT tasks first, like lbµ's RT0s).
+    /// Fork placement: all tasks start at once, each on the allowed CPU with
+    /// the fewest tasks so far (RT tasks first, like lbµ's RT0s).
+    fn start(&mut self, sample_period: Option<u64>) {
         let mut order: Vec<u32> = (0..self.tasks.len() as u32).collect();
         order.sort_by_key(|&i| Reverse(self.tasks[i as usize].prio));
         let mut count = vec![0usize; self.cpus.len()];
@@ -343,8 +328,8 @@ impl Sim {
             self.push(dt, Ev::Irq);
         }
         self.push(self.cfg.balance_ns, Ev::Balance);
-        if self.cfg.balancer == BalancerKind::Rtmgr {
-            self.push(self.cfg.sample_ns, Ev::Sample);
+        if let Some(p) = sample_period {
+            self.push(p, Ev::Sample);
         }
     }
 
@@ -353,53 +338,19 @@ impl Sim {
         ((-u.ln()) * 1e9 / self.cfg.irq_per_s).max(1.0) as u64
     }
 
-    /// Run to completion (or `max_ns`).
-    pub fn run(&mut self) {
-        while self.left > 0 {
-            let heap_first = self.heap.peek().map(|Reverse((t, _, ev))| (*t, *ev));
-            let (t, ev) = match (self.timers.first(), heap_first) {
-                (Some(c), Some(h)) if c.0 <= h.0 => c,
-                (_, Some(h)) => {
-                    self.heap.pop();
-                    h
-                }
-                (Some(c), None) => c,
-                (None, None) => break,
-            };
-            if t > self.cfg.max_ns {
-                self.now = self.cfg.max_ns;
-                break;
+    /// The next event, taken off the queue (a CPU event before a machine-wide
+    /// one at the same time); None when nothing is pending.
+    fn next_event(&mut self) -> Option<(u64, Ev)> {
+        let heap_first = self.heap.peek().map(|Reverse((t, _, ev))| (*t, *ev));
+        match (self.timers.first(), heap_first) {
+            (Some(c), Some(h)) if c.0 <= h.0 => Some(c),
+            (_, Some(h)) => {
+                self.heap.pop();
+                Some(h)
             }
-            self.now = t;
-            self.events += 1;
-            let code = ev.code();
-            self.hash = (self.hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
-            if self.cfg.keep_trace {
-                self.trace.push((t, code));
-            }
-            match ev {
-                Ev::Run { cpu } => self.on_run(cpu),
-                Ev::Wake { task } => self.on_wake(task),
-                Ev::Tick { cpu } => self.on_tick(cpu),
-                Ev::Irq => self.on_irq(),
-                Ev::Balance => {
-                    self.balance();
-                    self.push(self.now + self.cfg.balance_ns, Ev::Balance);
-                }
-                Ev::Sample => {
-                    self.sample();
-                    self.push(self.now + self.cfg.sample_ns, Ev::Sample);
-                }
-            }
+            (Some(c), None) => Some(c),
+            (None, None) => None,
         }
-        // Close the books of running tasks.
-        for c in 0..self.cpus.len() as u32 {
-            self.account(c);
-        }
-    }
-
-    pub fn events(&self) -> u64 {
-        self.events
     }
 
     /// Charge the running task of `cpu` for the time since its segment began.
@@ -443,8 +394,8 @@ impl Sim {
         }
     }
 
-    /// Start the best queued task on an idle CPU.
-    fn dispatch(&mut self, cpu: u32) {
+    /// Start the best queued task on an idle CPU (or one the balancer pulls).
+    pub(crate) fn dispatch(&mut self, cpu: u32, b: &dyn Balancer) {
         debug_assert!(self.cpus[cpu as usize].running.is_none());
         let c = &mut self.cpus[cpu as usize];
         let next = if !c.fifo.is_empty() {
@@ -454,7 +405,7 @@ impl Sim {
         };
         let next = match next {
             Some(n) => n,
-            None => match self.idle_pull(cpu) {
+            None => match balancers::idle_pull(self, b, cpu) {
                 Some(n) => n,
                 None => return,
             },
@@ -492,7 +443,7 @@ impl Sim {
     }
 
     /// Take the running task off its CPU (still runnable or not).
-    fn deschedule(&mut self, cpu: u32) -> Option<u32> {
+    pub(crate) fn deschedule(&mut self, cpu: u32) -> Option<u32> {
         self.account(cpu);
         let c = &mut self.cpus[cpu as usize];
         let ti = c.running.take()?;
@@ -504,7 +455,7 @@ impl Sim {
     }
 
     /// Put a runnable task on a CPU's queue; preempt if it is more urgent.
-    pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool) {
+    pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool, b: &dyn Balancer) {
         let prio = self.tasks[ti as usize].prio;
         {
             let t = &mut self.tasks[ti as usize];
@@ -528,13 +479,13 @@ impl Sim {
         } else {
             c.fair.push_back(ti);
         }
-        self.check_preempt(cpu);
+        self.check_preempt(cpu, b);
     }
 
-    fn check_preempt(&mut self, cpu: u32) {
+    fn check_preempt(&mut self, cpu: u32, b: &dyn Balancer) {
         let c = &self.cpus[cpu as usize];
         let Some(r) = c.running else {
-            self.dispatch(cpu);
+            self.dispatch(cpu, b);
             return;
         };
         let top = c.fifo.first().map_or(0, |&f| self.tasks[f as usize].prio);
@@ -542,12 +493,12 @@ impl Sim {
             if self.tasks[r as usize].np_left > 0 {
                 self.cpus[cpu as usize].need_resched = true;
             } else {
-                self.preempt(cpu);
+                self.preempt(cpu, b);
             }
         }
     }
 
-    fn preempt(&mut self, cpu: u32) {
+    fn preempt(&mut self, cpu: u32, b: &dyn Balancer) {
         if let Some(r) = self.deschedule(cpu) {
             self.tasks[r as usize].w_invol += 1;
             let prio = self.tasks[r as usize].prio;
@@ -562,10 +513,10 @@ impl Sim {
                 c.fair.push_front(r);
             }
         }
-        self.dispatch(cpu);
+        self.dispatch(cpu, b);
     }
 
-    fn on_run(&mut self, cpu: u32) {
+    fn on_run(&mut self, cpu: u32, b: &mut dyn Balancer) {
         let c = &self.cpus[cpu as usize];
         debug_assert!(c.running.is_some() && c.seg_end == self.now);
         let was_np = {
@@ -586,7 +537,7 @@ impl Sim {
             if t.def.class != TaskClass::Rt0 || self.all_rt0 {
                 self.left -= 1;
             }
-            self.dispatch(cpu);
+            self.dispatch(cpu, b);
             return;
         }
         if !was_np && t.burst_left == 0 {
@@ -597,38 +548,20 @@ impl Sim {
             t.w_vol += 1;
             let at = now + t.def.sleep_ns;
             self.push(at, Ev::Wake { task: ti });
-            self.dispatch(cpu);
+            self.dispatch(cpu, b);
             return;
         }
         if !was_np && t.np_next == 0 {
             t.np_next = t.def.np_every_ns;
             t.np_left = t.def.np_len_ns;
             t.w_np = true;
-            if self.cfg.balancer == BalancerKind::Artis
-                && self.cpus[cpu as usize].rt
-                && t.def.class != TaskClass::Rt0
-                && t.mask
-                    .iter()
-                    .enumerate()
-                    .any(|(c, &ok)| ok && !self.cpus[c].rt)
-            {
-                // ARTiS §2.2: the migration trigger in preempt_disable().
-                self.tasks[ti as usize].history.phase_started(now);
-                let cfg = self.cfg.policy.clone();
-                self.tasks[ti as usize]
-                    .history
-                    .evicted(now, self.cfg.balance_ns, &cfg);
-                self.tasks[ti as usize].history.heavy = false;
-                self.deschedule(cpu);
-                let target = self.least_loaded(&self.nrt.clone(), ti);
-                self.migrate_queued(ti, target);
-                self.dispatch(cpu);
+            if b.on_nonpreemptible_entry(self, cpu, ti) {
                 return;
             }
         }
         let c = &mut self.cpus[cpu as usize];
         if c.need_resched {
-            self.preempt(cpu);
+            self.preempt(cpu, b);
             return;
         }
         let t = &self.tasks[ti as usize];
@@ -637,7 +570,7 @@ impl Sim {
         self.timers.set_run(cpu, end);
     }
 
-    fn on_wake(&mut self, ti: u32) {
+    fn on_wake(&mut self, ti: u32, b: &dyn Balancer) {
         let now = self.now;
         let t = &mut self.tasks[ti as usize];
         if t.state != State::Sleeping {
@@ -666,10 +599,10 @@ impl Sim {
             }
         };
         self.note_migration(ti, cpu);
-        self.enqueue(cpu, ti, false);
+        self.enqueue(cpu, ti, false, b);
     }
 
-    fn on_tick(&mut self, cpu: u32) {
+    fn on_tick(&mut self, cpu: u32, b: &dyn Balancer) {
         let c = &mut self.cpus[cpu as usize];
         let Some(r) = c.running else {
             c.tick_armed = false;
@@ -686,7 +619,7 @@ impl Sim {
                 self.tasks[r as usize].w_invol += 1;
                 self.cpus[cpu as usize].fair.push_back(r);
             }
-            self.dispatch(cpu);
+            self.dispatch(cpu, b);
         }
         self.timers.set_tick(cpu, now + self.cfg.tick_ns);
     }
@@ -708,14 +641,8 @@ impl Sim {
     }
 
     fn on_irq(&mut self) {
-        let targets_all = self.cfg.balancer == BalancerKind::Linux;
-        let n = if targets_all {
-            self.cfg.cpus as u64
-        } else {
-            self.nrt.len() as u64
-        };
-        let k = (self.rng.next() % n) as usize;
-        let cpu = if targets_all { k as u32 } else { self.nrt[k] };
+        let k = (self.rng.next() % self.irq_cpus.len() as u64) as usize;
+        let cpu = self.irq_cpus[k];
         self.interrupt(cpu, self.cfg.irq_cost_ns);
         let dt = self.irq_gap();
         self.push(self.now + dt, Ev::Irq);
@@ -757,21 +684,26 @@ impl Sim {
         }
     }
 
-    /// Move a task that is not running (queued or just descheduled) to `to`.
-    pub(crate) fn migrate_queued(&mut self, ti: u32, to: u32) {
-        let from = self.tasks[ti as usize].cpu;
-        let c = &mut self.cpus[from as usize];
+    /// Take `ti` off the queues of `cpu` (if it is queued there).
+    pub(crate) fn unqueue(&mut self, cpu: u32, ti: u32) {
+        let c = &mut self.cpus[cpu as usize];
         if let Some(p) = c.fair.iter().position(|&x| x == ti) {
             c.fair.remove(p);
         } else if let Some(p) = c.fifo.iter().position(|&x| x == ti) {
             c.fifo.remove(p);
         }
+    }
+
+    /// Move a task that is not running (queued or just descheduled) to `to`.
+    pub(crate) fn migrate_queued(&mut self, ti: u32, to: u32, b: &dyn Balancer) {
+        let from = self.tasks[ti as usize].cpu;
+        self.unqueue(from, ti);
         self.note_migration(ti, to);
-        self.enqueue(to, ti, false);
+        self.enqueue(to, ti, false, b);
     }
 
     /// Move any task (running, queued or sleeping) so that it respects its mask.
-    pub(crate) fn enforce_mask(&mut self, ti: u32, target: Option<u32>) {
+    pub(crate) fn enforce_mask(&mut self, ti: u32, target: Option<u32>, b: &dyn Balancer) {
         let t = &self.tasks[ti as usize];
         if t.mask[t.cpu as usize] || t.state == State::Done {
             return;
@@ -786,17 +718,77 @@ impl Sim {
             State::Running => {
                 let cpu = t.cpu;
                 self.deschedule(cpu);
-                self.migrate_queued(ti, to);
-                self.dispatch(cpu);
+                self.migrate_queued(ti, to, b);
+                self.dispatch(cpu, b);
             }
-            State::Ready => self.migrate_queued(ti, to),
+            State::Ready => self.migrate_queued(ti, to, b),
             State::Done => {}
         }
     }
+}
+
+impl Sim {
+    pub fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Sim, SimError> {
+        let mut m = Machine::new(cfg, defs)?;
+        let mut balancer = balancers::new(&m.cfg);
+        balancer.attach(&mut m);
+        m.start(balancer.sample_period());
+        Ok(Sim {
+            m,
+            balancer,
+            events: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            trace: Vec::new(),
+        })
+    }
+
+    /// Run to completion (or `max_ns`).
+    pub fn run(&mut self) {
+        let m = &mut self.m;
+        let b = &mut *self.balancer;
+        while m.left > 0 {
+            let Some((t, ev)) = m.next_event() else { break };
+            if t > m.cfg.max_ns {
+                m.now = m.cfg.max_ns;
+                break;
+            }
+            m.now = t;
+            self.events += 1;
+            let code = ev.code();
+            self.hash = (self.hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
+            if m.cfg.keep_trace {
+                self.trace.push((t, code));
+            }
+            match ev {
+                Ev::Run { cpu } => m.on_run(cpu, b),
+                Ev::Wake { task } => m.on_wake(task, b),
+                Ev::Tick { cpu } => m.on_tick(cpu, b),
+                Ev::Irq => m.on_irq(),
+                Ev::Balance => {
+                    balancers::periodic_balance(m, b);
+                    m.push(m.now + m.cfg.balance_ns, Ev::Balance);
+                }
+                Ev::Sample => {
+                    b.sample(m);
+                    let period = b.sample_period().expect("sampling balancer");
+                    m.push(m.now + period, Ev::Sample);
+                }
+            }
+        }
+        // Close the books of running tasks.
+        for c in 0..m.cpus.len() as u32 {
+            m.account(c);
+        }
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events
+    }
 
     pub fn report(&self) -> SimReport {
-        let sim_ns = self.now.max(1);
-        let tasks: Vec<TaskReport> = self
+        let m = &self.m;
+        let sim_ns = m.now.max(1);
+        let tasks: Vec<TaskReport> = m
             .tasks
             .iter()
             .map(|t| {
@@ -820,10 +812,10 @@ impl Sim {
             .collect();
         let (min, max, spread) = crate::completion(&tasks);
         SimReport {
-            balancer: self.cfg.balancer,
-            seed: self.cfg.seed,
-            cpus: self.cfg.cpus,
-            rt_cpus: self.cfg.rt.clone(),
+            balancer: m.cfg.balancer,
+            seed: m.cfg.seed,
+            cpus: m.cfg.cpus,
+            rt_cpus: m.cfg.rt.clone(),
             sim_ns,
             events: self.events,
             trace_hash: self.hash,
@@ -834,8 +826,8 @@ impl Sim {
             migrations: tasks.iter().map(|t| t.migrations).sum(),
             pingpongs: tasks.iter().map(|t| t.pingpongs).sum(),
             tasks,
-            rt0_latency: self.lat.summary(0),
-            cpu_busy_percent: self
+            rt0_latency: m.lat.summary(0),
+            cpu_busy_percent: m
                 .cpus
                 .iter()
                 .map(|c| 100.0 * c.busy_ns as f64 / sim_ns as f64)

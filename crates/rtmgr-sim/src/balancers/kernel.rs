@@ -1,0 +1,77 @@
+//! The kernel's own balancing, run under every balancer with its rules:
+//! the periodic pass (every `balance_ns`) and new-idle pulls (ARTiS §2.3:
+//! RT-load weighting, push-only moves and task/processor association are
+//! ARTiS's rules for these two).
+
+use super::{Balancer, PassMove};
+use crate::engine::Machine;
+
+/// Moves per balancing pass, like the kernel's nr_balance_iterations.
+const MAX_PASS_MOVES: usize = 8;
+
+/// Runnable tasks a balancer may move on `cpu` (queued, not running).
+fn queued(m: &Machine, cpu: u32) -> impl Iterator<Item = u32> + '_ {
+    let c = &m.cpus[cpu as usize];
+    c.fifo.iter().chain(c.fair.iter()).copied()
+}
+
+/// Periodic balancing: repeatedly push one queued task from the most to the
+/// least loaded CPU while the balancer finds that worth it.
+pub(crate) fn periodic_balance(m: &mut Machine, b: &mut dyn Balancer) {
+    b.begin_balance_pass(m);
+    let b: &dyn Balancer = b;
+    let n = m.cfg.cpus;
+    for _ in 0..MAX_PASS_MOVES {
+        let loads: Vec<f64> = (0..n).map(|c| b.load(m, c, 0)).collect();
+        let target = (0..n)
+            .min_by(|&a, &c| {
+                loads[a as usize]
+                    .total_cmp(&loads[c as usize])
+                    .then(a.cmp(&c))
+            })
+            .expect("cpus");
+        let mut best: Option<(f64, u32, u32)> = None; // (gain, task, from)
+        for from in 0..n {
+            let before = loads[from as usize];
+            if from == target || before <= loads[target as usize] {
+                continue;
+            }
+            // The queued task this balancer would pick first (association order).
+            let Some(t) = queued(m, from)
+                .filter(|&t| b.may_move(m, t, from, target))
+                .min_by_key(|&t| b.association_rank(m, t, from, target))
+            else {
+                continue;
+            };
+            let mv = PassMove {
+                task: t,
+                from,
+                to: target,
+                from_load: before,
+                to_load: loads[target as usize],
+            };
+            let ok = b.worth_moving(m, &mv);
+            let gain = before - loads[target as usize];
+            if ok && best.is_none_or(|x| gain > x.0) {
+                best = Some((gain, t, from));
+            }
+        }
+        let Some((_, t, _)) = best else { break };
+        m.migrate_queued(t, target, b);
+    }
+}
+
+/// New-idle balancing: an idle CPU pulls one queued task from the busiest
+/// CPU that allows it (and that the balancer lets it pull from).
+pub(crate) fn idle_pull(m: &mut Machine, b: &dyn Balancer, cpu: u32) -> Option<u32> {
+    let n = m.cfg.cpus;
+    let from = (0..n)
+        .filter(|&c| c != cpu)
+        .filter(|&c| b.may_pull(m, c, cpu))
+        .filter(|&c| queued(m, c).any(|t| b.may_move(m, t, c, cpu)))
+        .max_by(|&a, &c| b.load(m, a, 0).total_cmp(&b.load(m, c, 0)).then(c.cmp(&a)))?;
+    let t = queued(m, from).find(|&t| b.may_move(m, t, from, cpu))?;
+    m.unqueue(from, t);
+    m.note_migration(t, cpu);
+    Some(t)
+}

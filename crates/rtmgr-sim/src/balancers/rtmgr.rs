@@ -1,0 +1,132 @@
+//! rtmgr: the core policy (`rtmgr_core::balance`, ARTiS §2.2–2.3 from user
+//! space) fed every `sample_ns` with what `rtmgr balance` would read from
+//! /proc; inside the NRT set the kernel's symmetric balancer runs.
+
+use super::{confine_to_nrt, steer_irqs_to_nrt, Balancer};
+use crate::engine::{Machine, State};
+use crate::SimConfig;
+use rtmgr_core::balance::{Balancer as Policy, CpuObs, Observation, Place, TaskObs};
+
+pub(crate) struct Rtmgr {
+    policy: Policy,
+    sample_ns: u64,
+    last_sample: u64,
+    /// Where the policy put each task (Fixed: not the policy's business).
+    places: Vec<Place>,
+}
+
+impl Rtmgr {
+    pub(crate) fn new(cfg: &SimConfig) -> Self {
+        Rtmgr {
+            policy: Policy::new(cfg.policy.clone()),
+            sample_ns: cfg.sample_ns,
+            last_sample: 0,
+            places: Vec::new(),
+        }
+    }
+
+    /// What the observer sees of the CPUs over the window (the latency probe,
+    /// unmovable load), resetting their window counters.
+    fn observe_cpus(m: &mut Machine, window: u64) -> Vec<CpuObs> {
+        let w = window.max(1) as f64;
+        m.cpus
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| {
+                let p99 = if c.w_lat.is_empty() {
+                    None
+                } else {
+                    c.w_lat.sort_unstable();
+                    let k = (c.w_lat.len() * 99).div_ceil(100).max(1) - 1;
+                    Some(c.w_lat[k])
+                };
+                c.w_lat.clear();
+                let o = CpuObs {
+                    cpu: i as u32,
+                    rt: c.rt,
+                    rt_load: (c.w_fixed as f64 / w).min(1.0),
+                    latency_p99_ns: p99,
+                };
+                c.w_fixed = 0;
+                o
+            })
+            .collect()
+    }
+
+    /// What /proc shows of the live tasks over the window, resetting their
+    /// window counters.
+    fn observe_tasks(&self, m: &mut Machine) -> Vec<TaskObs> {
+        m.tasks
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, t)| t.state != State::Done)
+            .map(|(i, t)| {
+                let o = TaskObs {
+                    id: i as u64,
+                    class: t.def.class,
+                    place: if t.movable {
+                        self.places[i]
+                    } else {
+                        Place::Fixed
+                    },
+                    runnable: matches!(t.state, State::Ready | State::Running),
+                    user_ns: t.w_user,
+                    kernel_ns: t.w_kernel,
+                    voluntary: t.w_vol,
+                    involuntary: t.w_invol,
+                    total_ns: t.per_cpu.iter().sum(),
+                    // User space cannot see preempt_disable(): only kernel time.
+                    np_entered: false,
+                };
+                t.w_user = 0;
+                t.w_kernel = 0;
+                t.w_vol = 0;
+                t.w_invol = 0;
+                o
+            })
+            .collect()
+    }
+}
+
+impl Balancer for Rtmgr {
+    fn attach(&mut self, m: &mut Machine) {
+        confine_to_nrt(m);
+        steer_irqs_to_nrt(m);
+        self.places = m
+            .tasks
+            .iter()
+            .map(|t| if t.movable { Place::Nrt } else { Place::Fixed })
+            .collect();
+    }
+
+    fn sample_period(&self) -> Option<u64> {
+        Some(self.sample_ns)
+    }
+
+    /// One step of the core policy; its moves become the tasks' new masks.
+    fn sample(&mut self, m: &mut Machine) {
+        let now = m.now;
+        let window = now - self.last_sample;
+        self.last_sample = now;
+        let obs = Observation {
+            now_ns: now,
+            window_ns: window,
+            cpus: Self::observe_cpus(m, window),
+            tasks: self.observe_tasks(m),
+        };
+        let moves = self.policy.step(&obs);
+        let n = m.cfg.cpus;
+        for mv in moves {
+            let ti = mv.task as u32;
+            let rt = &m.cfg.rt;
+            let (mask, target): (Vec<bool>, Option<u32>) = match mv.to {
+                Place::Rt(c) => ((0..n).map(|x| x == c).collect(), Some(c)),
+                Place::Nrt => ((0..n).map(|x| !rt.contains(x)).collect(), None),
+                Place::Fixed => continue,
+            };
+            self.places[ti as usize] = mv.to;
+            m.tasks[ti as usize].mask = mask;
+            m.enforce_mask(ti, target, self);
+        }
+    }
+}
