@@ -1,0 +1,126 @@
+//! What each event does: a running segment ends (completion, sleep, entry
+//! into a non-preemptible section), a task wakes (wake balancing), a tick
+//! (round-robin slices), a device interrupt.
+
+use super::events::Ev;
+use super::machine::{Machine, State};
+use crate::balancers::Balancer;
+use rtmgr_core::class::TaskClass;
+
+impl Machine {
+    pub(super) fn on_run(&mut self, cpu: u32, b: &mut dyn Balancer) {
+        let c = &self.cpus[cpu as usize];
+        debug_assert!(c.running.is_some() && c.seg_end == self.now);
+        let was_np = {
+            let ti = c.running.unwrap();
+            self.tasks[ti as usize].np_left > 0
+        };
+        self.account(cpu);
+        let ti = self.cpus[cpu as usize].running.unwrap();
+        let now = self.now;
+        let t = &mut self.tasks[ti as usize];
+        if t.np_left == 0 && t.work_left == 0 {
+            // Finished.
+            self.deschedule(cpu);
+            let t = &mut self.tasks[ti as usize];
+            t.state = State::Done;
+            t.done_at = Some(now);
+            t.w_vol += 1;
+            if t.def.class != TaskClass::Rt0 || self.all_rt0 {
+                self.left -= 1;
+            }
+            self.dispatch(cpu, b);
+            return;
+        }
+        if !was_np && t.burst_left == 0 {
+            t.burst_left = t.def.burst_ns;
+            self.deschedule(cpu);
+            let t = &mut self.tasks[ti as usize];
+            t.state = State::Sleeping;
+            t.w_vol += 1;
+            let at = now + t.def.sleep_ns;
+            self.queue.push(at, Ev::Wake { task: ti });
+            self.dispatch(cpu, b);
+            return;
+        }
+        if !was_np && t.np_next == 0 {
+            t.np_next = t.def.np_every_ns;
+            t.np_left = t.def.np_len_ns;
+            t.w_np = true;
+            if b.on_nonpreemptible_entry(self, cpu, ti) {
+                return;
+            }
+        }
+        let c = &mut self.cpus[cpu as usize];
+        if c.need_resched {
+            self.preempt(cpu, b);
+            return;
+        }
+        let t = &self.tasks[ti as usize];
+        c.seg_end = now.max(c.seg_start) + Self::boundary(t);
+        let end = c.seg_end;
+        self.queue.set_run(cpu, end);
+    }
+
+    pub(super) fn on_wake(&mut self, ti: u32, b: &dyn Balancer) {
+        let now = self.now;
+        let t = &mut self.tasks[ti as usize];
+        if t.state != State::Sleeping {
+            return;
+        }
+        t.wake_at = Some(now);
+        let t = &self.tasks[ti as usize];
+        let prev = t.cpu;
+        let cpu = if t.mask[prev as usize]
+            && (t.prio > 0 || self.cpus[prev as usize].running.is_none())
+        {
+            prev
+        } else {
+            // Wake balancing: an idle allowed CPU, else the previous one if
+            // allowed, else the least loaded allowed one.
+            let idle = (0..self.cfg.cpus)
+                .find(|&c| t.mask[c as usize] && self.cpus[c as usize].nr_running() == 0);
+            match idle {
+                Some(c) => c,
+                None if t.mask[prev as usize] => prev,
+                None => {
+                    let allowed: Vec<u32> =
+                        (0..self.cfg.cpus).filter(|&c| t.mask[c as usize]).collect();
+                    self.least_loaded(&allowed, ti)
+                }
+            }
+        };
+        self.note_migration(ti, cpu);
+        self.enqueue(cpu, ti, false, b);
+    }
+
+    pub(super) fn on_tick(&mut self, cpu: u32, b: &dyn Balancer) {
+        let c = &mut self.cpus[cpu as usize];
+        let Some(r) = c.running else {
+            c.tick_armed = false;
+            self.queue.set_tick(cpu, u64::MAX);
+            return;
+        };
+        let now = self.now;
+        self.interrupt(cpu, self.cfg.tick_cost_ns);
+        let c = &self.cpus[cpu as usize];
+        let t = &self.tasks[r as usize];
+        if t.prio == 0 && t.np_left == 0 && t.slice_left <= 0 && !c.fair.is_empty() {
+            self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
+            if let Some(r) = self.deschedule(cpu) {
+                self.tasks[r as usize].w_invol += 1;
+                self.cpus[cpu as usize].fair.push_back(r);
+            }
+            self.dispatch(cpu, b);
+        }
+        self.queue.set_tick(cpu, now + self.cfg.tick_ns);
+    }
+
+    pub(super) fn on_irq(&mut self) {
+        let k = (self.rng.next() % self.irq_cpus.len() as u64) as usize;
+        let cpu = self.irq_cpus[k];
+        self.interrupt(cpu, self.cfg.irq_cost_ns);
+        let dt = self.irq_gap();
+        self.queue.push(self.now + dt, Ev::Irq);
+    }
+}

@@ -1,0 +1,215 @@
+//! The state of the model machine: tasks (an lbµ task instance each, ARTiS
+//! §3.3), CPUs with their run queues and window counters, the pending
+//! events; built from a configuration, and the tasks' fork placement.
+
+use super::events::{Ev, EventQueue, Rng};
+use crate::{SimConfig, SimError, TaskDef};
+use rtmgr_core::class::TaskClass;
+use rtmgr_core::stats::Hist;
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Ready,
+    Running,
+    Sleeping,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub(crate) def: TaskDef,
+    pub(crate) prio: u8,
+    pub(crate) mask: Vec<bool>,
+    /// The policy may move it (not RT0, not pinned by its scenario mask).
+    pub(crate) movable: bool,
+    pub(crate) cpu: u32,
+    pub(crate) state: State,
+    pub(super) work_left: u64,
+    pub(super) burst_left: u64,
+    pub(super) np_next: u64,
+    pub(crate) np_left: u64,
+    pub(super) slice_left: i64,
+    pub(super) wake_at: Option<u64>,
+    // accounting
+    pub(crate) per_cpu: Vec<u64>,
+    pub(crate) kernel_ns: u64,
+    pub(crate) switches: u64,
+    pub(crate) migrations: u64,
+    pub(crate) pingpongs: u64,
+    pub(super) last_cross: Option<(u64, bool)>,
+    pub(crate) done_at: Option<u64>,
+    // sampling window (rtmgr observer)
+    pub(crate) w_user: u64,
+    pub(crate) w_kernel: u64,
+    pub(crate) w_vol: u64,
+    pub(crate) w_invol: u64,
+    pub(crate) w_np: bool,
+}
+
+impl Task {
+    pub(crate) fn total_ns(&self) -> u64 {
+        self.per_cpu.iter().sum()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cpu {
+    pub(crate) rt: bool,
+    pub(crate) running: Option<u32>,
+    pub(super) seg_start: u64,
+    pub(super) seg_end: u64,
+    pub(super) irq_until: u64,
+    pub(super) tick_armed: bool,
+    pub(super) need_resched: bool,
+    /// FIFO tasks, highest priority first, FIFO among equals.
+    pub(crate) fifo: Vec<u32>,
+    pub(crate) fair: VecDeque<u32>,
+    pub(crate) busy_ns: u64,
+    /// Time taken by unmovable work (RT0, pinned tasks, interrupts) since a
+    /// balancer last read it.
+    pub(crate) w_fixed: u64,
+    /// Recent RT0 wake-up latencies (the simulated latency probe).
+    pub(crate) w_lat: Vec<u64>,
+}
+
+impl Cpu {
+    pub(crate) fn nr_running(&self) -> usize {
+        self.fifo.len() + self.fair.len() + usize::from(self.running.is_some())
+    }
+}
+
+/// The model machine: CPUs, tasks, the pending events and the accounting.
+/// What a balancer decides reaches it through the methods that take a
+/// `&dyn Balancer` (a dispatch on an idle CPU may pull a task).
+pub(crate) struct Machine {
+    pub(crate) cfg: SimConfig,
+    pub(crate) now: u64,
+    pub(super) queue: EventQueue,
+    pub(super) rng: Rng,
+    pub(crate) cpus: Vec<Cpu>,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) nrt: Vec<u32>,
+    /// The CPUs device interrupts go to (all, until a partition steers them).
+    pub(crate) irq_cpus: Vec<u32>,
+    pub(super) lat: Hist,
+    pub(super) left: usize,
+    pub(super) all_rt0: bool,
+}
+
+impl Machine {
+    pub(super) fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Machine, SimError> {
+        if cfg.cpus == 0 || cfg.cpus > 4096 {
+            return Err(SimError::Cpus(cfg.cpus));
+        }
+        if cfg.rt.iter().any(|c| c >= cfg.cpus) {
+            return Err(SimError::RtOutside(cfg.rt.clone(), cfg.cpus));
+        }
+        if defs.is_empty() {
+            return Err(SimError::NoTasks);
+        }
+        let n = cfg.cpus as usize;
+        let nrt: Vec<u32> = (0..cfg.cpus).filter(|c| !cfg.rt.contains(*c)).collect();
+        if nrt.is_empty() {
+            return Err(SimError::NoNrt(cfg.rt.to_list()));
+        }
+        let mut tasks = Vec::new();
+        for d in defs {
+            if d.class == TaskClass::Rt0 && (d.mask.len() != 1 || !d.mask.is_subset(&cfg.rt)) {
+                return Err(SimError::Rt0Placement(d.name.clone()));
+            }
+            let whole = d.mask.len() == n;
+            let movable = d.class != TaskClass::Rt0 && whole;
+            let mask: Vec<bool> = (0..cfg.cpus).map(|c| d.mask.contains(c)).collect();
+            tasks.push(Task {
+                prio: d.prio(),
+                work_left: d.work_ns,
+                burst_left: if d.burst_ns > 0 { d.burst_ns } else { u64::MAX },
+                np_next: if d.np_every_ns > 0 {
+                    d.np_every_ns
+                } else {
+                    u64::MAX
+                },
+                np_left: 0,
+                slice_left: cfg.slice_ns as i64,
+                wake_at: None,
+                mask,
+                movable,
+                cpu: 0,
+                state: State::Sleeping,
+                per_cpu: vec![0; n],
+                kernel_ns: 0,
+                switches: 0,
+                migrations: 0,
+                pingpongs: 0,
+                last_cross: None,
+                done_at: None,
+                w_user: 0,
+                w_kernel: 0,
+                w_vol: 0,
+                w_invol: 0,
+                w_np: false,
+                def: d,
+            });
+        }
+        let cpus = (0..cfg.cpus)
+            .map(|c| Cpu {
+                rt: cfg.rt.contains(c),
+                ..Default::default()
+            })
+            .collect();
+        // The run ends when every non-RT0 task is done (RT0 tasks are then
+        // stopped), or when every task is done if there are only RT0 tasks.
+        let others = tasks
+            .iter()
+            .filter(|t| t.def.class != TaskClass::Rt0)
+            .count();
+        let all_rt0 = others == 0;
+        let left = if all_rt0 { tasks.len() } else { others };
+        Ok(Machine {
+            rng: Rng::seeded(cfg.seed),
+            irq_cpus: (0..cfg.cpus).collect(),
+            cfg,
+            now: 0,
+            queue: EventQueue::new(n),
+            cpus,
+            tasks,
+            nrt,
+            lat: Hist::new(),
+            left,
+            all_rt0,
+        })
+    }
+
+    /// Fork placement: all tasks start at once, each on the allowed CPU with
+    /// the fewest tasks so far (RT tasks first, like lbµ's RT0s).
+    pub(super) fn start(&mut self, sample_period: Option<u64>) {
+        let mut order: Vec<u32> = (0..self.tasks.len() as u32).collect();
+        order.sort_by_key(|&i| Reverse(self.tasks[i as usize].prio));
+        let mut count = vec![0usize; self.cpus.len()];
+        for i in order {
+            let t = &self.tasks[i as usize];
+            let cpu = (0..self.cfg.cpus)
+                .filter(|&c| t.mask[c as usize])
+                .min_by_key(|&c| (count[c as usize], c))
+                .expect("non-empty mask");
+            count[cpu as usize] += 1;
+            self.tasks[i as usize].cpu = cpu;
+            self.queue.push(0, Ev::Wake { task: i });
+        }
+        if self.cfg.irq_per_s > 0.0 {
+            let dt = self.irq_gap();
+            self.queue.push(dt, Ev::Irq);
+        }
+        self.queue.push(self.cfg.balance_ns, Ev::Balance);
+        if let Some(p) = sample_period {
+            self.queue.push(p, Ev::Sample);
+        }
+    }
+
+    pub(super) fn irq_gap(&mut self) -> u64 {
+        let u = self.rng.unit().max(1e-12);
+        ((-u.ln()) * 1e9 / self.cfg.irq_per_s).max(1.0) as u64
+    }
+}

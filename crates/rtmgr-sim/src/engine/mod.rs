@@ -1,0 +1,141 @@
+//! The simulator's engine: a seeded, deterministic discrete-event loop over
+//! the model machine (per-CPU run queues, ticks, device interrupts,
+//! non-preemptible sections, wake-ups, migrations) and the accounting behind
+//! the lbµ figures (ARTiS §3.3). The balancer comes in through one interface.
+
+mod events;
+mod handlers;
+mod machine;
+mod migrate;
+mod sched;
+
+use crate::balancers::{self, Balancer};
+use crate::{SimConfig, SimError, SimReport, TaskDef, TaskReport};
+use events::Ev;
+use rtmgr_core::class::TaskClass;
+
+pub(crate) use machine::{Machine, State};
+
+/// One simulation: the model machine, the balancer that runs it, and the
+/// count and hash of the events processed so far.
+pub struct Sim {
+    m: Machine,
+    balancer: Box<dyn Balancer>,
+    events: u64,
+    hash: u64,
+    pub trace: Vec<(u64, u64)>,
+}
+
+impl Sim {
+    pub fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Sim, SimError> {
+        let mut m = Machine::new(cfg, defs)?;
+        let mut balancer = balancers::new(&m.cfg);
+        balancer.attach(&mut m);
+        m.start(balancer.sample_period());
+        Ok(Sim {
+            m,
+            balancer,
+            events: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            trace: Vec::new(),
+        })
+    }
+
+    /// Run to completion (or `max_ns`).
+    pub fn run(&mut self) {
+        let m = &mut self.m;
+        let b = &mut *self.balancer;
+        while m.left > 0 {
+            let Some((t, ev)) = m.queue.next() else { break };
+            if t > m.cfg.max_ns {
+                m.now = m.cfg.max_ns;
+                break;
+            }
+            m.now = t;
+            self.events += 1;
+            let code = ev.code();
+            self.hash = (self.hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
+            if m.cfg.keep_trace {
+                self.trace.push((t, code));
+            }
+            match ev {
+                Ev::Run { cpu } => m.on_run(cpu, b),
+                Ev::Wake { task } => m.on_wake(task, b),
+                Ev::Tick { cpu } => m.on_tick(cpu, b),
+                Ev::Irq => m.on_irq(),
+                Ev::Balance => {
+                    balancers::periodic_balance(m, b);
+                    m.queue.push(m.now + m.cfg.balance_ns, Ev::Balance);
+                }
+                Ev::Sample => {
+                    b.sample(m);
+                    let period = b.sample_period().expect("sampling balancer");
+                    m.queue.push(m.now + period, Ev::Sample);
+                }
+            }
+        }
+        // Close the books of running tasks.
+        for c in 0..m.cpus.len() as u32 {
+            m.account(c);
+        }
+    }
+
+    /// Events processed so far: each segment end, wake-up, tick, device
+    /// interrupt, balancing pass and policy sample taken off the queue.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn report(&self) -> SimReport {
+        let m = &self.m;
+        let sim_ns = m.now.max(1);
+        let tasks: Vec<TaskReport> = m
+            .tasks
+            .iter()
+            .map(|t| {
+                let total = t.total_ns();
+                TaskReport {
+                    name: t.def.name.clone(),
+                    class: t.def.class,
+                    completion_ns: t.done_at,
+                    cpu_ns: total,
+                    kernel_ns: t.kernel_ns,
+                    cpu_percent: t
+                        .per_cpu
+                        .iter()
+                        .map(|&x| 100.0 * x as f64 / total.max(1) as f64)
+                        .collect(),
+                    switches: t.switches,
+                    migrations: t.migrations,
+                    pingpongs: t.pingpongs,
+                }
+            })
+            .collect();
+        let (min, max, spread) = crate::completion(&tasks);
+        SimReport {
+            balancer: m.cfg.balancer,
+            seed: m.cfg.seed,
+            cpus: m.cfg.cpus,
+            rt_cpus: m.cfg.rt.clone(),
+            sim_ns,
+            events: self.events,
+            trace_hash: self.hash,
+            unfinished: tasks
+                .iter()
+                .filter(|t| t.class != TaskClass::Rt0 && t.completion_ns.is_none())
+                .count(),
+            migrations: tasks.iter().map(|t| t.migrations).sum(),
+            pingpongs: tasks.iter().map(|t| t.pingpongs).sum(),
+            tasks,
+            rt0_latency: m.lat.summary(0),
+            cpu_busy_percent: m
+                .cpus
+                .iter()
+                .map(|c| 100.0 * c.busy_ns as f64 / sim_ns as f64)
+                .collect(),
+            completion_min_ns: min,
+            completion_max_ns: max,
+            completion_spread: spread,
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Per-CPU scheduling: FIFO priorities above a round-robin fair class,
+//! dispatch (with the balancer's new-idle pull), preemption (deferred while
+//! the running task is non-preemptible), interrupts, and the accounting of
+//! the time each task runs (the lbµ figures of ARTiS §3.3).
+
+use super::machine::{Machine, State, Task};
+use crate::balancers::{self, Balancer};
+use rtmgr_core::class::TaskClass;
+
+impl Machine {
+    /// Charge the running task of `cpu` for the time since its segment began.
+    pub(super) fn account(&mut self, cpu: u32) {
+        let now = self.now;
+        let c = &mut self.cpus[cpu as usize];
+        let Some(ti) = c.running else { return };
+        let e = now.saturating_sub(c.seg_start);
+        if e == 0 {
+            return;
+        }
+        c.seg_start = now;
+        c.busy_ns += e;
+        let t = &mut self.tasks[ti as usize];
+        if !t.movable {
+            c.w_fixed += e;
+        }
+        t.per_cpu[cpu as usize] += e;
+        if t.np_left > 0 {
+            t.np_left -= e.min(t.np_left);
+            t.kernel_ns += e;
+            t.w_kernel += e;
+        } else {
+            t.work_left -= e.min(t.work_left);
+            if t.burst_left != u64::MAX {
+                t.burst_left -= e.min(t.burst_left);
+            }
+            if t.np_next != u64::MAX {
+                t.np_next -= e.min(t.np_next);
+            }
+            t.w_user += e;
+        }
+        t.slice_left -= e as i64;
+    }
+
+    pub(super) fn boundary(t: &Task) -> u64 {
+        if t.np_left > 0 {
+            t.np_left
+        } else {
+            t.work_left.min(t.burst_left).min(t.np_next)
+        }
+    }
+
+    /// Start the best queued task on an idle CPU (or one the balancer pulls).
+    pub(crate) fn dispatch(&mut self, cpu: u32, b: &dyn Balancer) {
+        debug_assert!(self.cpus[cpu as usize].running.is_none());
+        let c = &mut self.cpus[cpu as usize];
+        let next = if !c.fifo.is_empty() {
+            Some(c.fifo.remove(0))
+        } else {
+            c.fair.pop_front()
+        };
+        let next = match next {
+            Some(n) => n,
+            None => match balancers::idle_pull(self, b, cpu) {
+                Some(n) => n,
+                None => return,
+            },
+        };
+        let now = self.now;
+        let c = &mut self.cpus[cpu as usize];
+        let start = now.max(c.irq_until);
+        let t = &mut self.tasks[next as usize];
+        t.state = State::Running;
+        t.cpu = cpu;
+        if let Some(w) = t.wake_at.take() {
+            if t.def.class == TaskClass::Rt0 {
+                let l = start - w + self.cfg.switch_ns;
+                self.lat.record(l as i64);
+                c.w_lat.push(l);
+            }
+        }
+        if t.slice_left <= 0 {
+            t.slice_left = self.cfg.slice_ns as i64;
+        }
+        c.running = Some(next);
+        c.need_resched = false;
+        c.seg_start = start;
+        c.seg_end = start + Self::boundary(t);
+        let end = c.seg_end;
+        let arm = !c.tick_armed;
+        c.tick_armed = true;
+        self.queue.set_run(cpu, end);
+        if arm {
+            let tick = self.cfg.tick_ns;
+            let phase = u64::from(cpu) * 7919 % tick;
+            let next_tick = (now.saturating_sub(phase) / tick + 1) * tick + phase;
+            self.queue.set_tick(cpu, next_tick);
+        }
+    }
+
+    /// Take the running task off its CPU (still runnable or not).
+    pub(crate) fn deschedule(&mut self, cpu: u32) -> Option<u32> {
+        self.account(cpu);
+        let c = &mut self.cpus[cpu as usize];
+        let ti = c.running.take()?;
+        self.queue.set_run(cpu, u64::MAX);
+        let t = &mut self.tasks[ti as usize];
+        t.switches += 1;
+        t.state = State::Ready;
+        Some(ti)
+    }
+
+    /// Put a runnable task on a CPU's queue; preempt if it is more urgent.
+    pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool, b: &dyn Balancer) {
+        let prio = self.tasks[ti as usize].prio;
+        {
+            let t = &mut self.tasks[ti as usize];
+            t.cpu = cpu;
+            t.state = State::Ready;
+        }
+        let c = &mut self.cpus[cpu as usize];
+        if prio > 0 {
+            let pos = if front {
+                c.fifo
+                    .iter()
+                    .position(|&o| self.tasks[o as usize].prio <= prio)
+            } else {
+                c.fifo
+                    .iter()
+                    .position(|&o| self.tasks[o as usize].prio < prio)
+            };
+            c.fifo.insert(pos.unwrap_or(c.fifo.len()), ti);
+        } else if front {
+            c.fair.push_front(ti);
+        } else {
+            c.fair.push_back(ti);
+        }
+        self.check_preempt(cpu, b);
+    }
+
+    fn check_preempt(&mut self, cpu: u32, b: &dyn Balancer) {
+        let c = &self.cpus[cpu as usize];
+        let Some(r) = c.running else {
+            self.dispatch(cpu, b);
+            return;
+        };
+        let top = c.fifo.first().map_or(0, |&f| self.tasks[f as usize].prio);
+        if top > self.tasks[r as usize].prio {
+            if self.tasks[r as usize].np_left > 0 {
+                self.cpus[cpu as usize].need_resched = true;
+            } else {
+                self.preempt(cpu, b);
+            }
+        }
+    }
+
+    pub(super) fn preempt(&mut self, cpu: u32, b: &dyn Balancer) {
+        if let Some(r) = self.deschedule(cpu) {
+            self.tasks[r as usize].w_invol += 1;
+            let prio = self.tasks[r as usize].prio;
+            let c = &mut self.cpus[cpu as usize];
+            if prio > 0 {
+                let pos = c
+                    .fifo
+                    .iter()
+                    .position(|&o| self.tasks[o as usize].prio < prio);
+                c.fifo.insert(pos.unwrap_or(c.fifo.len()), r);
+            } else {
+                c.fair.push_front(r);
+            }
+        }
+        self.dispatch(cpu, b);
+    }
+
+    /// A non-preemptible interrupt handler of `cost` runs on `cpu` now.
+    pub(super) fn interrupt(&mut self, cpu: u32, cost: u64) {
+        let now = self.now;
+        self.account(cpu);
+        let c = &mut self.cpus[cpu as usize];
+        c.irq_until = c.irq_until.max(now) + cost;
+        c.w_fixed += cost;
+        c.busy_ns += cost;
+        if c.running.is_some() {
+            c.seg_start = c.seg_start.max(now) + cost;
+            c.seg_end += cost;
+            let end = c.seg_end;
+            self.queue.set_run(cpu, end);
+        }
+    }
+}
