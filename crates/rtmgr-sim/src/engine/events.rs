@@ -45,22 +45,34 @@ pub(super) enum Ev {
 }
 
 /// Per-CPU deadlines (segment end, next tick) in a tournament tree: the
-/// earliest CPU event in O(1), an update in O(log N), no stale entries.
+/// earliest CPU event in O(1), no stale entries. Setting a deadline only
+/// marks its CPU; the tree is brought up to date once per marked CPU before
+/// the next `first` (an event often sets its CPU's deadlines more than once).
 #[derive(Debug, Clone)]
 struct Timers {
+    /// Leaves: the number of CPUs rounded up to a power of two.
     size: usize,
     run: Vec<u64>,
     tick: Vec<u64>,
-    /// (time, cpu) per node; leaves at [size, 2·size).
-    tree: Vec<(u64, u32)>,
+    /// Per node the earliest (deadline, cpu) of its subtree, packed as
+    /// `deadline << 32 | cpu` so that one integer comparison orders them
+    /// (ties: the lower CPU); node 1 is the root, node size + c CPU c's leaf.
+    tree: Vec<u128>,
+    /// CPUs whose deadlines changed since the tree was last updated.
+    dirty: Vec<u32>,
+    is_dirty: Vec<bool>,
+}
+
+fn node(deadline: u64, cpu: u32) -> u128 {
+    (u128::from(deadline) << 32) | u128::from(cpu)
 }
 
 impl Timers {
     fn new(n: usize) -> Self {
         let size = n.next_power_of_two();
-        let mut tree = vec![(u64::MAX, u32::MAX); 2 * size];
-        for (c, leaf) in tree[size..size + n].iter_mut().enumerate() {
-            leaf.1 = c as u32;
+        let mut tree = vec![0; 2 * size];
+        for c in 0..size {
+            tree[size + c] = node(u64::MAX, c as u32);
         }
         for i in (1..size).rev() {
             tree[i] = tree[2 * i].min(tree[2 * i + 1]);
@@ -70,28 +82,50 @@ impl Timers {
             run: vec![u64::MAX; n],
             tick: vec![u64::MAX; n],
             tree,
+            dirty: Vec::with_capacity(n),
+            is_dirty: vec![false; n],
         }
     }
-    fn update(&mut self, cpu: u32) {
+
+    fn mark(&mut self, cpu: u32) {
         let c = cpu as usize;
-        let mut i = self.size + c;
-        self.tree[i] = (self.run[c].min(self.tick[c]), cpu);
-        while i > 1 {
-            i /= 2;
-            self.tree[i] = self.tree[2 * i].min(self.tree[2 * i + 1]);
+        if !self.is_dirty[c] {
+            self.is_dirty[c] = true;
+            self.dirty.push(cpu);
         }
     }
+
     fn set_run(&mut self, cpu: u32, t: u64) {
         self.run[cpu as usize] = t;
-        self.update(cpu);
+        self.mark(cpu);
     }
+
     fn set_tick(&mut self, cpu: u32, t: u64) {
         self.tick[cpu as usize] = t;
-        self.update(cpu);
+        self.mark(cpu);
     }
+
+    /// Replay the marked CPUs' deadlines up the tree.
+    fn flush(&mut self) {
+        while let Some(cpu) = self.dirty.pop() {
+            let c = cpu as usize;
+            self.is_dirty[c] = false;
+            let mut i = self.size + c;
+            let mut v = node(self.run[c].min(self.tick[c]), cpu);
+            self.tree[i] = v;
+            while i > 1 {
+                v = v.min(self.tree[i ^ 1]);
+                i /= 2;
+                self.tree[i] = v;
+            }
+        }
+    }
+
     /// The earliest CPU event (a segment end before a tick at the same time).
-    fn first(&self) -> Option<(u64, Ev)> {
-        let (t, cpu) = self.tree[1];
+    fn first(&mut self) -> Option<(u64, Ev)> {
+        self.flush();
+        let root = self.tree[1];
+        let (t, cpu) = ((root >> 32) as u64, root as u32);
         if t == u64::MAX {
             return None;
         }
@@ -161,6 +195,53 @@ impl EventQueue {
             }
             (Some(c), None) => Some(c),
             (None, None) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The earliest (time, cpu) by brute force, as the tree must find it.
+    fn naive_first(run: &[u64], tick: &[u64]) -> Option<(u64, Ev)> {
+        let (t, cpu) = (0..run.len())
+            .map(|c| (run[c].min(tick[c]), c as u32))
+            .min()?;
+        if t == u64::MAX {
+            None
+        } else if run[cpu as usize] == t {
+            Some((t, Ev::Run { cpu }))
+        } else {
+            Some((t, Ev::Tick { cpu }))
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn timers_find_the_earliest_deadline(
+            n in 1usize..70,
+            ops in proptest::collection::vec((any::<bool>(), 0usize..70, 0u64..40, 0u8..4), 1..300),
+        ) {
+            let mut t = Timers::new(n);
+            let (mut run, mut tick) = (vec![u64::MAX; n], vec![u64::MAX; n]);
+            for (is_run, c, at, k) in ops {
+                let c = c % n;
+                // Few distinct times (ties), and some deadlines cleared.
+                let at = if k == 0 { u64::MAX } else { at };
+                if is_run {
+                    t.set_run(c as u32, at);
+                    run[c] = at;
+                } else {
+                    t.set_tick(c as u32, at);
+                    tick[c] = at;
+                }
+                if k < 3 {
+                    prop_assert_eq!(t.first(), naive_first(&run, &tick));
+                }
+            }
+            prop_assert_eq!(t.first(), naive_first(&run, &tick));
         }
     }
 }
