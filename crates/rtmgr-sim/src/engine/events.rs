@@ -54,34 +54,32 @@ struct Timers {
     size: usize,
     run: Vec<u64>,
     tick: Vec<u64>,
-    /// Per node the earliest (deadline, cpu) of its subtree, packed as
-    /// `deadline << 32 | cpu` so that one integer comparison orders them
-    /// (ties: the lower CPU); node 1 is the root, node size + c CPU c's leaf.
-    tree: Vec<u128>,
+    /// Per node the earliest deadline of its subtree and its CPU (ties: the
+    /// lower CPU); node 1 is the root, node size + c is CPU c's leaf.
+    key: Vec<u64>,
+    cpu: Vec<u32>,
     /// CPUs whose deadlines changed since the tree was last updated.
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
 }
 
-fn node(deadline: u64, cpu: u32) -> u128 {
-    (u128::from(deadline) << 32) | u128::from(cpu)
-}
-
 impl Timers {
     fn new(n: usize) -> Self {
         let size = n.next_power_of_two();
-        let mut tree = vec![0; 2 * size];
+        let mut cpu = vec![0; 2 * size];
         for c in 0..size {
-            tree[size + c] = node(u64::MAX, c as u32);
+            cpu[size + c] = c as u32;
         }
+        // Every deadline is u64::MAX: the leftmost leaf wins everywhere.
         for i in (1..size).rev() {
-            tree[i] = tree[2 * i].min(tree[2 * i + 1]);
+            cpu[i] = cpu[2 * i];
         }
         Timers {
             size,
             run: vec![u64::MAX; n],
             tick: vec![u64::MAX; n],
-            tree,
+            key: vec![u64::MAX; 2 * size],
+            cpu,
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
         }
@@ -107,16 +105,23 @@ impl Timers {
 
     /// Replay the marked CPUs' deadlines up the tree.
     fn flush(&mut self) {
-        while let Some(cpu) = self.dirty.pop() {
-            let c = cpu as usize;
-            self.is_dirty[c] = false;
-            let mut i = self.size + c;
-            let mut v = node(self.run[c].min(self.tick[c]), cpu);
-            self.tree[i] = v;
+        use std::hint::select_unpredictable as select;
+        while let Some(c) = self.dirty.pop() {
+            self.is_dirty[c as usize] = false;
+            let mut i = self.size + c as usize;
+            let (mut k, mut w) = (self.run[c as usize].min(self.tick[c as usize]), c);
+            self.key[i] = k;
             while i > 1 {
-                v = v.min(self.tree[i ^ 1]);
+                let (sk, sw) = (self.key[i ^ 1], self.cpu[i ^ 1]);
+                // A left sibling (lower CPUs) also wins a tie. Which side
+                // wins is data: selects, not branches that would mispredict.
+                let left = i & 1 == 1;
+                let take = (sk < k) | (left & (sk == k));
+                k = select(take, sk, k);
+                w = select(take, sw, w);
                 i /= 2;
-                self.tree[i] = v;
+                self.key[i] = k;
+                self.cpu[i] = w;
             }
         }
     }
@@ -124,8 +129,7 @@ impl Timers {
     /// The earliest CPU event (a segment end before a tick at the same time).
     fn first(&mut self) -> Option<(u64, Ev)> {
         self.flush();
-        let root = self.tree[1];
-        let (t, cpu) = ((root >> 32) as u64, root as u32);
+        let (t, cpu) = (self.key[1], self.cpu[1]);
         if t == u64::MAX {
             return None;
         }
@@ -152,18 +156,37 @@ impl Ev {
 
 /// Every pending event; the earliest comes first, a CPU event before a
 /// machine-wide one at the same time, machine-wide ones in arrival order.
+/// The device interrupt, balancing pass and sample each have at most one
+/// pending (each schedules its successor): a slot each, not the heap.
 #[derive(Debug, Clone)]
 pub(super) struct EventQueue {
-    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     timers: Timers,
+    /// Pending wake-ups by (time, arrival).
+    wakes: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// The pending Irq, Balance and Sample as `time << 64 | arrival`
+    /// (u128::MAX: none), ordered like the heap.
+    slots: [u128; 3],
     seq: u64,
 }
+
+/// Slot of a machine-wide periodic event.
+fn slot(ev: Ev) -> usize {
+    match ev {
+        Ev::Irq => 0,
+        Ev::Balance => 1,
+        Ev::Sample => 2,
+        Ev::Run { .. } | Ev::Wake { .. } | Ev::Tick { .. } => unreachable!("not a slot event"),
+    }
+}
+
+const SLOT_EVENTS: [Ev; 3] = [Ev::Irq, Ev::Balance, Ev::Sample];
 
 impl EventQueue {
     pub(super) fn new(cpus: usize) -> Self {
         EventQueue {
-            heap: BinaryHeap::new(),
             timers: Timers::new(cpus),
+            wakes: BinaryHeap::new(),
+            slots: [u128::MAX; 3],
             seq: 0,
         }
     }
@@ -171,7 +194,13 @@ impl EventQueue {
     /// A machine-wide event at `t`.
     pub(super) fn push(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, ev)));
+        if let Ev::Wake { task } = ev {
+            self.wakes.push(Reverse((t, self.seq, task)));
+        } else {
+            let s = &mut self.slots[slot(ev)];
+            debug_assert_eq!(*s, u128::MAX, "{ev:?} already pending");
+            *s = (u128::from(t) << 64) | u128::from(self.seq);
+        }
     }
 
     /// When the running segment of `cpu` ends (u64::MAX: none).
@@ -186,16 +215,35 @@ impl EventQueue {
 
     /// The next event, taken off the queue; None when nothing is pending.
     pub(super) fn next(&mut self) -> Option<(u64, Ev)> {
-        let heap_first = self.heap.peek().map(|Reverse((t, _, ev))| (*t, *ev));
-        match (self.timers.first(), heap_first) {
-            (Some(c), Some(h)) if c.0 <= h.0 => Some(c),
-            (_, Some(h)) => {
-                self.heap.pop();
-                Some(h)
+        // The earliest machine-wide event: the first wake-up or a slot.
+        let mut first = self.wakes.peek().map_or(u128::MAX, |Reverse((t, seq, _))| {
+            (u128::from(*t) << 64) | u128::from(*seq)
+        });
+        let mut from_slot = None;
+        for (k, &s) in self.slots.iter().enumerate() {
+            if s < first {
+                first = s;
+                from_slot = Some(k);
             }
-            (Some(c), None) => Some(c),
-            (None, None) => None,
         }
+        let cpu_event = self.timers.first();
+        if first == u128::MAX {
+            return cpu_event;
+        }
+        let t = (first >> 64) as u64;
+        if let Some(c) = cpu_event.filter(|c| c.0 <= t) {
+            return Some(c);
+        }
+        Some(match from_slot {
+            Some(k) => {
+                self.slots[k] = u128::MAX;
+                (t, SLOT_EVENTS[k])
+            }
+            None => {
+                let Reverse((_, _, task)) = self.wakes.pop().expect("peeked");
+                (t, Ev::Wake { task })
+            }
+        })
     }
 }
 
