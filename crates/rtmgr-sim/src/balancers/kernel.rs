@@ -17,9 +17,9 @@ fn queued(m: &Machine, cpu: u32) -> impl Iterator<Item = u32> + '_ {
 
 /// Periodic balancing: repeatedly push one queued task from the most to the
 /// least loaded CPU while the balancer finds that worth it.
-pub(crate) fn periodic_balance(m: &mut Machine, b: &mut dyn Balancer) {
+pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
     b.begin_balance_pass(m);
-    let b: &dyn Balancer = b;
+    let b = &*b;
     let n = m.cfg.cpus;
     for _ in 0..MAX_PASS_MOVES {
         let loads: Vec<f64> = (0..n).map(|c| b.load(m, c, 0)).collect();
@@ -63,7 +63,7 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut dyn Balancer) {
 
 /// New-idle balancing: an idle CPU pulls one queued task from the busiest
 /// CPU that allows it (and that the balancer lets it pull from).
-pub(crate) fn idle_pull(m: &mut Machine, b: &dyn Balancer, cpu: u32) -> Option<u32> {
+pub(crate) fn idle_pull(m: &mut Machine, b: &impl Balancer, cpu: u32) -> Option<u32> {
     let n = m.cfg.cpus;
     let from = (0..n)
         .filter(|&c| c != cpu)

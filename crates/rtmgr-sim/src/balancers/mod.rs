@@ -9,7 +9,7 @@ mod linux;
 mod rtmgr;
 mod shield;
 
-use crate::engine::Machine;
+use crate::engine::{Machine, Runner};
 use crate::{BalancerKind, SimConfig};
 use rtmgr_core::class::TaskClass;
 
@@ -93,7 +93,7 @@ pub(crate) struct PassMove {
 }
 
 /// The balancer a configuration names (the one place that knows them all).
-pub(crate) fn new(cfg: &SimConfig) -> Box<dyn Balancer> {
+pub(crate) fn new(cfg: &SimConfig) -> Box<dyn Runner> {
     match cfg.balancer {
         BalancerKind::Linux => Box::new(linux::Linux),
         BalancerKind::Shield => Box::new(shield::Shield),

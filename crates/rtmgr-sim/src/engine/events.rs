@@ -157,7 +157,8 @@ impl Ev {
 /// Every pending event; the earliest comes first, a CPU event before a
 /// machine-wide one at the same time, machine-wide ones in arrival order.
 /// The device interrupt, balancing pass and sample each have at most one
-/// pending (each schedules its successor): a slot each, not the heap.
+/// pending (each schedules its successor): a slot each, not the heap. The
+/// earliest machine-wide event is kept up to date as they come and go.
 #[derive(Debug, Clone)]
 pub(super) struct EventQueue {
     timers: Timers,
@@ -166,6 +167,10 @@ pub(super) struct EventQueue {
     /// The pending Irq, Balance and Sample as `time << 64 | arrival`
     /// (u128::MAX: none), ordered like the heap.
     slots: [u128; 3],
+    /// The earliest machine-wide event (`time << 64 | arrival`, u128::MAX:
+    /// none) and where it is: a slot, or the heap (None).
+    wide: u128,
+    wide_slot: Option<usize>,
     seq: u64,
 }
 
@@ -181,12 +186,18 @@ fn slot(ev: Ev) -> usize {
 
 const SLOT_EVENTS: [Ev; 3] = [Ev::Irq, Ev::Balance, Ev::Sample];
 
+fn key(t: u64, seq: u64) -> u128 {
+    (u128::from(t) << 64) | u128::from(seq)
+}
+
 impl EventQueue {
     pub(super) fn new(cpus: usize) -> Self {
         EventQueue {
             timers: Timers::new(cpus),
             wakes: BinaryHeap::new(),
             slots: [u128::MAX; 3],
+            wide: u128::MAX,
+            wide_slot: None,
             seq: 0,
         }
     }
@@ -194,12 +205,34 @@ impl EventQueue {
     /// A machine-wide event at `t`.
     pub(super) fn push(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
-        if let Ev::Wake { task } = ev {
+        let k = key(t, self.seq);
+        let at = if let Ev::Wake { task } = ev {
             self.wakes.push(Reverse((t, self.seq, task)));
+            None
         } else {
-            let s = &mut self.slots[slot(ev)];
-            debug_assert_eq!(*s, u128::MAX, "{ev:?} already pending");
-            *s = (u128::from(t) << 64) | u128::from(self.seq);
+            let s = slot(ev);
+            debug_assert_eq!(self.slots[s], u128::MAX, "{ev:?} already pending");
+            self.slots[s] = k;
+            Some(s)
+        };
+        if k < self.wide {
+            self.wide = k;
+            self.wide_slot = at;
+        }
+    }
+
+    /// Find the earliest machine-wide event again (after one was taken).
+    fn find_wide(&mut self) {
+        self.wide = self
+            .wakes
+            .peek()
+            .map_or(u128::MAX, |Reverse((t, seq, _))| key(*t, *seq));
+        self.wide_slot = None;
+        for (k, &s) in self.slots.iter().enumerate() {
+            if s < self.wide {
+                self.wide = s;
+                self.wide_slot = Some(k);
+            }
         }
     }
 
@@ -215,35 +248,25 @@ impl EventQueue {
 
     /// The next event, taken off the queue; None when nothing is pending.
     pub(super) fn next(&mut self) -> Option<(u64, Ev)> {
-        // The earliest machine-wide event: the first wake-up or a slot.
-        let mut first = self.wakes.peek().map_or(u128::MAX, |Reverse((t, seq, _))| {
-            (u128::from(*t) << 64) | u128::from(*seq)
-        });
-        let mut from_slot = None;
-        for (k, &s) in self.slots.iter().enumerate() {
-            if s < first {
-                first = s;
-                from_slot = Some(k);
-            }
-        }
-        let cpu_event = self.timers.first();
-        if first == u128::MAX {
-            return cpu_event;
-        }
-        let t = (first >> 64) as u64;
-        if let Some(c) = cpu_event.filter(|c| c.0 <= t) {
+        let wide_t = (self.wide >> 64) as u64;
+        if let Some(c) = self.timers.first().filter(|c| c.0 <= wide_t) {
             return Some(c);
         }
-        Some(match from_slot {
+        if self.wide == u128::MAX {
+            return None;
+        }
+        let ev = match self.wide_slot {
             Some(k) => {
                 self.slots[k] = u128::MAX;
-                (t, SLOT_EVENTS[k])
+                SLOT_EVENTS[k]
             }
             None => {
-                let Reverse((_, _, task)) = self.wakes.pop().expect("peeked");
-                (t, Ev::Wake { task })
+                let Reverse((_, _, task)) = self.wakes.pop().expect("earliest wake-up");
+                Ev::Wake { task }
             }
-        })
+        };
+        self.find_wide();
+        Some((wide_t, ev))
     }
 }
 

@@ -8,7 +8,7 @@ use crate::balancers::Balancer;
 use rtmgr_core::class::TaskClass;
 
 impl Machine {
-    pub(super) fn on_run(&mut self, cpu: u32, b: &mut dyn Balancer) {
+    pub(super) fn on_run(&mut self, cpu: u32, b: &mut impl Balancer) {
         let c = &self.cpus[cpu as usize];
         debug_assert!(c.running.is_some() && c.seg_end == self.now);
         let was_np = {
@@ -62,7 +62,7 @@ impl Machine {
         self.queue.set_run(cpu, end);
     }
 
-    pub(super) fn on_wake(&mut self, ti: u32, b: &dyn Balancer) {
+    pub(super) fn on_wake(&mut self, ti: u32, b: &impl Balancer) {
         let now = self.now;
         let t = &mut self.tasks[ti as usize];
         if t.state != State::Sleeping {
@@ -94,7 +94,7 @@ impl Machine {
         self.enqueue(cpu, ti, false, b);
     }
 
-    pub(super) fn on_tick(&mut self, cpu: u32, b: &dyn Balancer) {
+    pub(super) fn on_tick(&mut self, cpu: u32, b: &impl Balancer) {
         let c = &mut self.cpus[cpu as usize];
         let Some(r) = c.running else {
             c.tick_armed = false;

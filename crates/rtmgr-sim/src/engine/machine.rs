@@ -82,7 +82,7 @@ impl Cpu {
 
 /// The model machine: CPUs, tasks, the pending events and the accounting.
 /// What a balancer decides reaches it through the methods that take a
-/// `&dyn Balancer` (a dispatch on an idle CPU may pull a task).
+/// balancer (a dispatch on an idle CPU may pull a task).
 pub(crate) struct Machine {
     pub(crate) cfg: SimConfig,
     pub(crate) now: u64,

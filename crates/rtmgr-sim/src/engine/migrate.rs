@@ -53,7 +53,7 @@ impl Machine {
     }
 
     /// Move a task that is not running (queued or just descheduled) to `to`.
-    pub(crate) fn migrate_queued(&mut self, ti: u32, to: u32, b: &dyn Balancer) {
+    pub(crate) fn migrate_queued(&mut self, ti: u32, to: u32, b: &impl Balancer) {
         let from = self.tasks[ti as usize].cpu;
         self.unqueue(from, ti);
         self.note_migration(ti, to);
@@ -61,7 +61,7 @@ impl Machine {
     }
 
     /// Move any task (running, queued or sleeping) so that it respects its mask.
-    pub(crate) fn enforce_mask(&mut self, ti: u32, target: Option<u32>, b: &dyn Balancer) {
+    pub(crate) fn enforce_mask(&mut self, ti: u32, target: Option<u32>, b: &impl Balancer) {
         let t = &self.tasks[ti as usize];
         if t.mask[t.cpu as usize] || t.state == State::Done {
             return;

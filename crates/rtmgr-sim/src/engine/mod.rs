@@ -20,10 +20,71 @@ pub(crate) use machine::{Machine, State};
 /// count and hash of the events processed so far.
 pub struct Sim {
     m: Machine,
-    balancer: Box<dyn Balancer>,
+    balancer: Box<dyn Runner>,
+    log: Log,
+    pub trace: Vec<(u64, u64)>,
+}
+
+/// What the loop keeps of the events it processed: their number and hash.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Log {
     events: u64,
     hash: u64,
-    pub trace: Vec<(u64, u64)>,
+}
+
+/// The event loop compiled once per balancer type, so that the engine's
+/// calls into the balancer (rules, pulls, hooks) are direct and can be
+/// inlined; `Sim` holds its balancer as a `dyn Runner`.
+pub(crate) trait Runner: Balancer {
+    fn run_loop(&mut self, m: &mut Machine, log: &mut Log, trace: &mut Vec<(u64, u64)>);
+}
+
+impl<B: Balancer> Runner for B {
+    fn run_loop(&mut self, m: &mut Machine, log: &mut Log, trace: &mut Vec<(u64, u64)>) {
+        run_loop(m, self, log, trace);
+    }
+}
+
+/// Run to completion (or `max_ns`).
+fn run_loop(m: &mut Machine, b: &mut impl Balancer, log: &mut Log, trace: &mut Vec<(u64, u64)>) {
+    let Log {
+        mut events,
+        mut hash,
+    } = *log;
+    while m.left > 0 {
+        let Some((t, ev)) = m.queue.next() else { break };
+        if t > m.cfg.max_ns {
+            m.now = m.cfg.max_ns;
+            break;
+        }
+        m.now = t;
+        events += 1;
+        let code = ev.code();
+        hash = (hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
+        if m.cfg.keep_trace {
+            trace.push((t, code));
+        }
+        match ev {
+            Ev::Run { cpu } => m.on_run(cpu, b),
+            Ev::Wake { task } => m.on_wake(task, b),
+            Ev::Tick { cpu } => m.on_tick(cpu, b),
+            Ev::Irq => m.on_irq(),
+            Ev::Balance => {
+                balancers::periodic_balance(m, b);
+                m.queue.push(m.now + m.cfg.balance_ns, Ev::Balance);
+            }
+            Ev::Sample => {
+                b.sample(m);
+                let period = b.sample_period().expect("sampling balancer");
+                m.queue.push(m.now + period, Ev::Sample);
+            }
+        }
+    }
+    *log = Log { events, hash };
+    // Close the books of running tasks.
+    for c in 0..m.cpus.len() as u32 {
+        m.account(c);
+    }
 }
 
 impl Sim {
@@ -35,55 +96,24 @@ impl Sim {
         Ok(Sim {
             m,
             balancer,
-            events: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
+            log: Log {
+                events: 0,
+                hash: 0xcbf2_9ce4_8422_2325,
+            },
             trace: Vec::new(),
         })
     }
 
     /// Run to completion (or `max_ns`).
     pub fn run(&mut self) {
-        let m = &mut self.m;
-        let b = &mut *self.balancer;
-        while m.left > 0 {
-            let Some((t, ev)) = m.queue.next() else { break };
-            if t > m.cfg.max_ns {
-                m.now = m.cfg.max_ns;
-                break;
-            }
-            m.now = t;
-            self.events += 1;
-            let code = ev.code();
-            self.hash = (self.hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
-            if m.cfg.keep_trace {
-                self.trace.push((t, code));
-            }
-            match ev {
-                Ev::Run { cpu } => m.on_run(cpu, b),
-                Ev::Wake { task } => m.on_wake(task, b),
-                Ev::Tick { cpu } => m.on_tick(cpu, b),
-                Ev::Irq => m.on_irq(),
-                Ev::Balance => {
-                    balancers::periodic_balance(m, b);
-                    m.queue.push(m.now + m.cfg.balance_ns, Ev::Balance);
-                }
-                Ev::Sample => {
-                    b.sample(m);
-                    let period = b.sample_period().expect("sampling balancer");
-                    m.queue.push(m.now + period, Ev::Sample);
-                }
-            }
-        }
-        // Close the books of running tasks.
-        for c in 0..m.cpus.len() as u32 {
-            m.account(c);
-        }
+        self.balancer
+            .run_loop(&mut self.m, &mut self.log, &mut self.trace);
     }
 
     /// Events processed so far: each segment end, wake-up, tick, device
     /// interrupt, balancing pass and policy sample taken off the queue.
     pub fn events(&self) -> u64 {
-        self.events
+        self.log.events
     }
 
     pub fn report(&self) -> SimReport {
@@ -118,8 +148,8 @@ impl Sim {
             cpus: m.cfg.cpus,
             rt_cpus: m.cfg.rt.clone(),
             sim_ns,
-            events: self.events,
-            trace_hash: self.hash,
+            events: self.log.events,
+            trace_hash: self.log.hash,
             unfinished: tasks
                 .iter()
                 .filter(|t| t.class != TaskClass::Rt0 && t.completion_ns.is_none())

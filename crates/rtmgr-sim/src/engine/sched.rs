@@ -50,7 +50,7 @@ impl Machine {
     }
 
     /// Start the best queued task on an idle CPU (or one the balancer pulls).
-    pub(crate) fn dispatch(&mut self, cpu: u32, b: &dyn Balancer) {
+    pub(crate) fn dispatch(&mut self, cpu: u32, b: &impl Balancer) {
         debug_assert!(self.cpus[cpu as usize].running.is_none());
         let c = &mut self.cpus[cpu as usize];
         let next = if !c.fifo.is_empty() {
@@ -110,7 +110,7 @@ impl Machine {
     }
 
     /// Put a runnable task on a CPU's queue; preempt if it is more urgent.
-    pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool, b: &dyn Balancer) {
+    pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool, b: &impl Balancer) {
         let prio = self.tasks[ti as usize].prio;
         {
             let t = &mut self.tasks[ti as usize];
@@ -137,7 +137,7 @@ impl Machine {
         self.check_preempt(cpu, b);
     }
 
-    fn check_preempt(&mut self, cpu: u32, b: &dyn Balancer) {
+    fn check_preempt(&mut self, cpu: u32, b: &impl Balancer) {
         let c = &self.cpus[cpu as usize];
         let Some(r) = c.running else {
             self.dispatch(cpu, b);
@@ -153,7 +153,7 @@ impl Machine {
         }
     }
 
-    pub(super) fn preempt(&mut self, cpu: u32, b: &dyn Balancer) {
+    pub(super) fn preempt(&mut self, cpu: u32, b: &impl Balancer) {
         if let Some(r) = self.deschedule(cpu) {
             self.tasks[r as usize].w_invol += 1;
             let prio = self.tasks[r as usize].prio;
