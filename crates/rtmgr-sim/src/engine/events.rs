@@ -3,7 +3,7 @@
 //! interrupts, balancing, sampling) in a heap, ordered by (time, arrival).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// splitmix64: small, fast, and the same on every platform.
 #[derive(Debug, Clone)]
@@ -44,23 +44,28 @@ pub(super) enum Ev {
     Sample,
 }
 
-/// Per-CPU deadlines (segment end, next tick) in a tournament tree: the
-/// earliest CPU event in O(1), no stale entries. Setting a deadline only
-/// marks its CPU; the tree is brought up to date once per marked CPU before
-/// the next `first` (an event often sets its CPU's deadlines more than once).
+/// Per-CPU deadlines: the end of the running segment and the next tick.
+///
+/// Ticks come from a queue in (time, cpu) order: a CPU's tick is taken off
+/// when it fires, and the next one, a tick period later, nearly always goes
+/// to the back. Segment ends are in a tournament tree over lower bounds: a
+/// deadline that moves earlier is replayed up the tree at once, one that
+/// moves later (every interrupt pushes the running segment's end back) only
+/// when its stale bound reaches the top. A tick, by far the most frequent
+/// event, thus costs no walk of the tree.
 #[derive(Debug, Clone)]
 struct Timers {
     /// Leaves: the number of CPUs rounded up to a power of two.
     size: usize,
+    /// When each CPU's running segment ends (u64::MAX: none).
     run: Vec<u64>,
-    tick: Vec<u64>,
-    /// Per node the earliest deadline of its subtree and its CPU (ties: the
-    /// lower CPU); node 1 is the root, node size + c is CPU c's leaf.
+    /// Per node the earliest lower bound of its subtree and its CPU (ties:
+    /// the lower CPU); node 1 is the root, node size + c is CPU c's leaf,
+    /// whose key is at most `run[c]`.
     key: Vec<u64>,
     cpu: Vec<u32>,
-    /// CPUs whose deadlines changed since the tree was last updated.
-    dirty: Vec<u32>,
-    is_dirty: Vec<bool>,
+    /// Pending ticks, at most one per CPU, in (time, cpu) order.
+    ticks: VecDeque<(u64, u32)>,
 }
 
 impl Timers {
@@ -70,74 +75,88 @@ impl Timers {
         for c in 0..size {
             cpu[size + c] = c as u32;
         }
-        // Every deadline is u64::MAX: the leftmost leaf wins everywhere.
+        // Every key is u64::MAX: the leftmost leaf wins everywhere.
         for i in (1..size).rev() {
             cpu[i] = cpu[2 * i];
         }
         Timers {
             size,
             run: vec![u64::MAX; n],
-            tick: vec![u64::MAX; n],
             key: vec![u64::MAX; 2 * size],
             cpu,
-            dirty: Vec::with_capacity(n),
-            is_dirty: vec![false; n],
-        }
-    }
-
-    fn mark(&mut self, cpu: u32) {
-        let c = cpu as usize;
-        if !self.is_dirty[c] {
-            self.is_dirty[c] = true;
-            self.dirty.push(cpu);
+            ticks: VecDeque::with_capacity(n),
         }
     }
 
     fn set_run(&mut self, cpu: u32, t: u64) {
         self.run[cpu as usize] = t;
-        self.mark(cpu);
-    }
-
-    fn set_tick(&mut self, cpu: u32, t: u64) {
-        self.tick[cpu as usize] = t;
-        self.mark(cpu);
-    }
-
-    /// Replay the marked CPUs' deadlines up the tree.
-    fn flush(&mut self) {
-        use std::hint::select_unpredictable as select;
-        while let Some(c) = self.dirty.pop() {
-            self.is_dirty[c as usize] = false;
-            let mut i = self.size + c as usize;
-            let (mut k, mut w) = (self.run[c as usize].min(self.tick[c as usize]), c);
-            self.key[i] = k;
-            while i > 1 {
-                let (sk, sw) = (self.key[i ^ 1], self.cpu[i ^ 1]);
-                // A left sibling (lower CPUs) also wins a tie. Which side
-                // wins is data: selects, not branches that would mispredict.
-                let left = i & 1 == 1;
-                let take = (sk < k) | (left & (sk == k));
-                k = select(take, sk, k);
-                w = select(take, sw, w);
-                i /= 2;
-                self.key[i] = k;
-                self.cpu[i] = w;
-            }
+        if t < self.key[self.size + cpu as usize] {
+            self.replay(cpu);
         }
     }
 
-    /// The earliest CPU event (a segment end before a tick at the same time).
-    fn first(&mut self) -> Option<(u64, Ev)> {
-        self.flush();
-        let (t, cpu) = (self.key[1], self.cpu[1]);
+    /// Arm the next tick of a CPU that has none pending (u64::MAX: none).
+    fn arm_tick(&mut self, cpu: u32, t: u64) {
+        debug_assert!(
+            self.ticks.iter().all(|&(_, c)| c != cpu),
+            "cpu {cpu} already has a tick"
+        );
         if t == u64::MAX {
-            return None;
+            return;
         }
-        Some(if self.run[cpu as usize] == t {
-            (t, Ev::Run { cpu })
+        let k = (t, cpu);
+        if self.ticks.back().is_none_or(|&last| last < k) {
+            self.ticks.push_back(k);
         } else {
-            (t, Ev::Tick { cpu })
-        })
+            let pos = self.ticks.iter().rposition(|&x| x < k).map_or(0, |p| p + 1);
+            self.ticks.insert(pos, k);
+        }
+    }
+
+    /// Set CPU `c`'s leaf to its segment end and replay it up the tree.
+    fn replay(&mut self, c: u32) {
+        use std::hint::select_unpredictable as select;
+        let mut i = self.size + c as usize;
+        let (mut k, mut w) = (self.run[c as usize], c);
+        self.key[i] = k;
+        while i > 1 {
+            let (sk, sw) = (self.key[i ^ 1], self.cpu[i ^ 1]);
+            // A left sibling (lower CPUs) also wins a tie. Which side wins
+            // is data: selects, not branches that would mispredict.
+            let left = i & 1 == 1;
+            let take = (sk < k) | (left & (sk == k));
+            k = select(take, sk, k);
+            w = select(take, sw, w);
+            i /= 2;
+            self.key[i] = k;
+            self.cpu[i] = w;
+        }
+    }
+
+    /// The earliest CPU event if it comes at `limit` or before (a segment
+    /// end before a tick of the same CPU at the same time); a tick is taken
+    /// off the queue.
+    fn take_until(&mut self, limit: u64) -> Option<(u64, Ev)> {
+        loop {
+            let (rt, rc) = (self.key[1], self.cpu[1]);
+            let tick = self.ticks.front().copied().unwrap_or((u64::MAX, u32::MAX));
+            if (rt, rc) > tick {
+                // A bound later than the tick: the segment end is too.
+                if tick.0 > limit || tick.0 == u64::MAX {
+                    return None;
+                }
+                self.ticks.pop_front();
+                return Some((tick.0, Ev::Tick { cpu: tick.1 }));
+            }
+            if rt > limit || rt == u64::MAX {
+                return None;
+            }
+            if self.run[rc as usize] == rt {
+                return Some((rt, Ev::Run { cpu: rc }));
+            }
+            // A stale bound at the top: replay the real deadline, look again.
+            self.replay(rc);
+        }
     }
 }
 
@@ -241,15 +260,16 @@ impl EventQueue {
         self.timers.set_run(cpu, t);
     }
 
-    /// When the next tick of `cpu` comes (u64::MAX: none).
-    pub(super) fn set_tick(&mut self, cpu: u32, t: u64) {
-        self.timers.set_tick(cpu, t);
+    /// When the next tick of `cpu` comes (u64::MAX: none). A tick leaves the
+    /// queue when it fires: only a CPU without a pending tick gets one.
+    pub(super) fn arm_tick(&mut self, cpu: u32, t: u64) {
+        self.timers.arm_tick(cpu, t);
     }
 
     /// The next event, taken off the queue; None when nothing is pending.
     pub(super) fn next(&mut self) -> Option<(u64, Ev)> {
         let wide_t = (self.wide >> 64) as u64;
-        if let Some(c) = self.timers.first().filter(|c| c.0 <= wide_t) {
+        if let Some(c) = self.timers.take_until(wide_t) {
             return Some(c);
         }
         if self.wide == u128::MAX {
@@ -275,7 +295,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The earliest (time, cpu) by brute force, as the tree must find it.
+    /// The earliest (time, cpu) by brute force, as the timers must find it.
     fn naive_first(run: &[u64], tick: &[u64]) -> Option<(u64, Ev)> {
         let (t, cpu) = (0..run.len())
             .map(|c| (run[c].min(tick[c]), c as u32))
@@ -293,26 +313,34 @@ mod tests {
         #[test]
         fn timers_find_the_earliest_deadline(
             n in 1usize..70,
-            ops in proptest::collection::vec((any::<bool>(), 0usize..70, 0u64..40, 0u8..4), 1..300),
+            ops in proptest::collection::vec((0u8..3, 0usize..70, 0u64..40, 0u8..4), 1..300),
         ) {
             let mut t = Timers::new(n);
             let (mut run, mut tick) = (vec![u64::MAX; n], vec![u64::MAX; n]);
-            for (is_run, c, at, k) in ops {
+            for (op, c, at, k) in ops {
                 let c = c % n;
                 // Few distinct times (ties), and some deadlines cleared.
                 let at = if k == 0 { u64::MAX } else { at };
-                if is_run {
-                    t.set_run(c as u32, at);
-                    run[c] = at;
-                } else {
-                    t.set_tick(c as u32, at);
-                    tick[c] = at;
-                }
-                if k < 3 {
-                    prop_assert_eq!(t.first(), naive_first(&run, &tick));
+                match op {
+                    0 => {
+                        t.set_run(c as u32, at);
+                        run[c] = at;
+                    }
+                    1 if tick[c] == u64::MAX => {
+                        t.arm_tick(c as u32, at);
+                        tick[c] = at;
+                    }
+                    _ => {
+                        // Take the first event if it comes by a limit.
+                        let limit = if k == 3 { u64::MAX } else { at };
+                        let want = naive_first(&run, &tick).filter(|e| e.0 <= limit);
+                        prop_assert_eq!(t.take_until(limit), want);
+                        if let Some((_, Ev::Tick { cpu })) = want {
+                            tick[cpu as usize] = u64::MAX;
+                        }
+                    }
                 }
             }
-            prop_assert_eq!(t.first(), naive_first(&run, &tick));
         }
     }
 }

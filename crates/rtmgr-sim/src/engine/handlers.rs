@@ -97,8 +97,8 @@ impl Machine {
     pub(super) fn on_tick(&mut self, cpu: u32, b: &impl Balancer) {
         let c = &mut self.cpus[cpu as usize];
         let Some(r) = c.running else {
+            // The tick that fired was the last: an idle CPU is tickless.
             c.tick_armed = false;
-            self.queue.set_tick(cpu, u64::MAX);
             return;
         };
         let now = self.now;
@@ -113,7 +113,7 @@ impl Machine {
             }
             self.dispatch(cpu, b);
         }
-        self.queue.set_tick(cpu, now + self.cfg.tick_ns);
+        self.queue.arm_tick(cpu, now + self.cfg.tick_ns);
     }
 
     pub(super) fn on_irq(&mut self) {

@@ -93,7 +93,7 @@ impl Machine {
             let tick = self.cfg.tick_ns;
             let phase = u64::from(cpu) * 7919 % tick;
             let next_tick = (now.saturating_sub(phase) / tick + 1) * tick + phase;
-            self.queue.set_tick(cpu, next_tick);
+            self.queue.arm_tick(cpu, next_tick);
         }
     }
 
