@@ -41,7 +41,7 @@ impl Artis {
         let c = &m.cpus[cpu as usize];
         let running = c
             .running
-            .is_some_and(|r| m.tasks[r as usize].def.class != TaskClass::Rt0);
+            .is_some_and(|r| m.tasks[r as usize].class != TaskClass::Rt0);
         c.fair.len() + c.fifo.len() + usize::from(running)
     }
 }
@@ -62,7 +62,7 @@ impl Balancer for Artis {
 
     fn may_move(&self, m: &Machine, ti: u32, from: u32, to: u32) -> bool {
         let t = &m.tasks[ti as usize];
-        if !t.mask[to as usize] || t.def.class == TaskClass::Rt0 {
+        if !m.allows(ti, to) || t.class == TaskClass::Rt0 {
             return false;
         }
         let (from_rt, to_rt) = (m.cpus[from as usize].rt, m.cpus[to as usize].rt);
@@ -81,7 +81,7 @@ impl Balancer for Artis {
     /// NRT to RT RT1+ tasks first; otherwise queue order.
     fn association_rank(&self, m: &Machine, ti: u32, from: u32, to: u32) -> u32 {
         let (from_rt, to_rt) = (m.cpus[from as usize].rt, m.cpus[to as usize].rt);
-        let linux = m.tasks[ti as usize].def.class == TaskClass::Linux;
+        let linux = m.tasks[ti as usize].class == TaskClass::Linux;
         match (from_rt, to_rt) {
             (true, false) => u32::from(!linux),
             (false, true) => u32::from(linux),
@@ -99,7 +99,7 @@ impl Balancer for Artis {
             from_load,
             ..
         } = *mv;
-        let linux_turn = m.tasks[task as usize].def.class != TaskClass::Linux
+        let linux_turn = m.tasks[task as usize].class != TaskClass::Linux
             || self.round.is_multiple_of(2)
             || m.cpus[from as usize].rt
             || !m.cpus[to as usize].rt;
@@ -126,13 +126,9 @@ impl Balancer for Artis {
     /// §2.2, the migration trigger in preempt_disable(): a guest entering a
     /// non-preemptible section on an RT CPU goes to the least loaded NRT CPU.
     fn on_nonpreemptible_entry(&mut self, m: &mut Machine, cpu: u32, ti: u32) -> bool {
-        let t = &m.tasks[ti as usize];
         let may_leave = m.cpus[cpu as usize].rt
-            && t.def.class != TaskClass::Rt0
-            && t.mask
-                .iter()
-                .enumerate()
-                .any(|(c, &ok)| ok && !m.cpus[c].rt);
+            && m.tasks[ti as usize].class != TaskClass::Rt0
+            && m.nrt.iter().any(|&c| m.allows(ti, c));
         if !may_leave {
             return false;
         }

@@ -35,8 +35,7 @@ pub(crate) trait Balancer {
     /// allows `to` and it is not RT0.
     fn may_move(&self, m: &Machine, ti: u32, from: u32, to: u32) -> bool {
         let _ = from;
-        let t = &m.tasks[ti as usize];
-        t.mask[to as usize] && t.def.class != TaskClass::Rt0
+        m.allows(ti, to) && m.tasks[ti as usize].class != TaskClass::Rt0
     }
 
     /// Which queued task of `from` a pass to `to` takes first (lowest rank,
@@ -106,8 +105,10 @@ pub(crate) fn new(cfg: &SimConfig) -> Box<dyn Runner> {
 /// NRT CPUs (cset shield, `rtmgr partition`).
 fn confine_to_nrt(m: &mut Machine) {
     let rt: Vec<bool> = m.cpus.iter().map(|c| c.rt).collect();
-    for t in m.tasks.iter_mut().filter(|t| t.movable) {
-        t.mask = rt.iter().map(|&r| !r).collect();
+    for ti in 0..m.tasks.len() as u32 {
+        if m.tasks[ti as usize].movable {
+            m.set_allowed(ti, |c| !rt[c as usize]);
+        }
     }
 }
 

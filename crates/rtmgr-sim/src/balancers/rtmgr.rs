@@ -63,7 +63,7 @@ impl Rtmgr {
             .map(|(i, t)| {
                 let o = TaskObs {
                     id: i as u64,
-                    class: t.def.class,
+                    class: t.class,
                     place: if t.movable {
                         self.places[i]
                     } else {
@@ -74,7 +74,7 @@ impl Rtmgr {
                     kernel_ns: t.w_kernel,
                     voluntary: t.w_vol,
                     involuntary: t.w_invol,
-                    total_ns: t.per_cpu.iter().sum(),
+                    total_ns: t.total_ns(),
                     // User space cannot see preempt_disable(): only kernel time.
                     np_entered: false,
                 };
@@ -115,17 +115,21 @@ impl Balancer for Rtmgr {
             tasks: self.observe_tasks(m),
         };
         let moves = self.policy.step(&obs);
-        let n = m.cfg.cpus;
         for mv in moves {
             let ti = mv.task as u32;
-            let rt = &m.cfg.rt;
-            let (mask, target): (Vec<bool>, Option<u32>) = match mv.to {
-                Place::Rt(c) => ((0..n).map(|x| x == c).collect(), Some(c)),
-                Place::Nrt => ((0..n).map(|x| !rt.contains(x)).collect(), None),
+            let target = match mv.to {
+                Place::Rt(c) => {
+                    m.set_allowed(ti, |x| x == c);
+                    Some(c)
+                }
+                Place::Nrt => {
+                    let rt: Vec<bool> = m.cpus.iter().map(|c| c.rt).collect();
+                    m.set_allowed(ti, |x| !rt[x as usize]);
+                    None
+                }
                 Place::Fixed => continue,
             };
             self.places[ti as usize] = mv.to;
-            m.tasks[ti as usize].mask = mask;
             m.enforce_mask(ti, target, self);
         }
     }

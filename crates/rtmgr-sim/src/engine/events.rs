@@ -3,7 +3,7 @@
 //! interrupts, balancing, sampling) in a heap, ordered by (time, arrival).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 /// splitmix64: small, fast, and the same on every platform.
 #[derive(Debug, Clone)]
@@ -65,7 +65,60 @@ struct Timers {
     key: Vec<u64>,
     cpu: Vec<u32>,
     /// Pending ticks, at most one per CPU, in (time, cpu) order.
-    ticks: VecDeque<(u64, u32)>,
+    ticks: TickRing,
+}
+
+/// The pending ticks in (time, cpu) order: a ring of at most one tick per
+/// CPU (a power-of-two capacity, so that wrapping is a mask). Ticks leave
+/// at the front; a new one nearly always goes to the back.
+#[derive(Debug, Clone)]
+struct TickRing {
+    buf: Vec<(u64, u32)>,
+    head: usize,
+    len: usize,
+}
+
+impl TickRing {
+    fn new(cpus: usize) -> Self {
+        TickRing {
+            buf: vec![(u64::MAX, u32::MAX); cpus.next_power_of_two()],
+            head: 0,
+            len: 0,
+        }
+    }
+
+    fn slot(&self, i: usize) -> usize {
+        (self.head + i) & (self.buf.len() - 1)
+    }
+
+    fn front(&self) -> Option<(u64, u32)> {
+        (self.len > 0).then(|| self.buf[self.head])
+    }
+
+    fn pop_front(&mut self) {
+        debug_assert!(self.len > 0);
+        self.head = self.slot(1);
+        self.len -= 1;
+    }
+
+    /// Insert in (time, cpu) order, searching from the back.
+    fn insert(&mut self, k: (u64, u32)) {
+        debug_assert!(self.len < self.buf.len(), "more ticks than CPUs");
+        let mut i = self.len;
+        while i > 0 && self.buf[self.slot(i - 1)] > k {
+            let (to, from) = (self.slot(i), self.slot(i - 1));
+            self.buf[to] = self.buf[from];
+            i -= 1;
+        }
+        let at = self.slot(i);
+        self.buf[at] = k;
+        self.len += 1;
+    }
+
+    #[cfg(debug_assertions)]
+    fn has(&self, cpu: u32) -> bool {
+        (0..self.len).any(|i| self.buf[self.slot(i)].1 == cpu)
+    }
 }
 
 impl Timers {
@@ -84,7 +137,7 @@ impl Timers {
             run: vec![u64::MAX; n],
             key: vec![u64::MAX; 2 * size],
             cpu,
-            ticks: VecDeque::with_capacity(n),
+            ticks: TickRing::new(n),
         }
     }
 
@@ -97,19 +150,10 @@ impl Timers {
 
     /// Arm the next tick of a CPU that has none pending (u64::MAX: none).
     fn arm_tick(&mut self, cpu: u32, t: u64) {
-        debug_assert!(
-            self.ticks.iter().all(|&(_, c)| c != cpu),
-            "cpu {cpu} already has a tick"
-        );
-        if t == u64::MAX {
-            return;
-        }
-        let k = (t, cpu);
-        if self.ticks.back().is_none_or(|&last| last < k) {
-            self.ticks.push_back(k);
-        } else {
-            let pos = self.ticks.iter().rposition(|&x| x < k).map_or(0, |p| p + 1);
-            self.ticks.insert(pos, k);
+        #[cfg(debug_assertions)]
+        assert!(!self.ticks.has(cpu), "cpu {cpu} already has a tick");
+        if t != u64::MAX {
+            self.ticks.insert((t, cpu));
         }
     }
 
@@ -136,10 +180,11 @@ impl Timers {
     /// The earliest CPU event if it comes at `limit` or before (a segment
     /// end before a tick of the same CPU at the same time); a tick is taken
     /// off the queue.
+    #[inline]
     fn take_until(&mut self, limit: u64) -> Option<(u64, Ev)> {
         loop {
             let (rt, rc) = (self.key[1], self.cpu[1]);
-            let tick = self.ticks.front().copied().unwrap_or((u64::MAX, u32::MAX));
+            let tick = self.ticks.front().unwrap_or((u64::MAX, u32::MAX));
             if (rt, rc) > tick {
                 // A bound later than the tick: the segment end is too.
                 if tick.0 > limit || tick.0 == u64::MAX {
@@ -262,11 +307,13 @@ impl EventQueue {
 
     /// When the next tick of `cpu` comes (u64::MAX: none). A tick leaves the
     /// queue when it fires: only a CPU without a pending tick gets one.
+    #[inline]
     pub(super) fn arm_tick(&mut self, cpu: u32, t: u64) {
         self.timers.arm_tick(cpu, t);
     }
 
     /// The next event, taken off the queue; None when nothing is pending.
+    #[inline]
     pub(super) fn next(&mut self) -> Option<(u64, Ev)> {
         let wide_t = (self.wide >> 64) as u64;
         if let Some(c) = self.timers.take_until(wide_t) {

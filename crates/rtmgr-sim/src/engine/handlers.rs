@@ -26,7 +26,7 @@ impl Machine {
             t.state = State::Done;
             t.done_at = Some(now);
             t.w_vol += 1;
-            if t.def.class != TaskClass::Rt0 || self.all_rt0 {
+            if t.class != TaskClass::Rt0 || self.all_rt0 {
                 self.left -= 1;
             }
             self.dispatch(cpu, b);
@@ -71,7 +71,7 @@ impl Machine {
         t.wake_at = Some(now);
         let t = &self.tasks[ti as usize];
         let prev = t.cpu;
-        let cpu = if t.mask[prev as usize]
+        let cpu = if self.allows(ti, prev)
             && (t.prio > 0 || self.cpus[prev as usize].running.is_none())
         {
             prev
@@ -79,15 +79,11 @@ impl Machine {
             // Wake balancing: an idle allowed CPU, else the previous one if
             // allowed, else the least loaded allowed one.
             let idle = (0..self.cfg.cpus)
-                .find(|&c| t.mask[c as usize] && self.cpus[c as usize].nr_running() == 0);
+                .find(|&c| self.allows(ti, c) && self.cpus[c as usize].nr_running() == 0);
             match idle {
                 Some(c) => c,
-                None if t.mask[prev as usize] => prev,
-                None => {
-                    let allowed: Vec<u32> =
-                        (0..self.cfg.cpus).filter(|&c| t.mask[c as usize]).collect();
-                    self.least_loaded(&allowed, ti)
-                }
+                None if self.allows(ti, prev) => prev,
+                None => self.least_loaded(&self.allowed_cpus(ti), ti),
             }
         };
         self.note_migration(ti, cpu);
@@ -105,7 +101,10 @@ impl Machine {
         self.interrupt(cpu, self.cfg.tick_cost_ns);
         let c = &self.cpus[cpu as usize];
         let t = &self.tasks[r as usize];
-        if t.prio == 0 && t.np_left == 0 && t.slice_left <= 0 && !c.fair.is_empty() {
+        // One branch (rarely taken) rather than four on data.
+        let slice_over =
+            (t.prio == 0) & (t.np_left == 0) & (t.slice_left <= 0) & !c.fair.is_empty();
+        if slice_over {
             self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
             if let Some(r) = self.deschedule(cpu) {
                 self.tasks[r as usize].w_invol += 1;

@@ -17,59 +17,77 @@ pub(crate) enum State {
     Done,
 }
 
+/// A task. The fields every tick of its CPU touches come first, in one or
+/// two cache lines (`repr(C)` keeps the order): with hundreds of tasks the
+/// task array does not stay in the first-level cache.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub(crate) struct Task {
-    pub(crate) def: TaskDef,
-    pub(crate) prio: u8,
-    pub(crate) mask: Vec<bool>,
-    /// The policy may move it (not RT0, not pinned by its scenario mask).
-    pub(crate) movable: bool,
-    pub(crate) cpu: u32,
-    pub(crate) state: State,
     pub(super) work_left: u64,
     pub(super) burst_left: u64,
     pub(super) np_next: u64,
     pub(crate) np_left: u64,
     pub(super) slice_left: i64,
+    /// CPU time so far (`per_cpu` holds it per CPU up to the running stint).
+    pub(super) total_ns: u64,
+    // sampling window (rtmgr observer)
+    pub(crate) w_user: u64,
+    pub(crate) w_kernel: u64,
+    pub(crate) cpu: u32,
+    pub(crate) class: TaskClass,
+    pub(crate) prio: u8,
+    /// The policy may move it (not RT0, not pinned by its scenario mask).
+    pub(crate) movable: bool,
+    pub(crate) state: State,
+    /// `total_ns` when the task last started running (the stint's start).
+    pub(super) stint_from: u64,
     pub(super) wake_at: Option<u64>,
+    pub(crate) w_vol: u64,
+    pub(crate) w_invol: u64,
     // accounting
-    pub(crate) per_cpu: Vec<u64>,
     pub(crate) kernel_ns: u64,
     pub(crate) switches: u64,
     pub(crate) migrations: u64,
     pub(crate) pingpongs: u64,
     pub(super) last_cross: Option<(u64, bool)>,
     pub(crate) done_at: Option<u64>,
-    // sampling window (rtmgr observer)
-    pub(crate) w_user: u64,
-    pub(crate) w_kernel: u64,
-    pub(crate) w_vol: u64,
-    pub(crate) w_invol: u64,
     pub(crate) w_np: bool,
+    pub(crate) per_cpu: Vec<u64>,
+    pub(crate) def: TaskDef,
 }
 
 impl Task {
+    /// CPU time so far, including what the running stint has not yet
+    /// handed to `per_cpu`.
     pub(crate) fn total_ns(&self) -> u64 {
-        self.per_cpu.iter().sum()
+        self.total_ns
+    }
+
+    /// The task stops running on `cpu`: hand the stint's time to `per_cpu`.
+    pub(super) fn end_stint(&mut self, cpu: u32) {
+        self.per_cpu[cpu as usize] += self.total_ns - self.stint_from;
+        self.stint_from = self.total_ns;
     }
 }
 
+/// A CPU; the fields a tick touches first (`repr(C)` keeps the order).
 #[derive(Debug, Clone, Default)]
+#[repr(C)]
 pub(crate) struct Cpu {
-    pub(crate) rt: bool,
     pub(crate) running: Option<u32>,
     pub(super) seg_start: u64,
     pub(super) seg_end: u64,
     pub(super) irq_until: u64,
-    pub(super) tick_armed: bool,
-    pub(super) need_resched: bool,
-    /// FIFO tasks, highest priority first, FIFO among equals.
-    pub(crate) fifo: Vec<u32>,
-    pub(crate) fair: VecDeque<u32>,
     pub(crate) busy_ns: u64,
     /// Time taken by unmovable work (RT0, pinned tasks, interrupts) since a
     /// balancer last read it.
     pub(crate) w_fixed: u64,
+    pub(crate) rt: bool,
+    pub(super) tick_armed: bool,
+    pub(super) need_resched: bool,
+    pub(crate) fair: VecDeque<u32>,
+    /// FIFO tasks, highest priority first, FIFO among equals.
+    pub(crate) fifo: Vec<u32>,
     /// Recent RT0 wake-up latencies (the simulated latency probe).
     pub(crate) w_lat: Vec<u64>,
 }
@@ -90,6 +108,10 @@ pub(crate) struct Machine {
     pub(super) rng: Rng,
     pub(crate) cpus: Vec<Cpu>,
     pub(crate) tasks: Vec<Task>,
+    /// Which CPUs each task may use: a bit per CPU, `mask_words` words per
+    /// task (one word for up to 64 CPUs: the whole matrix stays in cache).
+    allowed: Vec<u64>,
+    mask_words: usize,
     pub(crate) nrt: Vec<u32>,
     /// The CPUs device interrupts go to (all, until a partition steers them).
     pub(crate) irq_cpus: Vec<u32>,
@@ -114,15 +136,20 @@ impl Machine {
         if nrt.is_empty() {
             return Err(SimError::NoNrt(cfg.rt.to_list()));
         }
+        let mask_words = n.div_ceil(64);
+        let mut allowed = vec![0u64; mask_words * defs.len()];
         let mut tasks = Vec::new();
-        for d in defs {
+        for (ti, d) in defs.into_iter().enumerate() {
             if d.class == TaskClass::Rt0 && (d.mask.len() != 1 || !d.mask.is_subset(&cfg.rt)) {
                 return Err(SimError::Rt0Placement(d.name.clone()));
             }
             let whole = d.mask.len() == n;
             let movable = d.class != TaskClass::Rt0 && whole;
-            let mask: Vec<bool> = (0..cfg.cpus).map(|c| d.mask.contains(c)).collect();
+            for c in d.mask.iter() {
+                allowed[ti * mask_words + c as usize / 64] |= 1 << (c % 64);
+            }
             tasks.push(Task {
+                class: d.class,
                 prio: d.prio(),
                 work_left: d.work_ns,
                 burst_left: if d.burst_ns > 0 { d.burst_ns } else { u64::MAX },
@@ -134,11 +161,12 @@ impl Machine {
                 np_left: 0,
                 slice_left: cfg.slice_ns as i64,
                 wake_at: None,
-                mask,
                 movable,
                 cpu: 0,
                 state: State::Sleeping,
                 per_cpu: vec![0; n],
+                total_ns: 0,
+                stint_from: 0,
                 kernel_ns: 0,
                 switches: 0,
                 migrations: 0,
@@ -161,10 +189,7 @@ impl Machine {
             .collect();
         // The run ends when every non-RT0 task is done (RT0 tasks are then
         // stopped), or when every task is done if there are only RT0 tasks.
-        let others = tasks
-            .iter()
-            .filter(|t| t.def.class != TaskClass::Rt0)
-            .count();
+        let others = tasks.iter().filter(|t| t.class != TaskClass::Rt0).count();
         let all_rt0 = others == 0;
         let left = if all_rt0 { tasks.len() } else { others };
         Ok(Machine {
@@ -175,6 +200,8 @@ impl Machine {
             queue: EventQueue::new(n),
             cpus,
             tasks,
+            allowed,
+            mask_words,
             nrt,
             lat: Hist::new(),
             left,
@@ -189,9 +216,8 @@ impl Machine {
         order.sort_by_key(|&i| Reverse(self.tasks[i as usize].prio));
         let mut count = vec![0usize; self.cpus.len()];
         for i in order {
-            let t = &self.tasks[i as usize];
             let cpu = (0..self.cfg.cpus)
-                .filter(|&c| t.mask[c as usize])
+                .filter(|&c| self.allows(i, c))
                 .min_by_key(|&c| (count[c as usize], c))
                 .expect("non-empty mask");
             count[cpu as usize] += 1;
@@ -206,6 +232,26 @@ impl Machine {
         if let Some(p) = sample_period {
             self.queue.push(p, Ev::Sample);
         }
+    }
+
+    /// May task `ti` run on `cpu`?
+    pub(crate) fn allows(&self, ti: u32, cpu: u32) -> bool {
+        let w = self.allowed[ti as usize * self.mask_words + cpu as usize / 64];
+        w >> (cpu % 64) & 1 == 1
+    }
+
+    /// Let task `ti` run exactly on the CPUs `allow` accepts.
+    pub(crate) fn set_allowed(&mut self, ti: u32, allow: impl Fn(u32) -> bool) {
+        let words = &mut self.allowed[ti as usize * self.mask_words..][..self.mask_words];
+        words.fill(0);
+        for c in (0..self.cfg.cpus).filter(|&c| allow(c)) {
+            words[c as usize / 64] |= 1 << (c % 64);
+        }
+    }
+
+    /// The CPUs task `ti` may run on.
+    pub(crate) fn allowed_cpus(&self, ti: u32) -> Vec<u32> {
+        (0..self.cfg.cpus).filter(|&c| self.allows(ti, c)).collect()
     }
 
     pub(super) fn irq_gap(&mut self) -> u64 {

@@ -63,11 +63,10 @@ impl Machine {
     /// Move any task (running, queued or sleeping) so that it respects its mask.
     pub(crate) fn enforce_mask(&mut self, ti: u32, target: Option<u32>, b: &impl Balancer) {
         let t = &self.tasks[ti as usize];
-        if t.mask[t.cpu as usize] || t.state == State::Done {
+        if self.allows(ti, t.cpu) || t.state == State::Done {
             return;
         }
-        let allowed: Vec<u32> = (0..self.cfg.cpus).filter(|&c| t.mask[c as usize]).collect();
-        let to = target.unwrap_or_else(|| self.least_loaded(&allowed, ti));
+        let to = target.unwrap_or_else(|| self.least_loaded(&self.allowed_cpus(ti), ti));
         match t.state {
             State::Sleeping => {
                 self.note_migration(ti, to);

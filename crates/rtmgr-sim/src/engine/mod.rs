@@ -81,10 +81,7 @@ fn run_loop(m: &mut Machine, b: &mut impl Balancer, log: &mut Log, trace: &mut V
         }
     }
     *log = Log { events, hash };
-    // Close the books of running tasks.
-    for c in 0..m.cpus.len() as u32 {
-        m.account(c);
-    }
+    m.close_books();
 }
 
 impl Sim {

@@ -10,35 +10,53 @@ use rtmgr_core::class::TaskClass;
 impl Machine {
     /// Charge the running task of `cpu` for the time since its segment began.
     pub(super) fn account(&mut self, cpu: u32) {
+        let (e, fixed) = self.charge_running(cpu);
+        let c = &mut self.cpus[cpu as usize];
+        c.busy_ns += e;
+        c.w_fixed += fixed;
+    }
+
+    /// The task side of `account`: the running task's share of the time
+    /// since its segment began, and (as returned: that time, and the part of
+    /// it that was unmovable work) what the CPU's counters must add.
+    fn charge_running(&mut self, cpu: u32) -> (u64, u64) {
+        use std::hint::select_unpredictable as select;
         let now = self.now;
         let c = &mut self.cpus[cpu as usize];
-        let Some(ti) = c.running else { return };
+        let Some(ti) = c.running else { return (0, 0) };
         let e = now.saturating_sub(c.seg_start);
         if e == 0 {
-            return;
+            return (0, 0);
         }
         c.seg_start = now;
-        c.busy_ns += e;
         let t = &mut self.tasks[ti as usize];
-        if !t.movable {
-            c.w_fixed += e;
-        }
-        t.per_cpu[cpu as usize] += e;
+        t.total_ns += e;
         if t.np_left > 0 {
             t.np_left -= e.min(t.np_left);
             t.kernel_ns += e;
             t.w_kernel += e;
         } else {
             t.work_left -= e.min(t.work_left);
-            if t.burst_left != u64::MAX {
-                t.burst_left -= e.min(t.burst_left);
-            }
-            if t.np_next != u64::MAX {
-                t.np_next -= e.min(t.np_next);
-            }
+            // u64::MAX: never (no sleeps, no kernel sections). Which tasks
+            // have them is data: selects rather than branches.
+            let (burst, np) = (t.burst_left, t.np_next);
+            t.burst_left = select(burst == u64::MAX, burst, burst - e.min(burst));
+            t.np_next = select(np == u64::MAX, np, np - e.min(np));
             t.w_user += e;
         }
         t.slice_left -= e as i64;
+        (e, select(t.movable, 0, e))
+    }
+
+    /// At the end of a run: charge the running tasks and hand their
+    /// stints' time to `per_cpu`.
+    pub(super) fn close_books(&mut self) {
+        for c in 0..self.cfg.cpus {
+            self.account(c);
+            if let Some(ti) = self.cpus[c as usize].running {
+                self.tasks[ti as usize].end_stint(c);
+            }
+        }
     }
 
     pub(super) fn boundary(t: &Task) -> u64 {
@@ -71,8 +89,9 @@ impl Machine {
         let t = &mut self.tasks[next as usize];
         t.state = State::Running;
         t.cpu = cpu;
+        t.stint_from = t.total_ns;
         if let Some(w) = t.wake_at.take() {
-            if t.def.class == TaskClass::Rt0 {
+            if t.class == TaskClass::Rt0 {
                 let l = start - w + self.cfg.switch_ns;
                 self.lat.record(l as i64);
                 c.w_lat.push(l);
@@ -106,6 +125,7 @@ impl Machine {
         let t = &mut self.tasks[ti as usize];
         t.switches += 1;
         t.state = State::Ready;
+        t.end_stint(cpu);
         Some(ti)
     }
 
@@ -174,11 +194,11 @@ impl Machine {
     /// A non-preemptible interrupt handler of `cost` runs on `cpu` now.
     pub(super) fn interrupt(&mut self, cpu: u32, cost: u64) {
         let now = self.now;
-        self.account(cpu);
+        let (e, fixed) = self.charge_running(cpu);
         let c = &mut self.cpus[cpu as usize];
         c.irq_until = c.irq_until.max(now) + cost;
-        c.w_fixed += cost;
-        c.busy_ns += cost;
+        c.busy_ns += e + cost;
+        c.w_fixed += fixed + cost;
         if c.running.is_some() {
             c.seg_start = c.seg_start.max(now) + cost;
             c.seg_end += cost;
