@@ -1,0 +1,76 @@
+//! The policy and its memory (ARTiS §2.2–2.3): per-task histories, per-CPU
+//! latency guards, seats for rotation, and what the phases of a step
+//! (`phases.rs`) ask of them. Deterministic: same observations, same moves.
+
+use super::{History, PolicyConfig, TaskId, TaskObs};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The latency guard of one RT CPU (see `trip_latency_guards`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct Guard {
+    pub(super) trips: u32,
+    pub(super) closed_until_ns: u64,
+    pub(super) last_trip_ns: u64,
+    /// Smoothed p99 of the CPU while it had no guest: what its own RT tasks cost.
+    pub(super) baseline_ns: Option<u64>,
+    /// Steps seen without guests (the baseline needs a few before any lending).
+    pub(super) clean_steps: u32,
+}
+
+/// The policy with its memory. Deterministic: same observations, same moves.
+#[derive(Debug, Clone)]
+pub struct Balancer {
+    pub cfg: PolicyConfig,
+    pub(super) history: BTreeMap<TaskId, History>,
+    pub(super) guards: BTreeMap<u32, Guard>,
+    pub(super) steps: u64,
+    /// Since when each guest has been on its RT CPU (for rotation).
+    pub(super) seated: BTreeMap<TaskId, u64>,
+}
+
+impl Balancer {
+    pub fn new(cfg: PolicyConfig) -> Self {
+        Balancer {
+            cfg,
+            history: BTreeMap::new(),
+            guards: BTreeMap::new(),
+            steps: 0,
+            seated: BTreeMap::new(),
+        }
+    }
+
+    pub fn history(&self, task: TaskId) -> Option<&History> {
+        self.history.get(&task)
+    }
+
+    /// Is this RT CPU closed to guests by its latency guard at `now`?
+    pub fn closed(&self, cpu: u32, now: u64) -> bool {
+        self.guards
+            .get(&cpu)
+            .is_some_and(|g| now < g.closed_until_ns)
+    }
+
+    /// Does this RT CPU take new guests at `now`: not closed by its guard,
+    /// and, with a latency bound, past the guard's warm-up?
+    pub fn accepting(&self, cpu: u32, now: u64) -> bool {
+        let warm = self.cfg.latency_bound_ns.is_none()
+            || self
+                .guards
+                .get(&cpu)
+                .is_some_and(|g| g.clean_steps >= self.cfg.guard_warmup_steps);
+        warm && !self.closed(cpu, now)
+    }
+
+    pub(super) fn is_heavy(&self, t: &TaskObs, window_ns: u64) -> bool {
+        if t.np_entered {
+            return true;
+        }
+        let busy = t.user_ns + t.kernel_ns;
+        let w = window_ns.max(1) as f64;
+        let kernel_heavy = busy as f64 >= self.cfg.min_busy_share * w
+            && t.kernel_ns as f64 >= self.cfg.kernel_share_max * busy as f64;
+        let switch_heavy = t.voluntary as f64 * 1e9 / w >= self.cfg.switch_rate_max;
+        kernel_heavy || switch_heavy
+    }
+}
