@@ -52,22 +52,17 @@ impl Balancer {
     /// Phase 2 (rotation, rtmgr's extension of §2.3's balancing by moving
     /// tasks): when each guest was first seen on its RT CPU.
     fn track_seats(&mut self, s: &Step) {
-        let mut seated = std::mem::take(&mut self.seated);
-        seated.retain(|id, _| {
-            s.obs
-                .tasks
-                .iter()
-                .any(|t| t.id == *id && matches!(t.place, Place::Rt(_)))
-        });
+        // The guests seen now keep their seat's start; new ones start now.
+        let before = std::mem::take(&mut self.seated);
         for t in s
             .obs
             .tasks
             .iter()
             .filter(|t| matches!(t.place, Place::Rt(_)))
         {
-            seated.entry(t.id).or_insert(s.now);
+            let since = before.get(&t.id).copied().unwrap_or(s.now);
+            self.seated.entry(t.id).or_insert(since);
         }
-        self.seated = seated;
     }
 
     /// Phase 3 (Fig. 3): a task unseen for longer than any back-off (exited,
@@ -87,8 +82,18 @@ impl Balancer {
             return;
         };
         let (now, backoff) = (s.now, self.cfg.guard_backoff_ns);
+        let mut with_guests: Vec<u32> = s
+            .obs
+            .tasks
+            .iter()
+            .filter_map(|t| match t.place {
+                Place::Rt(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        with_guests.sort_unstable();
         for c in s.obs.cpus.iter().filter(|c| c.rt) {
-            let has_guests = s.obs.tasks.iter().any(|t| t.place == Place::Rt(c.cpu));
+            let has_guests = with_guests.binary_search(&c.cpu).is_ok();
             let g = self.guards.entry(c.cpu).or_default();
             if now >= g.last_trip_ns.saturating_add(10 * backoff) {
                 g.trips = 0;
