@@ -36,9 +36,8 @@ impl Rtmgr {
                 let p99 = if c.w_lat.is_empty() {
                     None
                 } else {
-                    c.w_lat.sort_unstable();
                     let k = (c.w_lat.len() * 99).div_ceil(100).max(1) - 1;
-                    Some(c.w_lat[k])
+                    Some(*c.w_lat.select_nth_unstable(k).1)
                 };
                 c.w_lat.clear();
                 let o = CpuObs {

@@ -62,10 +62,15 @@ struct Timers {
     /// Per node the earliest lower bound of its subtree and its CPU (ties:
     /// the lower CPU); node 1 is the root, node size + c is CPU c's leaf,
     /// whose key is at most `run[c]`.
-    key: Vec<u64>,
-    cpu: Vec<u32>,
+    tree: Vec<Node>,
     /// Pending ticks, at most one per CPU, in (time, cpu) order.
     ticks: TickRing,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    key: u64,
+    cpu: u32,
 }
 
 /// The pending ticks in (time, cpu) order: a ring of at most one tick per
@@ -87,14 +92,17 @@ impl TickRing {
         }
     }
 
+    #[inline]
     fn slot(&self, i: usize) -> usize {
         (self.head + i) & (self.buf.len() - 1)
     }
 
+    #[inline]
     fn front(&self) -> Option<(u64, u32)> {
         (self.len > 0).then(|| self.buf[self.head])
     }
 
+    #[inline]
     fn pop_front(&mut self) {
         debug_assert!(self.len > 0);
         self.head = self.slot(1);
@@ -102,6 +110,7 @@ impl TickRing {
     }
 
     /// Insert in (time, cpu) order, searching from the back.
+    #[inline]
     fn insert(&mut self, k: (u64, u32)) {
         debug_assert!(self.len < self.buf.len(), "more ticks than CPUs");
         let mut i = self.len;
@@ -124,31 +133,35 @@ impl TickRing {
 impl Timers {
     fn new(n: usize) -> Self {
         let size = n.next_power_of_two();
-        let mut cpu = vec![0; 2 * size];
-        for c in 0..size {
-            cpu[size + c] = c as u32;
-        }
+        let none = |cpu: usize| Node {
+            key: u64::MAX,
+            cpu: cpu as u32,
+        };
+        let mut tree: Vec<Node> = (0..2 * size)
+            .map(|i| none(i.saturating_sub(size)))
+            .collect();
         // Every key is u64::MAX: the leftmost leaf wins everywhere.
         for i in (1..size).rev() {
-            cpu[i] = cpu[2 * i];
+            tree[i] = tree[2 * i];
         }
         Timers {
             size,
             run: vec![u64::MAX; n],
-            key: vec![u64::MAX; 2 * size],
-            cpu,
+            tree,
             ticks: TickRing::new(n),
         }
     }
 
+    #[inline]
     fn set_run(&mut self, cpu: u32, t: u64) {
         self.run[cpu as usize] = t;
-        if t < self.key[self.size + cpu as usize] {
+        if t < self.tree[self.size + cpu as usize].key {
             self.replay(cpu);
         }
     }
 
     /// Arm the next tick of a CPU that has none pending (u64::MAX: none).
+    #[inline]
     fn arm_tick(&mut self, cpu: u32, t: u64) {
         #[cfg(debug_assertions)]
         assert!(!self.ticks.has(cpu), "cpu {cpu} already has a tick");
@@ -160,30 +173,33 @@ impl Timers {
     /// Set CPU `c`'s leaf to its segment end and replay it up the tree.
     fn replay(&mut self, c: u32) {
         use std::hint::select_unpredictable as select;
+        let tree = &mut self.tree[..];
         let mut i = self.size + c as usize;
-        let (mut k, mut w) = (self.run[c as usize], c);
-        self.key[i] = k;
+        let mut n = Node {
+            key: self.run[c as usize],
+            cpu: c,
+        };
+        tree[i] = n;
         while i > 1 {
-            let (sk, sw) = (self.key[i ^ 1], self.cpu[i ^ 1]);
+            let sib = tree[i ^ 1];
             // A left sibling (lower CPUs) also wins a tie. Which side wins
             // is data: selects, not branches that would mispredict.
             let left = i & 1 == 1;
-            let take = (sk < k) | (left & (sk == k));
-            k = select(take, sk, k);
-            w = select(take, sw, w);
+            let take = (sib.key < n.key) | (left & (sib.key == n.key));
+            n.key = select(take, sib.key, n.key);
+            n.cpu = select(take, sib.cpu, n.cpu);
             i /= 2;
-            self.key[i] = k;
-            self.cpu[i] = w;
+            tree[i] = n;
         }
     }
 
     /// The earliest CPU event if it comes at `limit` or before (a segment
     /// end before a tick of the same CPU at the same time); a tick is taken
     /// off the queue.
-    #[inline]
+    #[inline(always)]
     fn take_until(&mut self, limit: u64) -> Option<(u64, Ev)> {
         loop {
-            let (rt, rc) = (self.key[1], self.cpu[1]);
+            let Node { key: rt, cpu: rc } = self.tree[1];
             let tick = self.ticks.front().unwrap_or((u64::MAX, u32::MAX));
             if (rt, rc) > tick {
                 // A bound later than the tick: the segment end is too.
@@ -206,6 +222,7 @@ impl Timers {
 }
 
 impl Ev {
+    #[inline]
     pub(super) fn code(self) -> u64 {
         match self {
             Ev::Run { cpu, .. } => u64::from(cpu) << 3,
@@ -301,6 +318,7 @@ impl EventQueue {
     }
 
     /// When the running segment of `cpu` ends (u64::MAX: none).
+    #[inline]
     pub(super) fn set_run(&mut self, cpu: u32, t: u64) {
         self.timers.set_run(cpu, t);
     }
@@ -313,7 +331,7 @@ impl EventQueue {
     }
 
     /// The next event, taken off the queue; None when nothing is pending.
-    #[inline]
+    #[inline(always)]
     pub(super) fn next(&mut self) -> Option<(u64, Ev)> {
         let wide_t = (self.wide >> 64) as u64;
         if let Some(c) = self.timers.take_until(wide_t) {

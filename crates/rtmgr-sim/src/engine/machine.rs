@@ -98,6 +98,36 @@ impl Cpu {
     }
 }
 
+/// RT0 wake-up latencies: the histogram, and a run of equal values not yet
+/// in it (mostly the switch cost again and again: recorded at once).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Latencies {
+    hist: Hist,
+    run: (u64, u64),
+}
+
+impl Latencies {
+    pub(super) fn record(&mut self, l: u64) {
+        if l == self.run.0 {
+            self.run.1 += 1;
+        } else {
+            self.flush();
+            self.run = (l, 1);
+        }
+    }
+
+    /// Put the pending run into the histogram.
+    pub(super) fn flush(&mut self) {
+        let (l, n) = std::mem::take(&mut self.run);
+        self.hist.record_n(l as i64, n);
+    }
+
+    /// The histogram (complete after `flush`).
+    pub(super) fn hist(&self) -> &Hist {
+        &self.hist
+    }
+}
+
 /// The model machine: CPUs, tasks, the pending events and the accounting.
 /// What a balancer decides reaches it through the methods that take a
 /// balancer (a dispatch on an idle CPU may pull a task).
@@ -115,7 +145,8 @@ pub(crate) struct Machine {
     pub(crate) nrt: Vec<u32>,
     /// The CPUs device interrupts go to (all, until a partition steers them).
     pub(crate) irq_cpus: Vec<u32>,
-    pub(super) lat: Hist,
+    /// RT0 wake-up latencies.
+    pub(super) lat: Latencies,
     pub(super) left: usize,
     pub(super) all_rt0: bool,
 }
@@ -203,7 +234,7 @@ impl Machine {
             allowed,
             mask_words,
             nrt,
-            lat: Hist::new(),
+            lat: Latencies::default(),
             left,
             all_rt0,
         })

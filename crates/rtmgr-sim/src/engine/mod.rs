@@ -154,7 +154,7 @@ impl Sim {
             migrations: tasks.iter().map(|t| t.migrations).sum(),
             pingpongs: tasks.iter().map(|t| t.pingpongs).sum(),
             tasks,
-            rt0_latency: m.lat.summary(0),
+            rt0_latency: m.lat.hist().summary(0),
             cpu_busy_percent: m
                 .cpus
                 .iter()

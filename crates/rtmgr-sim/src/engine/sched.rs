@@ -9,6 +9,7 @@ use rtmgr_core::class::TaskClass;
 
 impl Machine {
     /// Charge the running task of `cpu` for the time since its segment began.
+    #[inline]
     pub(super) fn account(&mut self, cpu: u32) {
         let (e, fixed) = self.charge_running(cpu);
         let c = &mut self.cpus[cpu as usize];
@@ -19,6 +20,7 @@ impl Machine {
     /// The task side of `account`: the running task's share of the time
     /// since its segment began, and (as returned: that time, and the part of
     /// it that was unmovable work) what the CPU's counters must add.
+    #[inline]
     fn charge_running(&mut self, cpu: u32) -> (u64, u64) {
         use std::hint::select_unpredictable as select;
         let now = self.now;
@@ -51,6 +53,7 @@ impl Machine {
     /// At the end of a run: charge the running tasks and hand their
     /// stints' time to `per_cpu`.
     pub(super) fn close_books(&mut self) {
+        self.lat.flush();
         for c in 0..self.cfg.cpus {
             self.account(c);
             if let Some(ti) = self.cpus[c as usize].running {
@@ -59,6 +62,7 @@ impl Machine {
         }
     }
 
+    #[inline]
     pub(super) fn boundary(t: &Task) -> u64 {
         if t.np_left > 0 {
             t.np_left
@@ -93,7 +97,7 @@ impl Machine {
         if let Some(w) = t.wake_at.take() {
             if t.class == TaskClass::Rt0 {
                 let l = start - w + self.cfg.switch_ns;
-                self.lat.record(l as i64);
+                self.lat.record(l);
                 c.w_lat.push(l);
             }
         }
@@ -192,6 +196,7 @@ impl Machine {
     }
 
     /// A non-preemptible interrupt handler of `cost` runs on `cpu` now.
+    #[inline]
     pub(super) fn interrupt(&mut self, cpu: u32, cost: u64) {
         let now = self.now;
         let (e, fixed) = self.charge_running(cpu);
