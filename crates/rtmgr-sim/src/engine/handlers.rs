@@ -116,7 +116,13 @@ impl Machine {
     }
 
     pub(super) fn on_irq(&mut self) {
-        let k = (self.rng.next() % self.irq_cpus.len() as u64) as usize;
+        let (x, n) = (self.rng.next(), self.irq_cpus.len() as u64);
+        // x % n; a 64-bit division is slow, and n is often a power of two.
+        let k = if n.is_power_of_two() {
+            x & (n - 1)
+        } else {
+            x % n
+        } as usize;
         let cpu = self.irq_cpus[k];
         self.interrupt(cpu, self.cfg.irq_cost_ns);
         let dt = self.irq_gap();
