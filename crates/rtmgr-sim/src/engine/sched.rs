@@ -3,7 +3,7 @@
 //! the running task is non-preemptible), interrupts, and the accounting of
 //! the time each task runs (the lbµ figures of ARTiS §3.3).
 
-use super::machine::{Machine, State, Task};
+use super::machine::{Cpu, Machine, State, Task};
 use crate::balancers::{self, Balancer};
 use rtmgr_core::class::TaskClass;
 
@@ -17,37 +17,13 @@ impl Machine {
         c.w_fixed += fixed;
     }
 
-    /// The task side of `account`: the running task's share of the time
-    /// since its segment began, and (as returned: that time, and the part of
-    /// it that was unmovable work) what the CPU's counters must add.
+    /// The task side of `account`: see `charge`.
     #[inline]
     fn charge_running(&mut self, cpu: u32) -> (u64, u64) {
-        use std::hint::select_unpredictable as select;
         let now = self.now;
         let c = &mut self.cpus[cpu as usize];
         let Some(ti) = c.running else { return (0, 0) };
-        let e = now.saturating_sub(c.seg_start);
-        if e == 0 {
-            return (0, 0);
-        }
-        c.seg_start = now;
-        let t = &mut self.tasks[ti as usize];
-        t.total_ns += e;
-        if t.np_left > 0 {
-            t.np_left -= e.min(t.np_left);
-            t.kernel_ns += e;
-            t.w_kernel += e;
-        } else {
-            t.work_left -= e.min(t.work_left);
-            // u64::MAX: never (no sleeps, no kernel sections). Which tasks
-            // have them is data: selects rather than branches.
-            let (burst, np) = (t.burst_left, t.np_next);
-            t.burst_left = select(burst == u64::MAX, burst, burst - e.min(burst));
-            t.np_next = select(np == u64::MAX, np, np - e.min(np));
-            t.w_user += e;
-        }
-        t.slice_left -= e as i64;
-        (e, select(t.movable, 0, e))
+        charge(c, &mut self.tasks[ti as usize], now)
     }
 
     /// At the end of a run: charge the running tasks and hand their
@@ -196,11 +172,14 @@ impl Machine {
     }
 
     /// A non-preemptible interrupt handler of `cost` runs on `cpu` now.
-    #[inline]
+    #[inline(always)]
     pub(super) fn interrupt(&mut self, cpu: u32, cost: u64) {
         let now = self.now;
-        let (e, fixed) = self.charge_running(cpu);
         let c = &mut self.cpus[cpu as usize];
+        let (e, fixed) = match c.running {
+            Some(ti) => charge(c, &mut self.tasks[ti as usize], now),
+            None => (0, 0),
+        };
         c.irq_until = c.irq_until.max(now) + cost;
         c.busy_ns += e + cost;
         c.w_fixed += fixed + cost;
@@ -211,4 +190,33 @@ impl Machine {
             self.queue.set_run(cpu, end);
         }
     }
+}
+
+/// Charge task `t`, running on `c`, for the time since its segment began;
+/// returns that time and the part of it that was unmovable work (what the
+/// CPU's busy and fixed counters must add).
+#[inline]
+fn charge(c: &mut Cpu, t: &mut Task, now: u64) -> (u64, u64) {
+    use std::hint::select_unpredictable as select;
+    let e = now.saturating_sub(c.seg_start);
+    if e == 0 {
+        return (0, 0);
+    }
+    c.seg_start = now;
+    t.total_ns += e;
+    if t.np_left > 0 {
+        t.np_left -= e.min(t.np_left);
+        t.kernel_ns += e;
+        t.w_kernel += e;
+    } else {
+        t.work_left -= e.min(t.work_left);
+        // u64::MAX: never (no sleeps, no kernel sections). Which tasks have
+        // them is data: selects rather than branches.
+        let (burst, np) = (t.burst_left, t.np_next);
+        t.burst_left = select(burst == u64::MAX, burst, burst - e.min(burst));
+        t.np_next = select(np == u64::MAX, np, np - e.min(np));
+        t.w_user += e;
+    }
+    t.slice_left -= e as i64;
+    (e, select(t.movable, 0, e))
 }
