@@ -2,7 +2,6 @@
 //! tick) in a tournament tree and machine-wide events (wake-ups, device
 //! interrupts, balancing, sampling) in a heap, ordered by (time, arrival).
 
-use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 /// splitmix64: small, fast, and the same on every platform.
@@ -244,7 +243,7 @@ impl Ev {
 pub(super) struct EventQueue {
     timers: Timers,
     /// Pending wake-ups by (time, arrival).
-    wakes: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    wakes: BinaryHeap<Wake>,
     /// The pending Irq, Balance and Sample as `time << 64 | arrival`
     /// (u128::MAX: none), ordered like the heap.
     slots: [u128; 3],
@@ -253,6 +252,26 @@ pub(super) struct EventQueue {
     wide: u128,
     wide_slot: Option<usize>,
     seq: u64,
+}
+
+/// A pending wake-up: its `time << 64 | arrival` key orders it (the heap's
+/// greatest is the earliest) and is unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wake {
+    key: u128,
+    task: u32,
+}
+
+impl Ord for Wake {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(&self.key)
+    }
+}
+
+impl PartialOrd for Wake {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// Slot of a machine-wide periodic event.
@@ -288,7 +307,7 @@ impl EventQueue {
         self.seq += 1;
         let k = key(t, self.seq);
         let at = if let Ev::Wake { task } = ev {
-            self.wakes.push(Reverse((t, self.seq, task)));
+            self.wakes.push(Wake { key: k, task });
             None
         } else {
             let s = slot(ev);
@@ -304,10 +323,7 @@ impl EventQueue {
 
     /// Find the earliest machine-wide event again (after one was taken).
     fn find_wide(&mut self) {
-        self.wide = self
-            .wakes
-            .peek()
-            .map_or(u128::MAX, |Reverse((t, seq, _))| key(*t, *seq));
+        self.wide = self.wakes.peek().map_or(u128::MAX, |w| w.key);
         self.wide_slot = None;
         for (k, &s) in self.slots.iter().enumerate() {
             if s < self.wide {
@@ -346,7 +362,7 @@ impl EventQueue {
                 SLOT_EVENTS[k]
             }
             None => {
-                let Reverse((_, _, task)) = self.wakes.pop().expect("earliest wake-up");
+                let Wake { task, .. } = self.wakes.pop().expect("earliest wake-up");
                 Ev::Wake { task }
             }
         };
