@@ -21,8 +21,19 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
     b.begin_balance_pass(m);
     let b = &*b;
     let n = m.cfg.cpus;
+    // The loads on the stack up to 64 CPUs (no allocation per pass).
+    let mut small = [0.0; 64];
+    let mut large = Vec::new();
+    let loads: &mut [f64] = if n <= 64 {
+        &mut small[..n as usize]
+    } else {
+        large.resize(n as usize, 0.0);
+        &mut large
+    };
     for _ in 0..MAX_PASS_MOVES {
-        let loads: Vec<f64> = (0..n).map(|c| b.load(m, c, 0)).collect();
+        for (c, l) in loads.iter_mut().enumerate() {
+            *l = b.load(m, c as u32, 0);
+        }
         let target = (0..n)
             .min_by(|&a, &c| {
                 loads[a as usize]
@@ -37,10 +48,7 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
                 continue;
             }
             // The queued task this balancer would pick first (association order).
-            let Some(t) = queued(m, from)
-                .filter(|&t| b.may_move(m, t, from, target))
-                .min_by_key(|&t| b.association_rank(m, t, from, target))
-            else {
+            let Some(t) = first_to_move(m, b, from, target) else {
                 continue;
             };
             let mv = PassMove {
@@ -59,6 +67,23 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
         let Some((_, t, _)) = best else { break };
         m.migrate_queued(t, target, b);
     }
+}
+
+/// The first queued task of `from` that may move to `to` with the lowest
+/// association rank (as `min_by_key`: the first of the lowest; rank 0 is the
+/// lowest there is, so the search stops at the first one).
+fn first_to_move(m: &Machine, b: &impl Balancer, from: u32, to: u32) -> Option<u32> {
+    let mut best: Option<(u32, u32)> = None; // (rank, task)
+    for t in queued(m, from).filter(|&t| b.may_move(m, t, from, to)) {
+        let rank = b.association_rank(m, t, from, to);
+        if rank == 0 {
+            return Some(t);
+        }
+        if best.is_none_or(|(r, _)| rank < r) {
+            best = Some((rank, t));
+        }
+    }
+    best.map(|(_, t)| t)
 }
 
 /// New-idle balancing: an idle CPU pulls one queued task from the busiest
