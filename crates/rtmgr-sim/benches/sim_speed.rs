@@ -1,60 +1,55 @@
-//! Simulator speed (issue goal: ≥ 20 M events/s on one core): the ARTiS §3.3
-//! machine (4 CPUs, 3 RT0 + 13 Linux tasks) under each balancer.
+//! Simulator speed (issue 10 goal: ≥ 25 M events/s on one core) on the two
+//! ARTiS §3.3 machines of `scenarios/`: 4 CPUs (3 RT0 + 13 Linux tasks) and
+//! 64 CPUs (48 RT0 + 208 Linux tasks), under each balancer, with the
+//! defaults of `rtmgr lb --sim` (seed 1, T = 50 ms).
+//!
+//! An event is one entry taken off the simulator's queue and processed: a
+//! running segment's end, a wake-up, a scheduler tick, a device interrupt, a
+//! balancing pass or a policy sample (`Sim::events`, the events hashed into
+//! the report's trace_hash). Throughput is events per second of `Sim::run`
+//! alone, as `rtmgr lb --sim` prints it; building the machine is not timed.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rtmgr_core::class::TaskClass;
-use rtmgr_core::CpuSet;
-use rtmgr_sim::{BalancerKind, Sim, SimConfig, TaskDef, ALL_BALANCERS};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use rtmgr_core::balance::scenario;
+use rtmgr_sim::{tasks_from_scenario, Sim, SimConfig, TaskDef, ALL_BALANCERS};
 
-fn machine(b: BalancerKind) -> (SimConfig, Vec<TaskDef>) {
-    let cfg = SimConfig::new(4, CpuSet::parse_list("1-3").unwrap(), b);
-    let all: CpuSet = (0..4).collect();
-    let mut tasks: Vec<TaskDef> = (0..13)
-        .map(|i| TaskDef {
-            name: format!("l{i}"),
-            class: TaskClass::Linux,
-            mask: all.clone(),
-            work_ns: 500_000_000,
-            burst_ns: 0,
-            sleep_ns: 0,
-            np_every_ns: 0,
-            np_len_ns: 0,
-        })
-        .collect();
-    for c in 1..=3 {
-        tasks.push(TaskDef {
-            name: format!("rt{c}"),
-            class: TaskClass::Rt0,
-            mask: CpuSet::single(c),
-            work_ns: u64::MAX / 4,
-            burst_ns: 900_000,
-            sleep_ns: 100_000,
-            np_every_ns: 0,
-            np_len_ns: 0,
-        });
-    }
+const SCENARIOS: [&str; 2] = ["artis-3.3", "artis-3.3-64cpu"];
+
+/// The machine and tasks `rtmgr lb SCENARIO --sim` would simulate.
+fn machine(name: &str, b: rtmgr_sim::BalancerKind) -> (SimConfig, Vec<TaskDef>) {
+    let path = format!("{}/../../scenarios/{name}.lbu", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let sc = scenario::parse(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let cpus = sc.cpus.unwrap_or_else(|| sc.cpus_needed());
+    let cfg = SimConfig::new(cpus, sc.rt_set(), b);
+    let tasks = tasks_from_scenario(&sc, cpus);
     (cfg, tasks)
 }
 
 fn bench(c: &mut Criterion) {
-    let mut g = c.benchmark_group("sim");
-    for b in ALL_BALANCERS {
-        let (cfg, tasks) = machine(b);
-        let events = {
-            let mut s = Sim::new(cfg.clone(), tasks.clone()).unwrap();
-            s.run();
-            s.events()
-        };
-        g.throughput(Throughput::Elements(events));
-        g.bench_function(b.name(), |bench| {
-            bench.iter(|| {
+    for name in SCENARIOS {
+        let mut g = c.benchmark_group(name);
+        for b in ALL_BALANCERS {
+            let (cfg, tasks) = machine(name, b);
+            let events = {
                 let mut s = Sim::new(cfg.clone(), tasks.clone()).unwrap();
                 s.run();
                 s.events()
-            })
-        });
+            };
+            g.throughput(Throughput::Elements(events));
+            g.bench_function(b.name(), |bench| {
+                bench.iter_batched(
+                    || Sim::new(cfg.clone(), tasks.clone()).unwrap(),
+                    |mut s| {
+                        s.run();
+                        s.events()
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+        g.finish();
     }
-    g.finish();
 }
 
 criterion_group! {
