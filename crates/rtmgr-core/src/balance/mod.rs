@@ -7,6 +7,7 @@
 //! against ping-pong (Figs. 2–3), task/processor association, and pushes only.
 //! `scenario` is the lbµ scenario format of ARTiS §3.3 (Fig. 4).
 
+mod cpu_map;
 mod history;
 mod phases;
 mod policy;

@@ -3,6 +3,7 @@
 //! what the earlier phases found and decided: learn, guard, evict, weigh,
 //! push back, fill, rotate.
 
+use super::cpu_map::CpuMap;
 use super::policy::Balancer;
 use super::{CpuObs, Move, Observation, Place, Reason, TaskId, TaskObs};
 use crate::class::TaskClass;
@@ -52,16 +53,18 @@ impl Balancer {
     /// Phase 2 (rotation, rtmgr's extension of §2.3's balancing by moving
     /// tasks): when each guest was first seen on its RT CPU.
     fn track_seats(&mut self, s: &Step) {
-        // The guests seen now keep their seat's start; new ones start now.
-        let before = std::mem::take(&mut self.seated);
-        for t in s
+        let mut guests: Vec<TaskId> = s
             .obs
             .tasks
             .iter()
             .filter(|t| matches!(t.place, Place::Rt(_)))
-        {
-            let since = before.get(&t.id).copied().unwrap_or(s.now);
-            self.seated.entry(t.id).or_insert(since);
+            .map(|t| t.id)
+            .collect();
+        guests.sort_unstable();
+        // The guests seen now keep their seat's start; new ones start now.
+        self.seated.retain(|id, _| guests.binary_search(id).is_ok());
+        for id in guests {
+            self.seated.entry(id).or_insert(s.now);
         }
     }
 
@@ -124,7 +127,7 @@ impl Balancer {
         let obs = s.obs;
         for t in obs.tasks.iter().filter(|t| movable(t)) {
             let Place::Rt(cpu) = t.place else { continue };
-            let reason = if !s.rt_cpus.contains_key(&cpu) {
+            let reason = if !s.rt_cpus.contains_key(cpu) {
                 Reason::NotAllowed
             } else if s.tripped.contains(&cpu) {
                 Reason::LatencyGuard
@@ -150,11 +153,11 @@ impl Balancer {
     fn weigh_loads(&self, s: &mut Step) {
         let obs = s.obs;
         s.cap_nrt = obs.cpus.iter().filter(|c| !c.rt).map(capacity).sum();
-        s.guests = s.rt_cpus.keys().map(|&c| (c, Vec::new())).collect();
+        s.guests = s.rt_cpus.keys().map(|c| (c, Vec::new())).collect();
         for t in obs.tasks.iter().filter(|t| movable(t) && t.runnable) {
             match (t.place, s.moved.contains_key(&t.id)) {
                 (Place::Nrt, _) | (Place::Rt(_), true) => s.n_nrt += 1,
-                (Place::Rt(c), false) => s.guests.entry(c).or_default().push(t),
+                (Place::Rt(c), false) => s.guests.or_default(c).push(t),
                 (Place::Fixed, _) => {}
             }
         }
@@ -171,7 +174,7 @@ impl Balancer {
                 (t.place, s.moved.contains_key(&t.id), t.class)
             {
                 if s.moves.len() < self.cfg.max_moves
-                    && s.rt_cpus.contains_key(&c)
+                    && s.rt_cpus.contains_key(c)
                     && !used_share(t, 0.1 * s.cap(c), obs.window_ns)
                 {
                     s.send_back(t, Reason::Rebalance);
@@ -189,7 +192,7 @@ impl Balancer {
         let cfg = &self.cfg;
         let gain = 1.0 + cfg.hysteresis;
         let mut guests = std::mem::take(&mut s.guests);
-        for (&cpu, list) in guests.iter_mut() {
+        for (cpu, list) in guests.iter_mut() {
             list.sort_by_key(|t| {
                 (
                     t.class != TaskClass::Linux,
@@ -243,7 +246,7 @@ impl Balancer {
             })
             .collect();
         candidates.sort_by_key(|t| (class_rank(t.class), t.total_ns, t.id));
-        s.counts = s.guests.iter().map(|(&c, l)| (c, l.len())).collect();
+        s.counts = s.guests.iter().map(|(c, l)| (c, l.len())).collect();
         let mut filled = 0;
         for t in candidates.iter() {
             if s.moves.len() >= cfg.max_moves || s.n_nrt <= 1 {
@@ -252,8 +255,8 @@ impl Balancer {
             let best = s
                 .counts
                 .iter()
-                .filter(|(&c, _)| self.accepting(c, now))
-                .map(|(&c, &n)| (c, share(s.cap(c), n + 1)))
+                .filter(|&(c, _)| self.accepting(c, now))
+                .map(|(c, &n)| (c, share(s.cap(c), n + 1)))
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
             let Some((cpu, sh)) = best else { break };
             if sh < share(s.cap_nrt, s.n_nrt) * gain {
@@ -266,7 +269,7 @@ impl Balancer {
                 reason: Reason::Fill,
             });
             s.moved.insert(t.id, ());
-            *s.counts.get_mut(&cpu).expect("known cpu") += 1;
+            *s.counts.get_mut(cpu).expect("known cpu") += 1;
             s.n_nrt -= 1;
             filled += 1;
         }
@@ -298,11 +301,11 @@ impl Balancer {
             ..
         } = s;
         let (now, window_ns, cap_nrt, mut n_nrt) = (*now, obs.window_ns, *cap_nrt, *n_nrt);
-        let cap = |cpu: u32| capacity(rt_cpus[&cpu]);
+        let cap = |cpu: u32| capacity(rt_cpus[cpu]);
         // Poorest first; taken from both ends.
         let mut pool: std::collections::VecDeque<&TaskObs> = candidates.iter().copied().collect();
         let open = |c: u32| self.accepting(c, now) && cap(c) >= cfg.min_lend_capacity;
-        for (&cpu, &n) in counts.iter() {
+        for (cpu, &n) in counts.iter() {
             if moves.len() >= cfg.max_moves {
                 return;
             }
@@ -320,7 +323,7 @@ impl Balancer {
         }
         let seat_better = |cpu: u32, k: usize| share(cap(cpu), k) >= share(cap_nrt, n_nrt);
         let q = cfg.rotation_quantum_ns;
-        for (&cpu, list) in guests.iter() {
+        for (cpu, list) in guests.iter() {
             if !open(cpu) {
                 continue;
             }
@@ -379,7 +382,7 @@ struct Step<'a> {
     obs: &'a Observation,
     now: u64,
     /// The RT CPUs of the partition, by number.
-    rt_cpus: BTreeMap<u32, &'a CpuObs>,
+    rt_cpus: CpuMap<&'a CpuObs>,
     /// RT CPUs whose latency guard tripped in this step.
     tripped: Vec<u32>,
     moves: Vec<Move>,
@@ -390,9 +393,9 @@ struct Step<'a> {
     cap_nrt: f64,
     n_nrt: usize,
     /// Runnable guests staying on each RT CPU.
-    guests: BTreeMap<u32, Vec<&'a TaskObs>>,
+    guests: CpuMap<Vec<&'a TaskObs>>,
     /// Guests per RT CPU, the step's fills included.
-    counts: BTreeMap<u32, usize>,
+    counts: CpuMap<usize>,
     /// Do Linux tasks get their NRT→RT turn in this step?
     linux_turn: bool,
 }
@@ -413,15 +416,15 @@ impl<'a> Step<'a> {
             moved: BTreeMap::new(),
             cap_nrt: 0.0,
             n_nrt: 0,
-            guests: BTreeMap::new(),
-            counts: BTreeMap::new(),
+            guests: CpuMap::default(),
+            counts: CpuMap::default(),
             linux_turn: false,
         }
     }
 
     /// Spare capacity of an RT CPU (RT-load weighted, §2.3).
     fn cap(&self, cpu: u32) -> f64 {
-        capacity(self.rt_cpus[&cpu])
+        capacity(self.rt_cpus[cpu])
     }
 
     /// Push `t` back to the NRT CPUs for `reason`.
