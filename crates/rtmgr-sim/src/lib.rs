@@ -204,6 +204,8 @@ pub struct SimReport {
     pub cpus: u32,
     pub rt_cpus: CpuSet,
     pub sim_ns: u64,
+    /// Events processed (see the engine's module doc: each segment end,
+    /// wake-up, tick, device interrupt, balancing pass and sample).
     pub events: u64,
     /// FNV-style hash of every processed event: same seed, same hash.
     pub trace_hash: u64,

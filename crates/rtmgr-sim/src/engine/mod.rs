@@ -2,6 +2,14 @@
 //! the model machine (per-CPU run queues, ticks, device interrupts,
 //! non-preemptible sections, wake-ups, migrations) and the accounting behind
 //! the lbµ figures (ARTiS §3.3). The balancer comes in through one interface.
+//!
+//! An event is one entry taken off the queue and processed: the end of a
+//! CPU's running segment (the task completes, goes to sleep, or enters or
+//! leaves a non-preemptible section), a task's wake-up, a scheduler tick of
+//! a busy CPU (round-robin slices end there), a device interrupt, a periodic
+//! balancing pass, or a sample of a sampling balancer. Each is counted in `Sim::events` and
+//! hashed, with its time, into the report's trace_hash; events/s (the
+//! `sim_speed` bench, `rtmgr lb --sim`) are these per second of `Sim::run`.
 
 mod events;
 mod handlers;
