@@ -22,6 +22,7 @@
 
 pub mod balance;
 pub mod budget;
+pub mod cgroupfs;
 pub mod class;
 pub mod cpuset;
 pub mod load;

@@ -6,81 +6,13 @@
 
 use crate::host::{Host, HostError, Result};
 use rtmgr_core::CpuSet;
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", tag = "version", content = "mount")]
-pub enum Layout {
-    /// cgroup v1 with the cpuset controller mounted here.
-    V1(PathBuf),
-    /// cgroup v2 (unified) with the cpuset controller available at its root.
-    V2(PathBuf),
-}
-
-impl Layout {
-    pub fn mount(&self) -> &Path {
-        match self {
-            Layout::V1(p) | Layout::V2(p) => p,
-        }
-    }
-    pub fn name(&self) -> &'static str {
-        match self {
-            Layout::V1(_) => "v1",
-            Layout::V2(_) => "v2",
-        }
-    }
-    /// A cgroup directory (machine path) from a path relative to the mount.
-    pub fn dir(&self, rel: &str) -> PathBuf {
-        self.mount().join(rel.trim_start_matches('/'))
-    }
-}
-
-/// All cgroup mounts seen, for `status`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Mounts {
-    pub v1_cpuset: Option<PathBuf>,
-    pub v2: Option<PathBuf>,
-    pub v2_controllers: Vec<String>,
-}
-
-impl Mounts {
-    /// Where rtmgr will create its cpusets: v1 cpuset if mounted (then the
-    /// controller cannot be on v2), else v2 if its root offers cpuset.
-    pub fn layout(&self) -> Option<Layout> {
-        if let Some(p) = &self.v1_cpuset {
-            return Some(Layout::V1(p.clone()));
-        }
-        match &self.v2 {
-            Some(p) if self.v2_controllers.iter().any(|c| c == "cpuset") => {
-                Some(Layout::V2(p.clone()))
-            }
-            _ => None,
-        }
-    }
-}
+pub use rtmgr_core::cgroupfs::{rel_path, Layout, Mounts};
 
 /// Read /proc/self/mountinfo for cgroup mounts.
 pub fn mounts(host: &Host) -> Result<Mounts> {
-    let text = host.read("/proc/self/mountinfo")?;
-    let mut m = Mounts::default();
-    for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mount_point = left.split_whitespace().nth(4).unwrap_or("");
-        let mut r = right.split_whitespace();
-        let fstype = r.next().unwrap_or("");
-        let options = r.nth(1).unwrap_or("");
-        match fstype {
-            "cgroup" if options.split(',').any(|o| o == "cpuset") => {
-                m.v1_cpuset
-                    .get_or_insert_with(|| PathBuf::from(mount_point));
-            }
-            "cgroup2" if m.v2.is_none() => m.v2 = Some(PathBuf::from(mount_point)),
-            _ => {}
-        }
-    }
+    let mut m = rtmgr_core::cgroupfs::parse_mountinfo(&host.read("/proc/self/mountinfo")?);
     if let Some(v2) = &m.v2 {
         m.v2_controllers = host
             .read_opt(v2.join("cgroup.controllers"))
@@ -93,18 +25,7 @@ pub fn mounts(host: &Host) -> Result<Mounts> {
 /// The cgroup (path relative to the mount) a task is in, for this layout.
 pub fn task_cgroup(host: &Host, layout: &Layout, tid: u32) -> Option<String> {
     let text = host.read_opt(format!("/proc/{tid}/cgroup"))?;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let hit = match layout {
-            Layout::V1(_) => controllers.split(',').any(|c| c == "cpuset"),
-            Layout::V2(_) => controllers.is_empty(),
-        };
-        if hit {
-            return Some(path.to_string());
-        }
-    }
-    None
+    rtmgr_core::cgroupfs::task_cgroup(&text, layout)
 }
 
 fn file(dir: &Path, name: &str) -> PathBuf {
@@ -201,12 +122,6 @@ pub fn members(host: &Host, layout: &Layout, dir: &Path) -> Vec<u32> {
     host.read_opt(file(dir, name))
         .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
         .unwrap_or_default()
-}
-
-/// A cgroup directory's path relative to the mount, as /proc/<tid>/cgroup names it.
-pub fn rel_path(layout: &Layout, dir: &Path) -> String {
-    let rel = dir.strip_prefix(layout.mount()).unwrap_or(dir);
-    format!("/{}", rel.display()).replace("//", "/")
 }
 
 /// Is this error the kernel refusing to move a per-CPU kernel thread?

@@ -5,13 +5,31 @@
 //! CPUs, both spellings of an IRQ mask, task affinity in `status`.
 
 use super::{io_err, task_err, Host, Kernel, Result};
-use crate::cgroup::{self, Layout};
 use crate::sched::Policy;
+use rtmgr_core::cgroupfs::{self, is_layout_line, rel_path, Layout};
 use rtmgr_core::CpuSet;
 use std::path::Path;
 
 #[derive(Debug)]
 pub(super) struct FakeKernel;
+
+/// A plain file read, no emulation.
+fn read_plain(host: &Host, abs: &str) -> Option<String> {
+    std::fs::read_to_string(host.path(abs)).ok()
+}
+
+/// The numeric entries of a /proc directory (pids, or a process's tids).
+fn numeric_entries(host: &Host, abs: &str) -> Vec<u32> {
+    let mut ids: Vec<u32> = std::fs::read_dir(host.path(abs))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
 
 /// A plain file write: create or replace, no emulation.
 fn put(host: &Host, abs: &Path, value: &str) -> Result<()> {
@@ -21,7 +39,16 @@ fn put(host: &Host, abs: &Path, value: &str) -> Result<()> {
 
 /// The cpuset hierarchy and the cgroup directory `abs` is a control file of.
 fn cgroup_of<'a>(host: &Host, abs: &'a Path) -> Option<(Layout, &'a Path)> {
-    let layout = cgroup::mounts(host).ok()?.layout()?;
+    let mut mounts = cgroupfs::parse_mountinfo(&read_plain(host, "/proc/self/mountinfo")?);
+    if let Some(v2) = &mounts.v2 {
+        let ctl = read_plain(host, &v2.join("cgroup.controllers").to_string_lossy());
+        mounts.v2_controllers = ctl
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+    }
+    let layout = mounts.layout()?;
     let dir = abs.parent()?;
     dir.starts_with(layout.mount()).then_some((layout, dir))
 }
@@ -202,10 +229,10 @@ fn subtree_control(host: &Host, abs: &Path, value: &str) -> Result<()> {
 /// Move one thread (v1) or one process (v2) into `dir`: its `/proc/*/cgroup`
 /// line changes, and on v1 its affinity becomes the cpuset's CPUs.
 fn attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
-    let rel = cgroup::rel_path(layout, dir);
+    let rel = rel_path(layout, dir);
     let tids = match layout {
         Layout::V1(_) => vec![id],
-        Layout::V2(_) => crate::tasks::threads_of(host, id),
+        Layout::V2(_) => numeric_entries(host, &format!("/proc/{id}/task")),
     };
     for tid in tids {
         let path = format!("/proc/{tid}/cgroup");
@@ -214,11 +241,7 @@ fn attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
         for line in text.lines() {
             let mut parts = line.splitn(3, ':');
             let (hid, ctl) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            let mine = match layout {
-                Layout::V1(_) => ctl.split(',').any(|c| c == "cpuset"),
-                Layout::V2(_) => ctl.is_empty(),
-            };
-            if mine {
+            if is_layout_line(layout, ctl) {
                 out.push_str(&format!("{hid}:{ctl}:{rel}\n"));
             } else {
                 out.push_str(line);
@@ -241,11 +264,12 @@ fn attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
 
 /// Thread ids (v1) or process ids (v2) whose `/proc/*/cgroup` names `dir`.
 fn members(host: &Host, layout: &Layout, dir: &Path) -> Vec<u32> {
-    let rel = cgroup::rel_path(layout, dir);
+    let rel = rel_path(layout, dir);
     let mut out = Vec::new();
-    for pid in crate::tasks::pids(host).unwrap_or_default() {
-        for tid in crate::tasks::threads_of(host, pid) {
-            if cgroup::task_cgroup(host, layout, tid).as_deref() == Some(rel.as_str()) {
+    for pid in numeric_entries(host, "/proc") {
+        for tid in numeric_entries(host, &format!("/proc/{pid}/task")) {
+            let text = read_plain(host, &format!("/proc/{tid}/cgroup")).unwrap_or_default();
+            if cgroupfs::task_cgroup(&text, layout).as_deref() == Some(rel.as_str()) {
                 match layout {
                     Layout::V1(_) => out.push(tid),
                     Layout::V2(_) => {

@@ -115,18 +115,3 @@ pub fn place_process(host: &Host, applied: &Applied, pid: u32, cpus: &CpuSet) ->
         }
     }
 }
-
-/// Return a process that entered an rtmgr cpuset to `dest_rel` (reset).
-pub(super) fn move_process_back(host: &Host, layout: &Layout, pid: u32, dest_rel: &str) {
-    let dest = layout.dir(dest_rel);
-    match layout {
-        Layout::V1(_) => {
-            for tid in tasks::threads_of(host, pid) {
-                let _ = cgroup::attach(host, layout, &dest, tid);
-            }
-        }
-        Layout::V2(_) => {
-            let _ = cgroup::attach(host, layout, &dest, pid);
-        }
-    }
-}

@@ -72,7 +72,7 @@ impl Knob for Tasks {
                 .as_deref()
                 .filter(|f| !ours.iter().any(|o| o == f))
                 .unwrap_or("/");
-            super::members::move_process_back(host, layout, *pid, dest);
+            move_process_back(host, layout, *pid, dest);
         }
         for b in snapshot(cx.records) {
             let Some(orig) = &b.cgroup else { continue };
@@ -221,4 +221,19 @@ pub(super) fn narrow_affinity(
     }
     let rest = aff.difference(rt);
     host.set_affinity(tid, if rest.is_empty() { nrt } else { &rest })
+}
+
+/// Return a process that entered an rtmgr cpuset to `dest_rel` (reset).
+fn move_process_back(host: &Host, layout: &Layout, pid: u32, dest_rel: &str) {
+    let dest = layout.dir(dest_rel);
+    match layout {
+        Layout::V1(_) => {
+            for tid in tasks::threads_of(host, pid) {
+                let _ = cgroup::attach(host, layout, &dest, tid);
+            }
+        }
+        Layout::V2(_) => {
+            let _ = cgroup::attach(host, layout, &dest, pid);
+        }
+    }
 }
