@@ -9,65 +9,14 @@
 mod balancers;
 mod engine;
 
+pub use rtmgr_core::balance::lbu::{completion, BalancerKind, LbResult, TaskReport, ALL_BALANCERS};
 use rtmgr_core::balance::scenario::{Scenario, Sched};
 use rtmgr_core::balance::PolicyConfig;
 use rtmgr_core::class::TaskClass;
-use rtmgr_core::stats::Summary;
 use rtmgr_core::CpuSet;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
 pub use engine::Sim;
-
-/// Which balancer runs the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BalancerKind {
-    /// Symmetric, counts runnable tasks (RT tasks count as one): Linux 2.6.
-    Linux,
-    /// Static shield (cset/tuned): ordinary tasks only on NRT CPUs.
-    Shield,
-    /// ARTiS in the kernel: RT-load weighting, push, association, and
-    /// immediate migration when a guest enters a non-preemptible section.
-    Artis,
-    /// The rtmgr core policy, sampled every `sample_ns` like `rtmgr balance`.
-    Rtmgr,
-}
-
-pub const ALL_BALANCERS: [BalancerKind; 4] = [
-    BalancerKind::Linux,
-    BalancerKind::Shield,
-    BalancerKind::Artis,
-    BalancerKind::Rtmgr,
-];
-
-impl BalancerKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            BalancerKind::Linux => "linux",
-            BalancerKind::Shield => "shield",
-            BalancerKind::Artis => "artis",
-            BalancerKind::Rtmgr => "rtmgr",
-        }
-    }
-}
-
-impl fmt::Display for BalancerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BalancerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        ALL_BALANCERS
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| format!("unknown balancer {s:?}: linux, shield, artis or rtmgr"))
-    }
-}
 
 /// The model machine and its costs. Times in ns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,62 +129,22 @@ pub fn tasks_from_scenario(sc: &Scenario, cpus: u32) -> Vec<TaskDef> {
         .collect()
 }
 
-/// Per task results: the three lbµ figures (wall-clock time, share of time per
-/// CPU, context switches) plus migrations.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskReport {
-    pub name: String,
-    pub class: TaskClass,
-    /// Completion time from the common start, if it finished.
-    pub completion_ns: Option<u64>,
-    pub cpu_ns: u64,
-    pub kernel_ns: u64,
-    /// Percent of the task's CPU time spent on each CPU.
-    pub cpu_percent: Vec<f64>,
-    pub switches: u64,
-    pub migrations: u64,
-    pub pingpongs: u64,
-}
-
+/// A simulated lbµ run: what a live run reports too (`LbResult`, flattened
+/// into the same JSON object), plus what only a simulation knows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimReport {
     pub balancer: BalancerKind,
     pub seed: u64,
-    pub cpus: u32,
-    pub rt_cpus: CpuSet,
     pub sim_ns: u64,
     /// Events processed (see the engine's module doc: each segment end,
     /// wake-up, tick, device interrupt, balancing pass and sample).
     pub events: u64,
     /// FNV-style hash of every processed event: same seed, same hash.
     pub trace_hash: u64,
-    pub tasks: Vec<TaskReport>,
-    /// Wake-up latency of RT0 tasks (all RT CPUs together).
-    pub rt0_latency: Summary,
+    #[serde(flatten)]
+    pub result: LbResult,
     /// Percent of the run each CPU was busy (tasks and interrupts).
     pub cpu_busy_percent: Vec<f64>,
-    pub migrations: u64,
-    pub pingpongs: u64,
-    /// Completion times of the non-RT0 tasks that finished: min, max, max/min.
-    pub completion_min_ns: Option<u64>,
-    pub completion_max_ns: Option<u64>,
-    pub completion_spread: Option<f64>,
-    /// Tasks still running at `max_ns`.
-    pub unfinished: usize,
-}
-
-/// Completion times of the non-RT0 tasks that finished: (min, max, max/min).
-pub fn completion(tasks: &[TaskReport]) -> (Option<u64>, Option<u64>, Option<f64>) {
-    let done = tasks
-        .iter()
-        .filter(|t| t.class != TaskClass::Rt0)
-        .filter_map(|t| t.completion_ns);
-    let (min, max) = (done.clone().min(), done.max());
-    let spread = match (min, max) {
-        (Some(a), Some(b)) if a > 0 => Some(b as f64 / a as f64),
-        _ => None,
-    };
-    (min, max, spread)
 }
 
 /// Simulate one run.

@@ -66,8 +66,13 @@ fn work_is_conserved_and_shares_add_up() {
     for b in ALL_BALANCERS {
         let (cfg, tasks) = artis_33(b, 200);
         let r = run(&cfg, &tasks).unwrap();
-        assert_eq!(r.unfinished, 0, "{b}");
-        for t in r.tasks.iter().filter(|t| t.class == TaskClass::Linux) {
+        assert_eq!(r.result.unfinished, 0, "{b}");
+        for t in r
+            .result
+            .tasks
+            .iter()
+            .filter(|t| t.class == TaskClass::Linux)
+        {
             // Done work = its own work plus migration costs.
             let expected = 200 * MS + t.migrations * cfg.migration_cost_ns;
             assert_eq!(t.cpu_ns, expected, "{b} {}", t.name);
@@ -82,12 +87,18 @@ fn work_is_conserved_and_shares_add_up() {
 fn shield_keeps_linux_tasks_off_rt_cpus_and_artis_uses_them() {
     let (cfg, tasks) = artis_33(BalancerKind::Shield, 200);
     let r = run(&cfg, &tasks).unwrap();
-    for t in r.tasks.iter().filter(|t| t.class == TaskClass::Linux) {
+    for t in r
+        .result
+        .tasks
+        .iter()
+        .filter(|t| t.class == TaskClass::Linux)
+    {
         assert_eq!(t.cpu_percent[0], 100.0, "{}", t.name);
     }
     let (cfg, tasks) = artis_33(BalancerKind::Artis, 200);
     let a = run(&cfg, &tasks).unwrap();
     let on_rt: f64 = a
+        .result
         .tasks
         .iter()
         .filter(|t| t.class == TaskClass::Linux)
@@ -95,14 +106,14 @@ fn shield_keeps_linux_tasks_off_rt_cpus_and_artis_uses_them() {
         .sum();
     assert!(on_rt > 0.0);
     // Using the RT CPUs' idle 10 % finishes the work sooner than the shield.
-    assert!(a.completion_max_ns.unwrap() < r.completion_max_ns.unwrap());
+    assert!(a.result.completion_max_ns.unwrap() < r.result.completion_max_ns.unwrap());
 }
 
 #[test]
 fn rt_load_weighting_is_fairer_than_the_symmetric_balancer() {
     let spread = |b| {
         let (cfg, tasks) = artis_33(b, 400);
-        run(&cfg, &tasks).unwrap().completion_spread.unwrap()
+        run(&cfg, &tasks).unwrap().result.completion_spread.unwrap()
     };
     let (lin, art, rtm) = (
         spread(BalancerKind::Linux),
@@ -135,7 +146,7 @@ fn artis_migrates_on_non_preemptible_entry_rtmgr_only_after_observing() {
     let artis = mk(BalancerKind::Artis);
     let linux = mk(BalancerKind::Linux);
     let rtmgr = mk(BalancerKind::Rtmgr);
-    let max = |r: &SimReport| r.rt0_latency.max_ns.unwrap();
+    let max = |r: &SimReport| r.result.rt0_latency.max_ns.unwrap();
     eprintln!(
         "max latency: shield {} artis {} linux {} rtmgr {}",
         max(&shield),

@@ -9,6 +9,7 @@
 
 mod cpu_map;
 mod history;
+pub mod lbu;
 mod phases;
 mod policy;
 pub mod scenario;

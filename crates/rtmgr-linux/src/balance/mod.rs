@@ -7,6 +7,7 @@
 pub mod background;
 pub mod guard;
 pub mod lbu;
+pub mod live_lb;
 pub mod observe;
 pub mod procfile;
 pub mod v2_lending;

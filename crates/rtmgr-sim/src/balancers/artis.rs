@@ -4,7 +4,7 @@
 //! a guest entering a non-preemptible section leaves its RT CPU at once.
 
 use super::{steer_irqs_to_nrt, Balancer, PassMove};
-use crate::engine::Machine;
+use crate::engine::machine::Machine;
 use crate::SimConfig;
 use rtmgr_core::balance::{History, PolicyConfig};
 use rtmgr_core::class::TaskClass;

@@ -4,7 +4,7 @@
 //! ARTiS's rules for these two).
 
 use super::{Balancer, PassMove};
-use crate::engine::Machine;
+use crate::engine::machine::Machine;
 
 /// Moves per balancing pass, like the kernel's nr_balance_iterations.
 const MAX_PASS_MOVES: usize = 8;

@@ -3,7 +3,7 @@
 //! CPU, loads counted in runnable tasks.
 
 use super::Balancer;
-use crate::engine::Machine;
+use crate::engine::machine::Machine;
 
 pub(crate) struct Linux;
 

@@ -9,7 +9,7 @@ mod linux;
 mod rtmgr;
 mod shield;
 
-use crate::engine::{Machine, Runner};
+use crate::engine::machine::{Log, Machine};
 use crate::{BalancerKind, SimConfig};
 use rtmgr_core::class::TaskClass;
 
@@ -89,6 +89,13 @@ pub(crate) struct PassMove {
     pub(crate) to: u32,
     pub(crate) from_load: f64,
     pub(crate) to_load: f64,
+}
+
+/// The event loop compiled once per balancer type, so that the engine's
+/// calls into the balancer (rules, pulls, hooks) are direct and can be
+/// inlined; `Sim` holds its balancer as a `dyn Runner`.
+pub(crate) trait Runner: Balancer {
+    fn run_loop(&mut self, m: &mut Machine, log: &mut Log, trace: &mut Vec<(u64, u64)>);
 }
 
 /// The balancer a configuration names (the one place that knows them all).

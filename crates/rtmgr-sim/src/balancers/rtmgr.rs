@@ -3,7 +3,7 @@
 //! /proc; inside the NRT set the kernel's symmetric balancer runs.
 
 use super::{confine_to_nrt, steer_irqs_to_nrt, Balancer};
-use crate::engine::{Machine, State};
+use crate::engine::machine::{Machine, State};
 use crate::SimConfig;
 use rtmgr_core::balance::{Balancer as Policy, CpuObs, Observation, Place, TaskObs};
 

@@ -3,7 +3,7 @@
 //! The baseline ARTiS §3.3 compares against (RT CPUs' spare time unused).
 
 use super::{confine_to_nrt, steer_irqs_to_nrt, Balancer};
-use crate::engine::Machine;
+use crate::engine::machine::Machine;
 
 pub(crate) struct Shield;
 

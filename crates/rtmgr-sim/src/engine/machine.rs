@@ -290,3 +290,10 @@ impl Machine {
         ((-u.ln()) * 1e9 / self.cfg.irq_per_s).max(1.0) as u64
     }
 }
+
+/// What the loop keeps of the events it processed: their number and hash.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Log {
+    pub(crate) events: u64,
+    pub(crate) hash: u64,
+}

@@ -13,16 +13,15 @@
 
 mod events;
 mod handlers;
-mod machine;
+pub(crate) mod machine;
 mod migrate;
 mod sched;
 
-use crate::balancers::{self, Balancer};
-use crate::{SimConfig, SimError, SimReport, TaskDef, TaskReport};
+use crate::balancers::{self, Balancer, Runner};
+use crate::{LbResult, SimConfig, SimError, SimReport, TaskDef, TaskReport};
 use events::Ev;
-use rtmgr_core::class::TaskClass;
 
-pub(crate) use machine::{Machine, State};
+use machine::{Log, Machine};
 
 /// One simulation: the model machine, the balancer that runs it, and the
 /// count and hash of the events processed so far.
@@ -33,20 +32,7 @@ pub struct Sim {
     pub trace: Vec<(u64, u64)>,
 }
 
-/// What the loop keeps of the events it processed: their number and hash.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Log {
-    events: u64,
-    hash: u64,
-}
-
-/// The event loop compiled once per balancer type, so that the engine's
-/// calls into the balancer (rules, pulls, hooks) are direct and can be
-/// inlined; `Sim` holds its balancer as a `dyn Runner`.
-pub(crate) trait Runner: Balancer {
-    fn run_loop(&mut self, m: &mut Machine, log: &mut Log, trace: &mut Vec<(u64, u64)>);
-}
-
+/// Every balancer runs the event loop compiled for its own type.
 impl<B: Balancer> Runner for B {
     fn run_loop(&mut self, m: &mut Machine, log: &mut Log, trace: &mut Vec<(u64, u64)>) {
         run_loop(m, self, log, trace);
@@ -146,31 +132,18 @@ impl Sim {
                 }
             })
             .collect();
-        let (min, max, spread) = crate::completion(&tasks);
         SimReport {
             balancer: m.cfg.balancer,
             seed: m.cfg.seed,
-            cpus: m.cfg.cpus,
-            rt_cpus: m.cfg.rt.clone(),
             sim_ns,
             events: self.log.events,
             trace_hash: self.log.hash,
-            unfinished: tasks
-                .iter()
-                .filter(|t| t.class != TaskClass::Rt0 && t.completion_ns.is_none())
-                .count(),
-            migrations: tasks.iter().map(|t| t.migrations).sum(),
-            pingpongs: tasks.iter().map(|t| t.pingpongs).sum(),
-            tasks,
-            rt0_latency: m.lat.hist().summary(0),
+            result: LbResult::new(m.cfg.cpus, m.cfg.rt.clone(), tasks, m.lat.hist().summary(0)),
             cpu_busy_percent: m
                 .cpus
                 .iter()
                 .map(|c| 100.0 * c.busy_ns as f64 / sim_ns as f64)
                 .collect(),
-            completion_min_ns: min,
-            completion_max_ns: max,
-            completion_spread: spread,
         }
     }
 }

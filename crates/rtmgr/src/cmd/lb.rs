@@ -8,7 +8,9 @@ use super::{bad_input, Outcome};
 use anyhow::Context;
 use rtmgr_core::balance::scenario::{self, Scenario};
 use rtmgr_core::CpuSet;
-use rtmgr_sim::{BalancerKind, SimConfig, SimReport};
+use rtmgr_linux::balance::live_lb::{self, LiveLbConfig};
+use rtmgr_linux::journal::DEFAULT_JOURNAL;
+use rtmgr_sim::{BalancerKind, LbResult, SimConfig, SimReport};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -58,7 +60,25 @@ pub struct LbRun {
     pub wall_s: f64,
     /// Simulator only: processed events per second of wall-clock time.
     pub events_per_s: Option<f64>,
-    pub report: SimReport,
+    pub report: RunReport,
+}
+
+/// A simulated run reports what the simulator knows besides the lbµ figures
+/// (seed, events, trace hash); a live run only the lbµ figures.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum RunReport {
+    Sim(SimReport),
+    Live(LbResult),
+}
+
+impl RunReport {
+    pub fn result(&self) -> &LbResult {
+        match self {
+            RunReport::Sim(s) => &s.result,
+            RunReport::Live(l) => l,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -130,15 +150,33 @@ pub fn run(args: LbArgs) -> anyhow::Result<Outcome> {
                 mode: "sim",
                 wall_s: wall,
                 events_per_s: Some(report.events as f64 / wall.max(1e-9)),
-                report,
+                report: RunReport::Sim(report),
             });
         }
     } else {
-        runs = super::balance::live_lb(&sc, &kinds, &args)
-            .with_context(|| format!("live run of {}", args.scenario.display()))?;
+        let cfg = LiveLbConfig {
+            balancers: kinds,
+            sample_ns: args.sample_ms.max(1) * 1_000_000,
+            journal: args
+                .journal
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_JOURNAL)),
+        };
+        let stop = super::balance::stop_on_signals()?;
+        runs = live_lb::run(&super::host()?, &sc, &cfg, &stop)
+            .with_context(|| format!("live run of {}", args.scenario.display()))?
+            .into_iter()
+            .map(|r| LbRun {
+                balancer: r.balancer.name().into(),
+                mode: "live",
+                wall_s: r.wall_s,
+                events_per_s: None,
+                report: RunReport::Live(r.result),
+            })
+            .collect();
     }
     let report = LbReport {
-        schema: "rtmgr.lb/1",
+        schema: "rtmgr.lb/2",
         scenario: args.scenario.display().to_string(),
         runs,
     };
@@ -165,7 +203,7 @@ fn us(ns: Option<i64>) -> String {
 /// Per-run task tables, then the A/B summary.
 pub fn print_tables(runs: &[LbRun]) {
     for r in runs {
-        let rep = &r.report;
+        let rep = r.report.result();
         println!(
             "== {} ({}, {} CPUs, RT {}) ==",
             r.balancer,
@@ -218,7 +256,7 @@ pub fn print_tables(runs: &[LbRun]) {
         "Mevents/s"
     );
     for r in runs {
-        let rep = &r.report;
+        let rep = r.report.result();
         println!(
             "{:<8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>7} {:>7} {:>12}",
             r.balancer,
@@ -235,7 +273,7 @@ pub fn print_tables(runs: &[LbRun]) {
                 .map_or("-".into(), |e| format!("{:.1}", e / 1e6)),
         );
     }
-    let unfinished: usize = runs.iter().map(|r| r.report.unfinished).sum();
+    let unfinished: usize = runs.iter().map(|r| r.report.result().unfinished).sum();
     if unfinished > 0 {
         println!("note: {unfinished} task(s) did not finish within the time limit");
     }
