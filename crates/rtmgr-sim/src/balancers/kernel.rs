@@ -89,6 +89,9 @@ fn first_to_move(m: &Machine, b: &impl Balancer, from: u32, to: u32) -> Option<u
 /// New-idle balancing: an idle CPU pulls one queued task from the busiest
 /// CPU that allows it (and that the balancer lets it pull from).
 pub(crate) fn idle_pull(m: &mut Machine, b: &impl Balancer, cpu: u32) -> Option<u32> {
+    if !m.pullable(cpu) {
+        return None; // e.g. a shielded RT CPU: every movable task is confined elsewhere
+    }
     let n = m.cfg.cpus;
     let from = (0..n)
         .filter(|&c| c != cpu)

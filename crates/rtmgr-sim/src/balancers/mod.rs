@@ -32,7 +32,8 @@ pub(crate) trait Balancer {
     }
 
     /// May task `ti` move from `from` to `to`? By default: when its mask
-    /// allows `to` and it is not RT0.
+    /// allows `to` and it is not RT0. An override must imply both (idle
+    /// pulls skip CPUs no non-RT0 task may run on).
     fn may_move(&self, m: &Machine, ti: u32, from: u32, to: u32) -> bool {
         let _ = from;
         m.allows(ti, to) && m.tasks[ti as usize].class != TaskClass::Rt0

@@ -142,6 +142,10 @@ pub(crate) struct Machine {
     /// task (one word for up to 64 CPUs: the whole matrix stays in cache).
     allowed: Vec<u64>,
     mask_words: usize,
+    /// Per CPU: how many non-RT0 tasks may run there. Zero means no
+    /// balancer may ever move a task to it (`Balancer::may_move` implies
+    /// both), so an idle pull there has nothing to look for.
+    pullable: Vec<u32>,
     pub(crate) nrt: Vec<u32>,
     /// The CPUs device interrupts go to (all, until a partition steers them).
     pub(crate) irq_cpus: Vec<u32>,
@@ -223,7 +227,7 @@ impl Machine {
         let others = tasks.iter().filter(|t| t.class != TaskClass::Rt0).count();
         let all_rt0 = others == 0;
         let left = if all_rt0 { tasks.len() } else { others };
-        Ok(Machine {
+        let mut m = Machine {
             rng: Rng::seeded(cfg.seed),
             irq_cpus: (0..cfg.cpus).collect(),
             cfg,
@@ -233,11 +237,34 @@ impl Machine {
             tasks,
             allowed,
             mask_words,
+            pullable: vec![0; n],
             nrt,
             lat: Latencies::default(),
             left,
             all_rt0,
-        })
+        };
+        for ti in 0..m.tasks.len() as u32 {
+            m.count_pullable(ti, 1);
+        }
+        Ok(m)
+    }
+
+    /// Add (`sign` 1) or remove (-1) task `ti`'s mask from `pullable`.
+    fn count_pullable(&mut self, ti: u32, sign: i32) {
+        if self.tasks[ti as usize].class == TaskClass::Rt0 {
+            return;
+        }
+        for c in 0..self.cfg.cpus {
+            if self.allows(ti, c) {
+                let p = &mut self.pullable[c as usize];
+                *p = p.wrapping_add_signed(sign);
+            }
+        }
+    }
+
+    /// May any task ever be moved to `cpu`?
+    pub(crate) fn pullable(&self, cpu: u32) -> bool {
+        self.pullable[cpu as usize] > 0
     }
 
     /// Fork placement: all tasks start at once, each on the allowed CPU with
@@ -273,11 +300,13 @@ impl Machine {
 
     /// Let task `ti` run exactly on the CPUs `allow` accepts.
     pub(crate) fn set_allowed(&mut self, ti: u32, allow: impl Fn(u32) -> bool) {
+        self.count_pullable(ti, -1);
         let words = &mut self.allowed[ti as usize * self.mask_words..][..self.mask_words];
         words.fill(0);
         for c in (0..self.cfg.cpus).filter(|&c| allow(c)) {
             words[c as usize / 64] |= 1 << (c % 64);
         }
+        self.count_pullable(ti, 1);
     }
 
     /// The CPUs task `ti` may run on.
