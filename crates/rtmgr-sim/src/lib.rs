@@ -1,10 +1,20 @@
-//! rtmgr-sim: a seeded, deterministic discrete-event model of an N-CPU machine
-//! (DESIGN.md "one policy, two worlds"). Fixed-priority FIFO classes above
-//! fair-shared (round-robin) Linux tasks, timer and device interrupts,
-//! non-preemptible sections, migration cost; four balancers: Linux-like
-//! symmetric, static shield, ARTiS in the kernel (ARTiS §2.2–2.3: immediate
-//! migration on entry to a non-preemptible section) and the rtmgr core policy
-//! sampled every T ms. Reproduces lbµ (ARTiS §3.3) runs without a machine.
+//! rtmgr-sim: a seeded, deterministic discrete-event model of an N-CPU
+//! machine, to ask "what would this balancer do on 64 CPUs?" without one.
+//!
+//! **What it is.** Fixed-priority FIFO classes above fair-shared
+//! (round-robin) Linux tasks, timer and device interrupts, non-preemptible
+//! sections and migration cost; it runs lbµ scenarios (ARTiS §3.3) under four
+//! balancers: Linux-like symmetric, static shield, ARTiS in the kernel (§2.2–
+//! 2.3: immediate migration on entry to a non-preemptible section) and the
+//! rtmgr core policy sampled every T ms, exactly as `rtmgr balance` runs it.
+//!
+//! **Central types.** [`SimConfig`], [`TaskDef`], [`Sim`], [`SimReport`]
+//! (an lbµ [`LbResult`] plus seed, events and trace hash).
+//!
+//! **Key decision.** Each balancer fills one interface in its own file
+//! (`balancers/`), like the kernel's `sched_class`, and the engine never asks
+//! which one it runs; the event loop is compiled once per balancer. Same
+//! seed, same events, same trace hash.
 
 mod balancers;
 mod engine;
