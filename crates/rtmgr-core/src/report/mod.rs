@@ -76,16 +76,25 @@ pub enum PolicySpec {
     Deadline { runtime_ns: u64, period_ns: u64 },
 }
 
+/// What a latency probe runs: where, how often, for how long, at what policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProbeSettings {
+pub struct ProbeSpec {
     pub mode: ProbeMode,
     pub cpus: CpuSet,
     pub interval_ns: u64,
+    /// Stop after this long (from the common start), or after `loops` samples.
     pub duration_ns: Option<u64>,
     pub loops: Option<u64>,
     pub policy: PolicySpec,
     /// Measuring threads per CPU (McKenney Fig. 8).
     pub parallel: u32,
+}
+
+/// The probe of a latency report and the conditions it ran under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeSettings {
+    #[serde(flatten)]
+    pub probe: ProbeSpec,
     pub mlocked: bool,
     /// /dev/cpu_dma_latency held at 0 during the run.
     pub dma_latency_held: bool,

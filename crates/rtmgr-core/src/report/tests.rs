@@ -30,13 +30,15 @@ fn sample_latency_report() -> Report {
         partial_reason: Some("interrupted".into()),
         body: Body::Latency(LatencyRun {
             settings: ProbeSettings {
-                mode: ProbeMode::Absolute,
-                cpus: "1".parse().unwrap(),
-                interval_ns: 1_000_000,
-                duration_ns: Some(1_000_000_000),
-                loops: None,
-                policy: PolicySpec::Fifo { priority: 99 },
-                parallel: 1,
+                probe: ProbeSpec {
+                    mode: ProbeMode::Absolute,
+                    cpus: "1".parse().unwrap(),
+                    interval_ns: 1_000_000,
+                    duration_ns: Some(1_000_000_000),
+                    loops: None,
+                    policy: PolicySpec::Fifo { priority: 99 },
+                    parallel: 1,
+                },
                 mlocked: true,
                 dma_latency_held: true,
             },

@@ -97,13 +97,7 @@ pub fn run(s: &Session, cfg: &LatencyConfig, rep: &mut dyn Reporter) -> Result<L
         &mut |p, el| rep.progress(el, &progress_line(p)),
     )?;
     let settings = ProbeSettings {
-        mode: probe.mode,
-        cpus: cpus.clone(),
-        interval_ns: probe.interval_ns,
-        duration_ns: probe.duration_ns,
-        loops: probe.loops,
-        policy: cfg.policy,
-        parallel: cfg.parallel,
+        probe,
         mlocked: s.mlocked,
         dma_latency_held: s.dma.held(),
     };

@@ -18,18 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-#[derive(Debug, Clone)]
-pub struct ProbeConfig {
-    pub mode: ProbeMode,
-    pub cpus: CpuSet,
-    pub interval_ns: u64,
-    /// Stop after this long (from the common start), or after `loops` samples.
-    pub duration_ns: Option<u64>,
-    pub loops: Option<u64>,
-    pub policy: PolicySpec,
-    /// Threads per CPU.
-    pub parallel: u32,
-}
+/// What the probe runs (the report's `ProbeSpec`).
+pub type ProbeConfig = rtmgr_core::report::ProbeSpec;
 
 /// Called in each probe thread with its tid before it pins itself, e.g. to move
 /// it into the RT cpuset of a partition.

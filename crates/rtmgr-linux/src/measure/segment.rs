@@ -331,6 +331,7 @@ pub fn latency_run(
     elapsed_ns: u64,
 ) -> LatencyRun {
     let per_cpu: Vec<CpuResult> = settings
+        .probe
         .cpus
         .iter()
         .map(|c| {
@@ -353,7 +354,7 @@ pub fn latency_run(
             })
             .collect(),
         per_cpu,
-        overall: cpu_result(settings.cpus.first().unwrap_or(0), &all, missed),
+        overall: cpu_result(settings.probe.cpus.first().unwrap_or(0), &all, missed),
         settings,
         load,
         disturbance,
