@@ -5,7 +5,7 @@
 //! engines and partition, rtmgr-core's reports, rtmgr-sim), prints a human
 //! table and writes the versioned JSON report where `--out`/`--json` say.
 //!
-//! **Key decision.** No engine, no `unsafe`, no cgroup layout and no journal
+//! **Key decision.** Safe code only, and no engine, no cgroup layout, no journal
 //! record lives here, so everything the CLI does is also a library call.
 //! Exit codes: 0 success, 1 failure at run time, 2 bad input (nothing
 //! changed), 130 interrupted with a partial report.
