@@ -32,5 +32,6 @@ pub mod procstat;
 pub mod proctext;
 pub mod report;
 pub mod stats;
+pub mod trace;
 
 pub use cpuset::{CpuSet, CpuSetError};

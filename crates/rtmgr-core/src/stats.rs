@@ -188,6 +188,15 @@ impl Hist {
             .sum()
     }
 
+    /// Number of samples at or above `v`, at bucket resolution.
+    pub fn count_at_or_above(&self, v: i64) -> u64 {
+        self.buckets()
+            .iter()
+            .filter(|(b, _)| *b >= v || self.equivalent(*b, v))
+            .map(|(_, c)| c)
+            .sum()
+    }
+
     /// Recorded buckets in ascending order of value: (representative value, count).
     /// Negative buckets are represented by their most negative value, positive ones
     /// by their highest equivalent value.

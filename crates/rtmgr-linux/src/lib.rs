@@ -39,5 +39,6 @@ pub mod sched;
 pub mod snapshot;
 pub mod status;
 pub mod tasks;
+pub mod trace;
 
 pub use host::{Host, HostError};

@@ -19,6 +19,7 @@ pub mod fd;
 pub mod futex;
 pub mod lock;
 pub mod mem;
+pub mod ns;
 pub mod process;
 pub mod sched;
 pub mod time;

@@ -34,6 +34,9 @@ pub struct ConfigResult {
     pub throughput: Vec<StressorMetrics>,
     pub segments: u32,
     pub disturbance: Disturbance,
+    /// What explains this configuration's tail (`evaluate --trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_causes: Option<crate::trace::TailCauses>,
 }
 
 /// Geometric-mean throughput of `c` relative to `base` (see load::relative_throughput).

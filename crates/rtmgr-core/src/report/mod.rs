@@ -155,6 +155,9 @@ pub struct LatencyRun {
     pub per_cpu: Vec<CpuResult>,
     pub overall: CpuResult,
     pub disturbance: Disturbance,
+    /// What explains the tail (`--trace`), per sample above the threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_causes: Option<crate::trace::TailCauses>,
 }
 
 /// ARTiS §3.2: execution time of a routine of `divisions` integer divisions.

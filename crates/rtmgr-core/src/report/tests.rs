@@ -79,6 +79,7 @@ fn sample_latency_report() -> Report {
                 }],
                 softirqs: vec![],
             },
+            tail_causes: None,
         }),
     }
 }
@@ -111,6 +112,7 @@ fn evaluate_round_trip_table_and_verdicts() {
         throughput: thr,
         segments: 2,
         disturbance: Disturbance::default(),
+        tail_causes: None,
     };
     let e = EvaluateRun {
         rt_cpus: "1".parse().unwrap(),

@@ -6,7 +6,7 @@ use super::latency::LatencyConfig;
 use super::{bad_input, progress_line, Reporter, Result, Session};
 use crate::measure::probe::ProbeConfig;
 use crate::measure::segment::{
-    cpu_result, merged, prepare_for, run_segment, stop_loads, Loads, Orchestrator,
+    cpu_result, merged, prepare_for, run_segment, stop_loads, Loads, Orchestrator, SegmentPlan,
 };
 use crate::measure::{cyclictest, MeasureError};
 use crate::partition::{self, Role};
@@ -91,18 +91,17 @@ pub fn run(s: &Session, cfg: &CompareConfig, rep: &mut dyn Reporter) -> Result<C
             }
             let probe_first = r % 2 == 0;
             if (step == 0) == probe_first {
-                let seg = run_segment(
-                    &s.host,
-                    &probe,
-                    None,
-                    None,
-                    prepare.clone(),
-                    &s.stop,
-                    &mut |p, _| {
-                        let msg = format!("round {} rtmgr {}", r + 1, progress_line(p));
-                        rep.progress(t0.elapsed(), &msg)
-                    },
-                )?;
+                let plan = SegmentPlan {
+                    probe: &probe,
+                    load: None,
+                    applied: None,
+                    prepare: prepare.clone(),
+                    trace: None,
+                };
+                let seg = run_segment(&s.host, plan, &s.stop, &mut |p, _| {
+                    let msg = format!("round {} rtmgr {}", r + 1, progress_line(p));
+                    rep.progress(t0.elapsed(), &msg)
+                })?;
                 let (h, m) = merged(&seg.threads);
                 ours.merge(&h);
                 our_missed += m;

@@ -10,7 +10,8 @@ use crate::balance::background::BackgroundBalancer;
 use crate::journal::DEFAULT_JOURNAL;
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
-    cpu_result, merged, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator,
+    cpu_result, merged, merged_wakeups, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator,
+    SegmentPlan,
 };
 use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::partition::{self, ApplyOptions, PartitionGuard, Role};
@@ -21,6 +22,7 @@ use rtmgr_core::report::{
     evaluate_verdicts, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec, ProbeMode, Report,
 };
 use rtmgr_core::stats::Hist;
+use rtmgr_core::trace::{tail_of_run, Attribution};
 use rtmgr_core::CpuSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -37,6 +39,8 @@ pub struct EvaluateConfig {
     pub load: LoadKind,
     /// Probe release period.
     pub interval: Duration,
+    /// Explain each configuration's tail with tracefs (see `LatencyConfig::trace`).
+    pub trace: Option<Option<u64>>,
 }
 
 impl EvaluateConfig {
@@ -48,6 +52,7 @@ impl EvaluateConfig {
             rt_cpu: None,
             load: LoadKind::All,
             interval: Duration::from_micros(250),
+            trace: None,
         }
     }
 }
@@ -120,6 +125,10 @@ struct Acc {
     metrics: Vec<Vec<StressorMetrics>>,
     segments: u32,
     disturbance: Disturbance,
+    /// The wake-ups alone; late samples the tracer explained; events it lost.
+    wakeups: Hist,
+    attributions: Vec<Attribution>,
+    events_lost: u64,
 }
 
 /// Per-segment average of bogo-ops/s per stressor.
@@ -273,23 +282,22 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                 (Config::Balanced, Some(a)) => Some(BackgroundBalancer::start(host, a)),
                 _ => None,
             };
-            let seg = run_segment(
-                host,
-                &probe,
-                load.as_ref(),
+            let plan = SegmentPlan {
+                probe: &probe,
+                load: load.as_ref(),
                 applied,
                 prepare,
-                &stop,
-                &mut |p, _| {
-                    let msg = format!(
-                        "round {}/{rounds} {:6} {}",
-                        r + 1,
-                        c.name(),
-                        progress_line(p)
-                    );
-                    rep.progress(t0.elapsed(), &msg)
-                },
-            );
+                trace: cfg.trace,
+            };
+            let seg = run_segment(host, plan, &stop, &mut |p, _| {
+                let msg = format!(
+                    "round {}/{rounds} {:6} {}",
+                    r + 1,
+                    c.name(),
+                    progress_line(p)
+                );
+                rep.progress(t0.elapsed(), &msg)
+            });
             tracing::debug!(
                 "round {} {}: segment took {:?}",
                 r + 1,
@@ -305,12 +313,17 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                     let a = &mut acc[i];
                     let (h, m) = merged(&seg.threads);
                     a.hist.merge(&h);
+                    a.wakeups.merge(&merged_wakeups(&seg.threads));
                     a.missed += m;
                     if !seg.metrics.is_empty() {
                         a.metrics.push(seg.metrics);
                     }
                     if !seg.interrupted {
                         a.segments += 1;
+                    }
+                    if let Some(t) = seg.tail {
+                        a.attributions.extend(t.attributions);
+                        a.events_lost += t.stats.lost;
                     }
                     disturb::accumulate(&mut a.disturbance, &seg.disturbance);
                 }
@@ -341,6 +354,9 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             throughput: mean_metrics(&a.metrics),
             segments: a.segments,
             disturbance: a.disturbance.clone(),
+            tail_causes: cfg.trace.map(|fixed| {
+                tail_of_run(&a.hist, &a.wakeups, &a.attributions, fixed, a.events_lost)
+            }),
         })
         .collect();
     let mut run = EvaluateRun {

@@ -5,9 +5,12 @@
 use super::session::check_cpus;
 use super::{bad_input, progress_line, Reporter, Result, Session};
 use crate::measure::probe::ProbeConfig;
-use crate::measure::segment::{latency_run, prepare_for, run_segment, Orchestrator};
+use crate::measure::segment::{
+    latency_run, merged, merged_wakeups, prepare_for, run_segment, Orchestrator, SegmentPlan,
+};
 use rtmgr_core::load::LoadKind;
 use rtmgr_core::report::{LatencyRun, PolicySpec, ProbeMode, ProbeSettings};
+use rtmgr_core::trace::tail_of_run;
 use rtmgr_core::CpuSet;
 use std::time::Duration;
 
@@ -28,6 +31,9 @@ pub struct LatencyConfig {
     pub parallel: u32,
     pub load: Option<LoadKind>,
     pub load_cpus: Option<CpuSet>,
+    /// Explain the tail with tracefs: `Some(None)` above the run's p99.9,
+    /// `Some(Some(ns))` above a fixed threshold.
+    pub trace: Option<Option<u64>>,
 }
 
 impl LatencyConfig {
@@ -87,25 +93,38 @@ pub fn run(s: &Session, cfg: &LatencyConfig, rep: &mut dyn Reporter) -> Result<L
     let load = s.load_plan(cfg.load, cfg.load_cpus.as_ref(), &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus).or_else(bad_input)?;
     let probe = cfg.probe(&cpus, Some(cfg.duration));
-    let seg = run_segment(
-        &s.host,
-        &probe,
-        load.as_ref(),
-        s.applied.as_ref(),
+    let plan = SegmentPlan {
+        probe: &probe,
+        load: load.as_ref(),
+        applied: s.applied.as_ref(),
         prepare,
-        &s.stop,
-        &mut |p, el| rep.progress(el, &progress_line(p)),
-    )?;
+        trace: cfg.trace,
+    };
+    let seg = run_segment(&s.host, plan, &s.stop, &mut |p, el| {
+        rep.progress(el, &progress_line(p))
+    })?;
     let settings = ProbeSettings {
         probe,
         mlocked: s.mlocked,
         dma_latency_held: s.dma.held(),
     };
-    Ok(latency_run(
+    let mut run = latency_run(
         settings,
         &seg.threads,
         load.as_ref().map(|l| l.result(seg.metrics.clone())),
         seg.disturbance,
         seg.elapsed_ns,
-    ))
+    );
+    if let (Some(fixed), Some(t)) = (cfg.trace, &seg.tail) {
+        let hist = merged(&seg.threads).0;
+        let wakeups = merged_wakeups(&seg.threads);
+        run.tail_causes = Some(tail_of_run(
+            &hist,
+            &wakeups,
+            &t.attributions,
+            fixed,
+            t.stats.lost,
+        ));
+    }
+    Ok(run)
 }

@@ -9,8 +9,10 @@
 
 use super::{gettid, mono_ns, sleep_until, thread_cpu_ns, thread_switches, MeasureError, Result};
 use crate::sched::{self, Policy};
+use crate::trace::LateTx;
 use rtmgr_core::report::{PolicySpec, ProbeMode};
 use rtmgr_core::stats::Hist;
+use rtmgr_core::trace::Sample;
 use rtmgr_core::CpuSet;
 use rtmgr_sys::time::{diff_ns, sleep_for};
 use rtmgr_sys::Nanos;
@@ -53,6 +55,8 @@ pub struct ThreadOutcome {
     pub cpu: u32,
     pub index: u32,
     pub hist: Hist,
+    /// The wake-ups alone (`hist` also holds the releases they missed).
+    pub wakeups: Hist,
     pub missed: u64,
     pub voluntary_ctxt_switches: u64,
     pub involuntary_ctxt_switches: u64,
@@ -132,6 +136,17 @@ impl Probe {
         stop: Arc<AtomicBool>,
         prepare: Option<Prepare>,
     ) -> Result<Probe> {
+        Self::start_traced(cfg, stop, prepare, Vec::new())
+    }
+
+    /// Start, handing each thread's late samples to a tracer: `late` has one
+    /// entry per thread (CPUs in order, `parallel` per CPU), or is empty.
+    pub fn start_traced(
+        cfg: &ProbeConfig,
+        stop: Arc<AtomicBool>,
+        prepare: Option<Prepare>,
+        late: Vec<LateTx>,
+    ) -> Result<Probe> {
         if cfg.interval_ns == 0 || cfg.cpus.is_empty() || cfg.parallel == 0 {
             return Err(MeasureError::Setup(
                 "probe needs an interval > 0, at least one CPU and --parallel ≥ 1".into(),
@@ -158,9 +173,11 @@ impl Probe {
         });
         let (tx, rx) = mpsc::channel::<std::result::Result<(), String>>();
         let mut handles = Vec::new();
+        let mut late = late.into_iter();
         for (slot, &(cpu, index)) in placements.iter().enumerate() {
             let (shared, tx, prepare, cfg) =
                 (shared.clone(), tx.clone(), prepare.clone(), cfg.clone());
+            let late = late.next();
             let h = std::thread::Builder::new()
                 .name(format!("rtmgr-probe{cpu}.{index}"))
                 .spawn(move || {
@@ -168,7 +185,7 @@ impl Probe {
                     let failed = ok.is_err();
                     let _ = tx.send(ok.map_err(|e| e.to_string()));
                     drop(tx);
-                    run_thread(&cfg, &shared, slot, cpu, index, failed)
+                    run_thread(&cfg, &shared, slot, (cpu, index), failed, late)
                 })
                 .map_err(|e| MeasureError::io("spawn probe thread", e))?;
             handles.push(h);
@@ -235,22 +252,24 @@ fn run_thread(
     cfg: &ProbeConfig,
     shared: &Shared,
     slot: usize,
-    cpu: u32,
-    index: u32,
+    (cpu, index): (u32, u32),
     failed: bool,
+    mut late: Option<LateTx>,
 ) -> ThreadOutcome {
+    let tid = gettid();
     let me = &shared.slots[slot];
     let mut out = ThreadOutcome {
         cpu,
         index,
         hist: Hist::new(),
+        wakeups: Hist::new(),
         missed: 0,
         voluntary_ctxt_switches: 0,
         involuntary_ctxt_switches: 0,
         cpu_time_ns: 0,
     };
     let mut delta = Hist::new();
-    for h in [&mut out.hist, &mut delta] {
+    for h in [&mut out.hist, &mut out.wakeups, &mut delta] {
         h.record(PRESIZE_NS);
         h.clear();
     }
@@ -289,9 +308,18 @@ fn run_thread(
             }
         };
         out.hist.record(lat);
+        out.wakeups.record(lat);
         delta.record(lat);
         samples += 1;
         max = max.max(lat);
+        if let (Some(l), ProbeMode::Absolute) = (late.as_mut(), cfg.mode) {
+            l.offer(Sample {
+                cpu,
+                tid,
+                release_ns: next,
+                wake_ns: now,
+            });
+        }
         if cfg.mode == ProbeMode::Absolute {
             // Releases that passed while we were late: served now, at their own release.
             let mut rel = next + interval;
@@ -307,6 +335,9 @@ fn run_thread(
             next = now + interval;
         }
         if diff_ns(now, last_pub) >= PUBLISH_NS {
+            if let Some(l) = late.as_mut() {
+                l.set_running_p99(out.hist.percentile(990_000));
+            }
             if let Ok(mut l) = me.live.try_lock() {
                 l.merge(&delta);
                 delta.clear();

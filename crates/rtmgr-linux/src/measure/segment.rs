@@ -8,6 +8,7 @@ use super::probe::{Prepare, Probe, ProbeConfig, Progress, ThreadOutcome};
 use super::{disturb, MeasureError, Result};
 use crate::partition::{self, Applied, Role};
 use crate::sched;
+use crate::trace::{TailTrace, TailTracer};
 use crate::Host;
 use rtmgr_core::load::{merge_metrics, LoadKind, StressorMetrics};
 use rtmgr_core::report::{
@@ -238,18 +239,31 @@ pub struct Segment {
     pub disturbance: Disturbance,
     pub elapsed_ns: u64,
     pub interrupted: bool,
+    /// What the tail tracer explained, when the segment was traced.
+    pub tail: Option<TailTrace>,
 }
 
-/// Load up, probe, load down. Loads are killed on every exit path (drop).
+/// What one segment runs.
+pub struct SegmentPlan<'a> {
+    pub probe: &'a ProbeConfig,
+    pub load: Option<&'a LoadPlan>,
+    /// The partition the load enters (None: no partition, or the user's own).
+    pub applied: Option<&'a Applied>,
+    pub prepare: Option<Prepare>,
+    /// Trace the measured CPUs and explain late samples: samples at or above
+    /// `Some(floor)`, or (None inside) above each thread's running p99.
+    pub trace: Option<Option<u64>>,
+}
+
+/// Load up, probe (traced if asked), load down. Loads are killed on every
+/// exit path (drop), the trace instance is removed on every exit path.
 pub fn run_segment(
     host: &Host,
-    probe_cfg: &ProbeConfig,
-    load: Option<&LoadPlan>,
-    applied: Option<&Applied>,
-    prepare: Option<Prepare>,
+    plan: SegmentPlan<'_>,
     stop: &Arc<AtomicBool>,
     on_progress: &mut dyn FnMut(&Progress, Duration),
 ) -> Result<Segment> {
+    let probe_cfg = plan.probe;
     let planned = probe_cfg
         .duration_ns
         .map(Duration::from_nanos)
@@ -257,11 +271,11 @@ pub fn run_segment(
             Duration::from_nanos(probe_cfg.interval_ns * probe_cfg.loops.unwrap_or(1))
         });
     let t_seg = Instant::now();
-    let loads = match load {
-        Some(plan) => Some(Loads::start(
-            plan,
+    let loads = match plan.load {
+        Some(l) => Some(Loads::start(
+            l,
             host,
-            applied,
+            plan.applied,
             planned + WARMUP + Duration::from_secs(60),
         )?),
         None => None,
@@ -277,11 +291,20 @@ pub fn run_segment(
     );
     let loads = loads.map(Loads::check_alive).transpose()?;
     tracing::debug!("segment: loads up after {:?}", t_seg.elapsed());
+    let threads_n = probe_cfg.cpus.len() * probe_cfg.parallel as usize;
+    let (tracer, late) = match plan.trace {
+        Some(floor) => {
+            let (t, late) = TailTracer::start(&probe_cfg.cpus, threads_n, floor)
+                .map_err(|e| MeasureError::Setup(format!("tracer: {e}")))?;
+            (Some(t), late)
+        }
+        None => (None, Vec::new()),
+    };
     let before = disturb::snapshot(host);
     let start = Instant::now();
     let mut threads = Vec::new();
     if !interrupted {
-        let probe = Probe::start(probe_cfg, stop.clone(), prepare)?;
+        let probe = Probe::start_traced(probe_cfg, stop.clone(), plan.prepare, late)?;
         while !probe.finished() {
             std::thread::sleep(Duration::from_millis(100));
             on_progress(&probe.progress(), start.elapsed());
@@ -292,6 +315,10 @@ pub fn run_segment(
     let elapsed_ns = start.elapsed().as_nanos() as u64;
     let after = disturb::snapshot(host);
     tracing::debug!("segment: probe done after {:?}", t_seg.elapsed());
+    let tail = tracer
+        .map(|t| t.finish())
+        .transpose()
+        .map_err(|e| MeasureError::Setup(format!("tracer: {e}")))?;
     let metrics = stop_loads(loads)?;
     tracing::debug!("segment: loads down after {:?}", t_seg.elapsed());
     Ok(Segment {
@@ -300,6 +327,7 @@ pub fn run_segment(
         disturbance: disturb::between(&before, &after, &cpus),
         elapsed_ns,
         interrupted,
+        tail,
     })
 }
 
@@ -312,6 +340,15 @@ pub fn merged<'a>(outs: impl IntoIterator<Item = &'a ThreadOutcome>) -> (Hist, u
         missed += o.missed;
     }
     (h, missed)
+}
+
+/// Merge the wake-up histograms (the late releases left out) of thread outcomes.
+pub fn merged_wakeups<'a>(outs: impl IntoIterator<Item = &'a ThreadOutcome>) -> Hist {
+    let mut h = Hist::new();
+    for o in outs {
+        h.merge(&o.wakeups);
+    }
+    h
 }
 
 pub fn cpu_result(cpu: u32, h: &Hist, missed: u64) -> CpuResult {
@@ -359,5 +396,6 @@ pub fn latency_run(
         load,
         disturbance,
         elapsed_ns,
+        tail_causes: None,
     }
 }

@@ -2,12 +2,15 @@
 //! `rtmgr_linux::experiment::evaluate`): the table with ratios and verdicts,
 //! report.json, report.html and the SVG plots in the output directory.
 
-use super::measure::common::{parse_duration, write_file, write_json, Bar};
+use super::measure::common::{
+    parse_duration, parse_trace, write_file, write_json, Bar, TraceThreshold,
+};
 use super::{output, Outcome};
 use anyhow::{Context, Result};
 use rtmgr_core::load::LoadKind;
 use rtmgr_core::plot::{histogram_svg, percentile_svg, XScale};
 use rtmgr_core::report::{disturbance_text, evaluate_html, evaluate_table, EvaluateRun, Report};
+use rtmgr_core::trace::causes_text;
 use rtmgr_linux::experiment::evaluate::{self, EvaluateConfig};
 use rtmgr_linux::experiment::session::host_from_env;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,10 @@ pub struct EvaluateArgs {
     /// directory under $XDG_STATE_HOME/rtmgr/reports, printed at the end).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Explain each configuration's tail (samples above THRESHOLD, default its
+    /// p99.9) from a private tracefs instance on the RT CPU.
+    #[arg(long, value_name = "THRESHOLD", num_args = 0..=1, default_missing_value = "p99.9", value_parser = parse_trace)]
+    pub trace: Option<TraceThreshold>,
 }
 
 pub fn run(args: EvaluateArgs) -> Result<Outcome> {
@@ -48,6 +55,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
         rt_cpu: args.rt_cpu,
         load: args.load,
         interval: args.interval,
+        trace: args.trace.map(|t| t.0),
     };
     let outcome = {
         let mut bar = Bar::new(cfg.total);
@@ -86,6 +94,12 @@ fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
         println!("- {v}");
     }
     println!();
+    for c in &run.configs {
+        if let Some(t) = &c.tail_causes {
+            println!("{}:", c.name);
+            print!("{}", causes_text(t, 6));
+        }
+    }
     for c in &run.configs {
         let d = disturbance_text(&c.disturbance);
         if !d.is_empty() {

@@ -11,6 +11,7 @@ use common::*;
 use rtmgr_core::load::LoadKind;
 use rtmgr_core::plot::{histogram_svg, percentile_svg, series_svg, XScale};
 use rtmgr_core::report::{disturbance_text, summary_table, Body, PolicySpec, Report};
+use rtmgr_core::trace::causes_text;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::experiment::compare::CompareConfig;
 use rtmgr_linux::experiment::exec::ExecConfig;
@@ -100,6 +101,11 @@ pub struct LatencyArgs {
     /// Rounds for --compare-cyclictest (each: one probe and one cyclictest segment).
     #[arg(long, default_value_t = 4)]
     pub rounds: u32,
+    /// Explain every sample above THRESHOLD (default: the run's p99.9) from a
+    /// private tracefs instance: interrupts, softirqs, the task and system
+    /// call that held the CPU, the time no event explains.
+    #[arg(long, value_name = "THRESHOLD", num_args = 0..=1, default_missing_value = "p99.9", value_parser = parse_trace)]
+    pub trace: Option<TraceThreshold>,
 }
 
 #[derive(clap::Args)]
@@ -175,6 +181,7 @@ fn latency_config(a: &LatencyArgs) -> Result<LatencyConfig> {
         parallel: a.parallel,
         load: a.load.load,
         load_cpus: a.load.load_cpus.clone(),
+        trace: a.trace.map(|t| t.0),
     })
 }
 
@@ -241,6 +248,9 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
         for m in &l.metrics {
             println!("load {}: {:.1} bogo-ops/s", m.stressor, m.bogo_ops_per_s);
         }
+    }
+    if let Some(t) = &run.tail_causes {
+        print!("{}", causes_text(t, 10));
     }
     let series: Vec<(String, &rtmgr_core::stats::HistData)> = run
         .per_cpu

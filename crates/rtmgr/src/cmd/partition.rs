@@ -160,6 +160,17 @@ fn reset(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {
     require_root(host, "rtmgr partition reset")?;
     let _lock = machine_lock(host)?;
     let r = partition::reset(host, &a.journal)?;
+    // Tracer instances of an rtmgr killed before it could remove them.
+    match rtmgr_linux::trace::remove_stale_instances() {
+        Ok(gone) if !gone.is_empty() => {
+            eprintln!(
+                "rtmgr: removed tracer instances left by a killed rtmgr: {}",
+                gone.join(", ")
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!("no tracer instances checked: {e}"),
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else if !r.had_partition {

@@ -37,6 +37,20 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_nanos(ns as u64))
 }
 
+/// `--trace[=THRESHOLD]`: without a value (or `p99.9`) the run's own p99.9;
+/// else a duration ("100us"). The value is the fixed floor, if any.
+pub fn parse_trace(s: &str) -> std::result::Result<TraceThreshold, String> {
+    match s.trim() {
+        "" | "p99.9" | "auto" => Ok(TraceThreshold(None)),
+        d => parse_duration(d).map(|d| TraceThreshold(Some(d.as_nanos() as u64))),
+    }
+}
+
+/// What `--trace` asked for: the samples above a fixed threshold (ns), or
+/// (None) above the run's p99.9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceThreshold(pub Option<u64>);
+
 pub fn parse_cpus(s: &str) -> std::result::Result<CpuSet, String> {
     s.parse::<CpuSet>().map_err(|e| e.to_string())
 }
