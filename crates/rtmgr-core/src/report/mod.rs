@@ -55,6 +55,7 @@ pub enum Body {
     Periodicity(PeriodicityRun),
     Compare(CompareRun),
     Evaluate(EvaluateRun),
+    TraceCost(TraceCostRun),
 }
 
 /// How the probe waits.
@@ -218,6 +219,23 @@ pub struct ToolResult {
     pub overflows: u64,
     /// Histogram resolution of the tool, ns (cyclictest: 1000).
     pub resolution_ns: u64,
+}
+
+/// `rtmgr measure latency --trace-cost`: the same probe with and without the
+/// tail tracer, alternated in rounds under the same load: what tracing costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceCostRun {
+    pub cpus: CpuSet,
+    pub interval_ns: u64,
+    pub rounds: u32,
+    pub segment_ns: u64,
+    pub load: Option<LoadResult>,
+    pub untraced: CpuResult,
+    pub traced: CpuResult,
+    /// Events the tracer read, per second of traced measuring, and lost.
+    pub events: u64,
+    pub events_per_s: f64,
+    pub events_lost: u64,
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod exec;
 pub mod latency;
 pub mod periodicity;
 pub mod session;
+pub mod trace_cost;
 
 pub use error::{bad_input, Context, Error, Result};
 pub use session::Session;

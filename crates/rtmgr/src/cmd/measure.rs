@@ -106,6 +106,10 @@ pub struct LatencyArgs {
     /// call that held the CPU, the time no event explains.
     #[arg(long, value_name = "THRESHOLD", num_args = 0..=1, default_missing_value = "p99.9", value_parser = parse_trace)]
     pub trace: Option<TraceThreshold>,
+    /// What --trace costs: alternate traced and untraced halves in --rounds
+    /// rounds under the same load and compare their latencies.
+    #[arg(long, conflicts_with = "compare_cyclictest")]
+    pub trace_cost: bool,
 }
 
 #[derive(clap::Args)]
@@ -147,6 +151,7 @@ pub struct PeriodicityArgs {
 pub fn run(cmd: MeasureCmd) -> Result<Outcome> {
     match cmd {
         MeasureCmd::Latency(a) if a.compare_cyclictest => compare(a),
+        MeasureCmd::Latency(a) if a.trace_cost => trace_cost(a),
         MeasureCmd::Latency(a) => latency(a),
         MeasureCmd::Exec(a) => exec_cmd(a),
         MeasureCmd::Periodicity(a) => periodicity_cmd(a),
@@ -331,6 +336,52 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
     let partial = s.partial();
     let rep = s.report(Body::Compare(run), partial.clone());
     outputs(&a.out, "compare", &rep, &svgs)?;
+    Ok(outcome(&partial))
+}
+
+fn trace_cost(a: LatencyArgs) -> Result<Outcome> {
+    let cfg = latency_config(&a)?;
+    experiment::trace_cost::check(&cfg, a.rounds)?;
+    let s = Session::open(host_from_env()?, "rtmgr measure latency --trace-cost")?;
+    let run = experiment::trace_cost::run(&s, &cfg, a.rounds, &mut Bar::new(a.duration))?;
+    println!(
+        "{}",
+        summary_table(&[
+            ("untraced".into(), &run.untraced.summary),
+            ("traced".into(), &run.traced.summary),
+        ])
+    );
+    let (u, t) = (&run.untraced.summary, &run.traced.summary);
+    let ratio = |ppm: Option<u32>| {
+        let pick = |x: &rtmgr_core::stats::Summary| ppm.map_or(x.max_ns, |p| x.get(p));
+        rtmgr_core::stats::ratio(pick(t), pick(u))
+            .map(|r| format!("{r:.2}x"))
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "traced/untraced: p50 {}, p99 {}, p99.9 {}, max {}; the tracer read {:.0} events/s ({} lost)",
+        ratio(Some(500_000)),
+        ratio(Some(990_000)),
+        ratio(Some(999_000)),
+        ratio(None),
+        run.events_per_s,
+        run.events_lost
+    );
+    let named = [
+        ("untraced", &run.untraced.hist),
+        ("traced", &run.traced.hist),
+    ];
+    let title = format!(
+        "wake-up latency with and without the tracer on CPUs {}",
+        run.cpus
+    );
+    let svgs = [
+        ("", histogram_svg(&title, &named, XScale::Log)),
+        ("-percentiles", percentile_svg(&title, &named)),
+    ];
+    let partial = s.partial();
+    let rep = s.report(Body::TraceCost(run), partial.clone());
+    outputs(&a.out, "trace-cost", &rep, &svgs)?;
     Ok(outcome(&partial))
 }
 
