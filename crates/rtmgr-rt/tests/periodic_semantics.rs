@@ -10,7 +10,9 @@ use rtmgr_rt::periodic::{
 };
 use rtmgr_sys::lock::{MachineLock, DEFAULT_LOCK_PATH};
 use rtmgr_sys::process::is_root;
-use rtmgr_sys::sched::{get_affinity, get_attr, SCHED_FLAG_RESET_ON_FORK};
+use rtmgr_sys::sched::{
+    get_affinity, get_attr, online_cpus, set_affinity, CpuMask, SCHED_FLAG_RESET_ON_FORK,
+};
 use std::path::Path;
 
 const MS: u64 = 1_000_000;
@@ -23,6 +25,21 @@ fn burn(ns: u64) {
     let t0 = thread_cpu_ns();
     while thread_cpu_ns() - t0 < ns {
         std::hint::spin_loop();
+    }
+}
+
+/// SCHED_DEADLINE needs the thread's affinity to cover its root domain: the
+/// hard-mode threads start on every online CPU, whatever affinity the test
+/// harness was started with (false, with the reason printed, if the kernel
+/// refuses: the harness runs in a narrower cpuset).
+fn on_every_cpu() -> bool {
+    let all = CpuMask::from_cpus(0..online_cpus()).unwrap();
+    match set_affinity(0, &all) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("skip: cannot widen the affinity to every online CPU ({e})");
+            false
+        }
     }
 }
 
@@ -232,6 +249,9 @@ fn hard_mode_deadline() {
     }
     let _lock = machine_lock();
     std::thread::spawn(|| {
+        if !on_every_cpu() {
+            return;
+        }
         let before = policy();
         overrun_catch_up(BudgetMode::hard(), TaskClass::Linux);
         assert_eq!(policy(), before, "SCHED_DEADLINE not reset");
@@ -260,7 +280,7 @@ fn hard_mode_admission_error_states_utilisation() {
         return;
     }
     let _lock = machine_lock();
-    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let cpus = u64::from(online_cpus());
     // Hold 0.9 per CPU in sleeping tasks, then ask for 0.2 more: refused.
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
@@ -269,6 +289,7 @@ fn hard_mode_admission_error_states_utilisation() {
         .map(|_| {
             let (rx, ready_tx) = (rx.clone(), ready_tx.clone());
             std::thread::spawn(move || {
+                on_every_cpu();
                 let mut t = linux_task("holder");
                 let r = t.make_periodic_budget(0, 10 * MS, 9 * MS, BudgetMode::hard());
                 ready_tx.send(r.is_ok()).unwrap();
@@ -281,6 +302,7 @@ fn hard_mode_admission_error_states_utilisation() {
         .collect();
     let held: Vec<bool> = (0..cpus).map(|_| ready_rx.recv().unwrap()).collect();
     let res = std::thread::spawn(|| {
+        on_every_cpu();
         let mut t = linux_task("asker");
         t.make_periodic_budget(0, 10 * MS, 2 * MS, BudgetMode::hard())
             .map(|_| ())
@@ -346,4 +368,26 @@ fn group_budget_is_shared_by_its_members() {
     }
     assert!(group.exhaustions() >= 10);
     assert_eq!(group.members(), 0);
+}
+
+#[test]
+fn hard_mode_on_a_narrowed_affinity_says_why_it_is_refused() {
+    if !is_root() || online_cpus() < 2 {
+        eprintln!("skip: needs root (SCHED_DEADLINE) and 2 CPUs");
+        return;
+    }
+    let _lock = machine_lock();
+    std::thread::spawn(|| {
+        set_affinity(0, &CpuMask::from_cpus([0]).unwrap()).unwrap();
+        let before = policy();
+        let mut t = linux_task("narrowed");
+        let e = t
+            .make_periodic_budget(0, 10 * MS, 2 * MS, BudgetMode::hard())
+            .unwrap_err();
+        assert!(matches!(e, TaskError::DeadlineAffinity { .. }), "{e}");
+        assert!(e.to_string().contains("root domain"), "{e}");
+        assert_eq!(policy(), before, "a refusal changes nothing");
+    })
+    .join()
+    .unwrap();
 }

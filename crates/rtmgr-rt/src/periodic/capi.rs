@@ -74,6 +74,10 @@ fn fail(e: TaskError) -> RtmgrTaskStatus {
         TaskError::AlreadyPeriodic => RTMGR_TASK_EPERIODIC,
         TaskError::Admission { .. } => RTMGR_TASK_EBUSY,
         TaskError::WrongThread { .. } => RTMGR_TASK_ETHREAD,
+        TaskError::DeadlineAffinity { .. } => {
+            rtmgr_sys::errno::set(libc::EPERM);
+            RTMGR_TASK_EOS
+        }
         TaskError::Os { source, .. } => {
             if let Some(code) = source.raw_os_error() {
                 rtmgr_sys::errno::set(code);

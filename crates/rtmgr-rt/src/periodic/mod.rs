@@ -88,6 +88,13 @@ pub enum TaskError {
         rt_period_us: i64,
         held: f64,
     },
+    #[error(
+        "SCHED_DEADLINE refused (EPERM): the kernel requires the thread's affinity \
+         ({affinity}) to cover every CPU of its root domain (its cpuset's CPUs; {online} \
+         online); to run a deadline task on fewer CPUs, give it an exclusive cpuset \
+         (an rtmgr partition's RT cpuset) instead of narrowing its affinity"
+    )]
+    DeadlineAffinity { affinity: String, online: u32 },
     #[error("{what}: {source}")]
     Os {
         what: &'static str,

@@ -15,7 +15,8 @@ use super::{
 use rtmgr_core::budget::{BudgetAccount, Enforcer, Reservation, WaitAction};
 use rtmgr_sys::mem::mlockall;
 use rtmgr_sys::sched::{
-    gettid, online_cpus, pin_to, set_attr, yield_now, SavedSched, SchedAttr, SCHED_FIFO,
+    get_affinity, gettid, online_cpus, pin_to, set_attr, yield_now, SavedSched, SchedAttr,
+    SCHED_FIFO,
 };
 use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
 use rtmgr_sys::Tid;
@@ -256,6 +257,8 @@ impl Task {
                     CURRENT.with(|c| c.set(std::ptr::null()));
                     return Err(if e.raw_os_error() == Some(libc::EBUSY) {
                         self.admission_error(budget_ns, period_ns)
+                    } else if e.raw_os_error() == Some(libc::EPERM) && is_narrowed() {
+                        deadline_affinity_error()
                     } else {
                         TaskError::Os {
                             what: "sched_setattr(SCHED_DEADLINE)",
@@ -456,5 +459,26 @@ impl std::fmt::Debug for Task {
             .field("tid", &self.tid)
             .field("periodic", &self.inner.is_some())
             .finish()
+    }
+}
+
+/// Is the calling thread's affinity narrower than the online CPUs (the usual
+/// cause of EPERM from SCHED_DEADLINE for a privileged thread)?
+fn is_narrowed() -> bool {
+    get_affinity(0).is_ok_and(|a| a.count() < online_cpus())
+}
+
+fn deadline_affinity_error() -> TaskError {
+    let affinity = get_affinity(0)
+        .map(|m| {
+            m.cpus()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_else(|_| "?".into());
+    TaskError::DeadlineAffinity {
+        affinity,
+        online: online_cpus(),
     }
 }
