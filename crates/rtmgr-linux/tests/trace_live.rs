@@ -49,6 +49,7 @@ fn a_private_instance_records_a_threads_syscalls_and_goes_away() {
         events: vec!["raw_syscalls/sys_enter".into(), "sched/sched_switch".into()],
         buffer_kb: 1024,
         pids: None,
+        react_at_priority: None,
     };
     let session = TraceSession::start(
         spec,

@@ -88,6 +88,21 @@ impl EventCounter {
     }
 }
 
+/// Wait until one of `fds` is readable or `timeout_ns` passes; true if one is.
+pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout_ns: u64) -> io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut set: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    let t = Timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as _,
+        tv_nsec: (timeout_ns % 1_000_000_000) as _,
+    };
+    match poll(&mut set, Some(&t)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +147,14 @@ mod tests {
         e.add(2);
         e.add(3);
         assert_eq!(e.wait(), 5);
+    }
+
+    #[test]
+    fn wait_readable_times_out_then_sees_data() {
+        use std::io::Write;
+        let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!wait_readable(&[r.as_fd()], 1_000_000).unwrap());
+        w.write_all(b"x").unwrap();
+        assert!(wait_readable(&[r.as_fd()], 1_000_000_000).unwrap());
     }
 }

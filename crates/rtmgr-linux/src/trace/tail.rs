@@ -182,6 +182,7 @@ impl TailTracer {
             events: TAIL_EVENTS.iter().map(|e| e.to_string()).collect(),
             buffer_kb: 8192,
             pids: None,
+            react_at_priority: None,
         };
         let session = TraceSession::start(spec, sink)?;
         Ok((

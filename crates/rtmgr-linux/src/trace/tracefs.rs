@@ -24,7 +24,7 @@ use std::time::Duration;
 const MOUNT: &str = "/sys/kernel/tracing";
 /// Instance names start with this, then the owner's pid.
 pub const INSTANCE_PREFIX: &str = "rtmgr-";
-/// How long the reader sleeps when the pipe is empty.
+/// How long the reader waits for data before it checks its controls again.
 const IDLE_POLL: Duration = Duration::from_millis(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,10 @@ pub struct TraceSpec {
     pub buffer_kb: u32,
     /// Record only these tasks (set_event_pid); None = every task.
     pub pids: Option<Vec<u32>>,
+    /// A watch that acts on what it reads: the reader wakes at every event
+    /// (`buffer_percent` 0) and runs at this SCHED_FIFO priority. None: a
+    /// recorder, woken when pages fill, at the creator's policy.
+    pub react_at_priority: Option<u8>,
 }
 
 /// What a finished trace reports.
@@ -197,6 +201,11 @@ fn overruns(inst: &Path, cpus: &CpuSet) -> u64 {
 
 fn configure(inst: &Path, spec: &TraceSpec, stats: &mut TraceStats) -> Result<(), TraceError> {
     write(&inst.join("trace_clock"), "mono")?;
+    // A watch wakes at the first event, not when half the buffer is full.
+    let percent = inst.join("buffer_percent");
+    if spec.react_at_priority.is_some() && percent.exists() {
+        write(&percent, "0")?;
+    }
     write(&inst.join("buffer_size_kb"), &spec.buffer_kb.to_string())?;
     write(&inst.join("tracing_cpumask"), &spec.cpus.to_mask(1))?;
     if let Some(p) = &spec.pids {
@@ -235,6 +244,11 @@ fn run(
     control: mpsc::Receiver<Control>,
     ready: mpsc::Sender<Result<(), TraceError>>,
 ) -> Result<TraceStats, TraceError> {
+    if let Some(p) = spec.react_at_priority {
+        if let Err(e) = crate::sched::set_policy(0, crate::sched::Policy::Fifo { priority: p }) {
+            tracing::debug!("tracer at SCHED_FIFO {p}: {e}");
+        }
+    }
     let root = match mount_privately() {
         Ok(r) => r,
         Err(e) => {
@@ -336,7 +350,11 @@ fn run(
             if draining {
                 break;
             }
-            std::thread::sleep(IDLE_POLL);
+            use std::os::fd::AsFd;
+            let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();
+            if rtmgr_sys::fd::wait_readable(&fds, IDLE_POLL.as_nanos() as u64).is_err() {
+                std::thread::sleep(IDLE_POLL);
+            }
         }
     }
     stats.lost = stats.lost.max(overruns(&inst, &spec.cpus));
