@@ -104,6 +104,18 @@ pub fn irq_ticks(text: &str) -> Vec<u64> {
     now
 }
 
+/// Read and write system calls so far (`syscr`, `syscw` of /proc/…/io): a
+/// lower bound of a task's kernel entries (other system calls are not counted).
+pub fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let get = |key: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((get("syscr:")?, get("syscw:")?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +145,13 @@ mod tests {
         let st = parse_status(b"Name:\tx\nCpus_allowed_list:\t0-2,5\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n");
         assert_eq!(st.affinity, Some([0, 1, 2, 5].into_iter().collect()));
         assert_eq!((st.voluntary, st.involuntary), (12, 3));
+    }
+
+    #[test]
+    fn io_counters() {
+        let io = b"rchar: 10\nwchar: 20\nsyscr: 3\nsyscw: 4\nread_bytes: 0\n";
+        assert_eq!(parse_io(io), Some((3, 4)));
+        assert_eq!(parse_io(b"rchar: 1\n"), None);
     }
 
     #[test]

@@ -3,78 +3,27 @@
 //! `run_balancer` lend them the idle RT CPU, stops it from another thread (as
 //! SIGTERM does), and checks every affinity and cpuset is back as it was.
 
+mod common;
+
+use common::{Busy, Lab};
 use rtmgr_core::balance::Place;
-use rtmgr_core::partition::{validate, PartitionConfig};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::balance::observe::Scope;
 use rtmgr_linux::balance::{run_balancer, LiveConfig};
-use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
-use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard};
-use rtmgr_linux::{cgroup, cpus, measure, Host};
-use std::collections::BTreeSet;
-use std::path::Path;
+use rtmgr_linux::cgroup;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[test]
 fn balancer_lends_the_rt_cpu_and_restores_everything() {
-    if !rtmgr_linux::sched::is_root() {
-        eprintln!("skip: needs root to change cpusets and affinities");
+    let Some(lab) = Lab::start() else {
         return;
-    }
-    let host = Host::real();
-    if partition::layout(&host).is_err() {
-        eprintln!("skip: no cpuset controller");
-        return;
-    }
-    let online = cpus::online(&host).unwrap();
-    if online.len() < 2 {
-        eprintln!("skip: needs 2 CPUs");
-        return;
-    }
-    let _lock = MachineLock::acquire(Path::new(DEFAULT_LOCK_PATH)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let rt_cpu = online.iter().last().unwrap();
-    let plan = validate(
-        &PartitionConfig {
-            rt_cpus: Some(CpuSet::single(rt_cpu)),
-            ..Default::default()
-        },
-        None,
-        &online,
-    )
-    .unwrap();
-    let guard = PartitionGuard::apply(
-        &host,
-        &plan,
-        &ApplyOptions {
-            journal: dir.path().join("journal"),
-            replace: false,
-        },
-    )
-    .unwrap();
-    let applied = guard.applied().clone();
-
-    // Three busy threads, bounded to 10 s whatever happens.
-    let done = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let workers: Vec<_> = (0..3)
-        .map(|_| {
-            let (done, tx) = (done.clone(), tx.clone());
-            std::thread::spawn(move || {
-                tx.send(measure::gettid()).unwrap();
-                let t0 = Instant::now();
-                let mut x = 0u64;
-                while !done.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(10) {
-                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-                }
-            })
-        })
-        .collect();
-    let tids: BTreeSet<u32> = (0..3).map(|_| rx.recv().unwrap()).collect();
-    // Threads start in the process's cpuset: after the partition, the NRT set.
-    std::thread::sleep(Duration::from_millis(100));
+    };
+    let (host, applied) = (lab.host.clone(), lab.applied.clone());
+    let (plan, rt_cpu) = (applied.plan.clone(), lab.rt_cpu);
+    let busy = Busy::spawn(3, Duration::from_secs(10));
+    let tids = busy.tids.clone();
     let before: Vec<(u32, CpuSet, Option<String>)> = tids
         .iter()
         .map(|&t| {
@@ -114,7 +63,9 @@ fn balancer_lends_the_rt_cpu_and_restores_everything() {
         .unwrap()
     };
     let guest = seen_guest.lock().unwrap().clone();
-    let (gtid, gaff) = guest.expect("the idle RT CPU was never lent to a busy task");
+    let Some((gtid, gaff)) = guest else {
+        panic!("the idle RT CPU was never lent to a busy task: {report:?}");
+    };
     assert!(tids.contains(&gtid));
     assert_eq!(
         gaff,
@@ -143,9 +94,6 @@ fn balancer_lends_the_rt_cpu_and_restores_everything() {
             "cpuset of {t} not restored"
         );
     }
-    done.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
-    guard.reset().unwrap();
+    busy.stop();
+    lab.finish();
 }

@@ -68,8 +68,13 @@ pub struct TaskObs {
     /// CPU time since the task started (fairness between candidates).
     pub total_ns: u64,
     /// The observer saw the task enter a non-preemptible section during the
-    /// window (only an in-kernel observer such as the simulator can know).
+    /// window (the simulator always knows; live, the kernel-entry watch of
+    /// the RT CPUs sees a guest's system calls and page faults there).
     pub np_entered: bool,
+    /// Kernel entries (system calls, page faults) in the window, when the
+    /// observer can count them (live: `/proc/…/io`'s read and write calls).
+    #[serde(default)]
+    pub kernel_entries: Option<u64>,
 }
 
 /// What the observer saw at `now_ns` over the last `window_ns`.
@@ -81,6 +86,11 @@ pub struct Observation {
     /// The tasks seen; an observer may leave out tasks that neither ran nor
     /// were runnable in the window, unless they are guests.
     pub tasks: Vec<TaskObs>,
+    /// How coarse the tasks' user/kernel times are (live: one clock tick of
+    /// /proc's utime/stime, 10 ms; the simulator: 0, exact). The user-mode
+    /// prediction forgives one such step of kernel time.
+    #[serde(default)]
+    pub time_resolution_ns: u64,
 }
 
 /// Tunables; the defaults are the ones `rtmgr balance` and the simulator use.
@@ -127,6 +137,14 @@ pub struct PolicyConfig {
     pub rotation_min_stay_ns: u64,
     /// An RT CPU with less spare capacity than this is not lent for rotation.
     pub min_lend_capacity: f64,
+    /// Lend an RT CPU only to tasks predicted to stay in user mode there
+    /// (ARTiS §2.1: guests run on RT CPUs only while preemptible): over the
+    /// last window their kernel share, blocking rate and kernel entries
+    /// stay under these.
+    pub predict_user_mode: bool,
+    pub lend_kernel_share_max: f64,
+    pub lend_switch_rate_max: f64,
+    pub lend_entries_per_s_max: f64,
 }
 
 impl Default for PolicyConfig {
@@ -148,6 +166,10 @@ impl Default for PolicyConfig {
             rotation_quantum_ns: 50_000_000,
             rotation_min_stay_ns: 500_000_000,
             min_lend_capacity: 0.05,
+            predict_user_mode: true,
+            lend_kernel_share_max: 0.05,
+            lend_switch_rate_max: 100.0,
+            lend_entries_per_s_max: 100.0,
         }
     }
 }

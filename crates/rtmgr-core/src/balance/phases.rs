@@ -224,8 +224,9 @@ impl Balancer {
     /// Phase 9 (§2.3, NRT→RT with association and Fig. 3's estimate): fill
     /// the RT CPUs' spare capacity, RT1+ tasks first (highest priority
     /// first) and at every step, Linux tasks every `linux_every` steps and
-    /// only when CPU-bound, poorest first; never a task whose next
-    /// kernel-heavy phase is near. Returns the candidates left waiting.
+    /// only when CPU-bound, poorest first; only tasks predicted to stay in
+    /// user mode (§2.1), never a task whose next kernel-heavy phase is near.
+    /// Returns the candidates left waiting.
     fn fill_rt_cpus<'a>(&self, s: &mut Step<'a>) -> Vec<&'a TaskObs> {
         let (cfg, obs, now) = (&self.cfg, s.obs, s.now);
         let w = obs.window_ns;
@@ -239,6 +240,8 @@ impl Balancer {
             .filter(|t| s.linux_turn || t.class != TaskClass::Linux)
             // Linux tasks only when CPU-bound (half their NRT share at least).
             .filter(|t| t.class != TaskClass::Linux || used_share(t, 0.5 * nrt_share, w))
+            // Only tasks that will not enter the kernel there.
+            .filter(|t| self.predicted_user_mode(t, w, obs.time_resolution_ns))
             .filter(|t| {
                 self.history
                     .get(&t.id)

@@ -62,6 +62,31 @@ impl Balancer {
         warm && !self.closed(cpu, now)
     }
 
+    /// Is `t` predicted to stay in user mode on an RT CPU (ARTiS §2.1: a
+    /// guest may run there only while preemptible)? Judged on its last window.
+    /// `resolution_ns`: how coarse the kernel time is (one step forgiven).
+    pub(super) fn predicted_user_mode(
+        &self,
+        t: &TaskObs,
+        window_ns: u64,
+        resolution_ns: u64,
+    ) -> bool {
+        let c = &self.cfg;
+        if !c.predict_user_mode {
+            return true;
+        }
+        let w = window_ns.max(1) as f64;
+        let busy = t.user_ns + t.kernel_ns;
+        let kernel_ok = (busy as f64) < c.min_busy_share * w
+            || (t.kernel_ns.saturating_sub(resolution_ns) as f64)
+                <= c.lend_kernel_share_max * busy as f64;
+        let switches_ok = t.voluntary as f64 * 1e9 / w <= c.lend_switch_rate_max;
+        let entries_ok = t
+            .kernel_entries
+            .is_none_or(|n| n as f64 * 1e9 / w <= c.lend_entries_per_s_max);
+        kernel_ok && switches_ok && entries_ok && !t.np_entered
+    }
+
     pub(super) fn is_heavy(&self, t: &TaskObs, window_ns: u64) -> bool {
         if t.np_entered {
             return true;

@@ -1,8 +1,12 @@
 //! The latency guard of `rtmgr balance`: a low-rate latency probe (one
 //! SCHED_FIFO thread per RT CPU, in the partition's RT cpuset, woken every
-//! `interval`) whose recent p99 tells the ARTiS policy (§2.2) when guests
-//! must leave an RT CPU at once. Reuses the measurement layer's thread set-up.
+//! `interval`). One late sample on a CPU that has guests — later than the
+//! bound and than what the CPU shows without guests — sends its guests to the
+//! NRT CPUs at once from the probe thread (ARTiS §2.2: RT0's latency first),
+//! and the policy learns of the trip at its next step. Its recent p99 also
+//! goes to the policy. Reuses the measurement layer's thread set-up.
 
+use super::mover::Evictor;
 use crate::cgroup;
 use crate::measure::probe::{max_fifo_priority, setup_rt_thread, Prepare};
 use crate::measure::{mono_ns, sleep_until, MeasureError};
@@ -15,13 +19,54 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// Samples kept per CPU for the "recent" p99.
+/// Samples kept per CPU for the "recent" p99 and for the guest-free baseline.
 pub const WINDOW_SAMPLES: usize = 200;
+
+/// A trip of one CPU's guard: the late sample and the guests it sent away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trip {
+    pub cpu: u32,
+    pub latency_ns: u64,
+    pub evicted: Vec<u32>,
+}
+
+/// What the guard threads share with the balancer loop.
+#[derive(Default)]
+struct Shared {
+    /// RT CPU → its guests now (set by the loop).
+    guests: BTreeMap<u32, Vec<u32>>,
+    trips: Vec<Trip>,
+}
+
+/// Evicting at once on a late sample: the bound and how.
+pub struct Immediate {
+    pub bound_ns: u64,
+    pub evictor: Evictor,
+}
 
 pub struct LatencyGuard {
     stop: Arc<AtomicBool>,
     recent: Vec<(u32, Arc<Mutex<VecDeque<u64>>>)>,
+    shared: Arc<Mutex<Shared>>,
     handles: Vec<JoinHandle<()>>,
+}
+
+/// Nearest-rank p99 of a sample ring.
+fn p99_of(ring: &VecDeque<u64>) -> Option<u64> {
+    if ring.is_empty() {
+        return None;
+    }
+    let mut v: Vec<u64> = ring.iter().copied().collect();
+    v.sort_unstable();
+    let k = (v.len() * 99).div_ceil(100).max(1) - 1;
+    Some(v[k])
+}
+
+fn push(ring: &mut VecDeque<u64>, v: u64) {
+    if ring.len() == WINDOW_SAMPLES {
+        ring.pop_front();
+    }
+    ring.push_back(v);
 }
 
 impl LatencyGuard {
@@ -31,6 +76,7 @@ impl LatencyGuard {
         applied: &Applied,
         cpus: &CpuSet,
         interval_ns: u64,
+        immediate: Option<Immediate>,
     ) -> Result<LatencyGuard, MeasureError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (h, layout, dir) = (
@@ -48,9 +94,12 @@ impl LatencyGuard {
         let policy = Policy::Fifo {
             priority: max_fifo_priority(),
         };
+        let shared: Arc<Mutex<Shared>> = Arc::default();
+        let immediate = immediate.map(Arc::new);
         let mut g = LatencyGuard {
             stop: stop.clone(),
             recent: Vec::new(),
+            shared: shared.clone(),
             handles: Vec::new(),
         };
         let (tx, rx) = mpsc::channel::<Result<(), String>>();
@@ -58,6 +107,7 @@ impl LatencyGuard {
             let ring = Arc::new(Mutex::new(VecDeque::with_capacity(WINDOW_SAMPLES)));
             g.recent.push((cpu, ring.clone()));
             let (stop, tx, prepare) = (stop.clone(), tx.clone(), prepare.clone());
+            let (shared, immediate) = (shared.clone(), immediate.clone());
             let h = std::thread::Builder::new()
                 .name(format!("rtmgr-guard{cpu}"))
                 .spawn(move || {
@@ -68,15 +118,40 @@ impl LatencyGuard {
                     if failed {
                         return;
                     }
+                    // Samples taken while the CPU had no guest: what its own RT tasks cost.
+                    let mut clean = VecDeque::with_capacity(WINDOW_SAMPLES);
                     let mut next = mono_ns() + interval_ns;
                     while !stop.load(Ordering::Relaxed) {
                         sleep_until(next);
                         let late = mono_ns().saturating_sub(next);
                         if let Ok(mut r) = ring.lock() {
-                            if r.len() == WINDOW_SAMPLES {
-                                r.pop_front();
+                            push(&mut r, late);
+                        }
+                        let guests: Vec<u32> = shared
+                            .lock()
+                            .map(|s| s.guests.get(&cpu).cloned().unwrap_or_default())
+                            .unwrap_or_default();
+                        match (&immediate, guests.is_empty()) {
+                            (_, true) => push(&mut clean, late),
+                            (Some(im), false) => {
+                                let limit = p99_of(&clean)
+                                    .map_or(im.bound_ns, |b| im.bound_ns.max(b + b / 4));
+                                if late > limit {
+                                    let evicted: Vec<u32> = guests
+                                        .into_iter()
+                                        .filter(|&t| im.evictor.evict(t).is_ok())
+                                        .collect();
+                                    if let Ok(mut s) = shared.lock() {
+                                        s.guests.remove(&cpu);
+                                        s.trips.push(Trip {
+                                            cpu,
+                                            latency_ns: late,
+                                            evicted,
+                                        });
+                                    }
+                                }
                             }
-                            r.push_back(late);
+                            (None, false) => {}
                         }
                         next += interval_ns;
                         // Missed releases are recorded late, not skipped.
@@ -95,22 +170,31 @@ impl LatencyGuard {
         Ok(g)
     }
 
+    /// The guests of each RT CPU now (the guard evicts them on a late sample).
+    pub fn set_guests(&self, guests: &BTreeMap<u32, u32>) {
+        let mut by_cpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (&tid, &cpu) in guests {
+            by_cpu.entry(cpu).or_default().push(tid);
+        }
+        if let Ok(mut s) = self.shared.lock() {
+            s.guests = by_cpu;
+        }
+    }
+
+    /// The trips since the last call.
+    pub fn take_trips(&self) -> Vec<Trip> {
+        self.shared
+            .lock()
+            .map(|mut s| std::mem::take(&mut s.trips))
+            .unwrap_or_default()
+    }
+
     /// Recent p99 (nearest rank) per RT CPU, when there are samples.
     pub fn p99(&self) -> BTreeMap<u32, u64> {
-        let mut out = BTreeMap::new();
-        for (cpu, ring) in &self.recent {
-            let mut v: Vec<u64> = match ring.lock() {
-                Ok(r) => r.iter().copied().collect(),
-                Err(_) => continue,
-            };
-            if v.is_empty() {
-                continue;
-            }
-            v.sort_unstable();
-            let k = (v.len() * 99).div_ceil(100).max(1) - 1;
-            out.insert(*cpu, v[k]);
-        }
-        out
+        self.recent
+            .iter()
+            .filter_map(|(cpu, ring)| Some((*cpu, p99_of(&*ring.lock().ok()?)?)))
+            .collect()
     }
 
     fn stop_now(&mut self) {

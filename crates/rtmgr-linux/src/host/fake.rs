@@ -186,6 +186,10 @@ impl Kernel for FakeKernel {
         put(host, Path::new(&path), &out)
     }
 
+    fn get_policy(&self, _tid: u32) -> Result<Policy> {
+        Ok(Policy::Other { nice: 0 })
+    }
+
     /// No scheduler here: accepted, nothing changes.
     fn set_policy(&self, _tid: u32, _policy: Policy) -> Result<()> {
         Ok(())

@@ -56,6 +56,7 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn rmdir(&self, host: &Host, abs: &Path) -> Result<()>;
     fn get_affinity(&self, host: &Host, tid: u32) -> Result<CpuSet>;
     fn set_affinity(&self, host: &Host, tid: u32, cpus: &CpuSet) -> Result<()>;
+    fn get_policy(&self, tid: u32) -> Result<crate::sched::Policy>;
     fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()>;
     /// May this process change the machine (root)?
     fn privileged(&self) -> bool;
@@ -174,6 +175,11 @@ impl Host {
 
     pub fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<()> {
         self.kernel.set_affinity(self, tid, cpus)
+    }
+
+    /// A thread's scheduling policy (a fake tree's threads are all SCHED_OTHER).
+    pub fn get_policy(&self, tid: u32) -> Result<crate::sched::Policy> {
+        self.kernel.get_policy(tid)
     }
 
     /// Set a thread's scheduling policy (a fake tree has no scheduler: accepted, nothing changes).

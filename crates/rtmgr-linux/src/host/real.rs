@@ -45,6 +45,10 @@ impl Kernel for RealKernel {
         sched::set_affinity(tid, cpus).map_err(|e| task_err("sched_setaffinity", tid, e))
     }
 
+    fn get_policy(&self, tid: u32) -> Result<sched::Policy> {
+        sched::get_policy(tid).map_err(|e| task_err("sched_getattr", tid, e))
+    }
+
     fn set_policy(&self, tid: u32, policy: sched::Policy) -> Result<()> {
         sched::set_policy(tid, policy).map_err(|e| task_err("sched_setattr", tid, e))
     }

@@ -76,6 +76,7 @@ impl Rtmgr {
                     total_ns: t.total_ns(),
                     // User space cannot see preempt_disable(): only kernel time.
                     np_entered: false,
+                    kernel_entries: None,
                 };
                 t.w_user = 0;
                 t.w_kernel = 0;
@@ -112,6 +113,7 @@ impl Balancer for Rtmgr {
             window_ns: window,
             cpus: Self::observe_cpus(m, window),
             tasks: self.observe_tasks(m),
+            time_resolution_ns: 0,
         };
         let moves = self.policy.step(&obs);
         for mv in moves {

@@ -123,6 +123,41 @@ fn print_live(r: &LiveReport, json: bool) -> anyhow::Result<()> {
     if !r.schedstat {
         println!("note: no per-task schedstat (CONFIG_SCHED_INFO off): tasks are checked through stat, which costs more");
     }
+    println!(
+        "lends              {} ({} sent away at a kernel entry{}; user-mode prediction held {})",
+        r.lends,
+        r.kernel_entry_evictions,
+        if r.entry_syscalls.is_empty() {
+            String::new()
+        } else {
+            let v: Vec<String> = r
+                .entry_syscalls
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            format!(": {}", v.join(", "))
+        },
+        r.prediction_hit_rate
+            .map(|h| format!("{:.0} %", 100.0 * h))
+            .unwrap_or_else(|| "-".into())
+    );
+    if let (Some(mean), Some(max)) = (r.entry_evict_delay_mean_ns, r.entry_evict_delay_max_ns) {
+        println!(
+            "entry → eviction   mean {:.1} µs, max {:.1} µs",
+            mean as f64 / 1e3,
+            max as f64 / 1e3
+        );
+    }
+    println!(
+        "guard trips        {} ({} guests sent away at once)",
+        r.guard_trips, r.guard_evictions
+    );
+    if !r.entry_watch {
+        println!("note: kernel entries of guests not watched (no tracefs): guests leave at the next sample");
+    }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
     for (c, v) in &r.guard_p99_max_ns {
         println!(
             "guard CPU {c}: highest recent p99 {:.1} µs",

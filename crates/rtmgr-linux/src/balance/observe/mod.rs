@@ -239,6 +239,7 @@ impl Observer {
                 involuntary: r.w_invol,
                 total_ns: r.run_ns,
                 np_entered: false,
+                kernel_entries: r.w_entries,
             });
         }
         let cpus = self
@@ -261,7 +262,24 @@ impl Observer {
             window_ns,
             cpus,
             tasks,
+            time_resolution_ns: 1_000_000_000 / procfs::ticks_per_second().max(1),
         }
+    }
+
+    /// RT1+ tasks whose affinity reaches into the RT CPUs (started across
+    /// both sets): (tid, start time). The balancer adopts them (ARTiS §2.1).
+    pub fn spanning_rt1(&self, guests: &BTreeMap<u32, u32>) -> Vec<(u32, u64)> {
+        self.recs
+            .iter()
+            .filter(|(tid, r)| {
+                !r.fresh
+                    && !r.kthread
+                    && r.spans_rt
+                    && matches!(r.class, TaskClass::Rt1 { .. })
+                    && !guests.contains_key(tid)
+            })
+            .map(|(&tid, r)| (tid, r.start_time))
+            .collect()
     }
 
     /// Start time of a known task (to recognise a reused tid).

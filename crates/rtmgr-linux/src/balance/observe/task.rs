@@ -8,7 +8,7 @@ use crate::balance::procfile::{FdBudget, KeptFile};
 use procfs::process::Stat;
 use procfs::FromRead;
 use rtmgr_core::class::TaskClass;
-use rtmgr_core::proctext::{class_of_policy, parse_schedstat, parse_status};
+use rtmgr_core::proctext::{class_of_policy, parse_io, parse_schedstat, parse_status};
 use std::io;
 use std::path::PathBuf;
 
@@ -25,6 +25,7 @@ struct TaskFiles {
     schedstat: KeptFile,
     stat: KeptFile,
     status: KeptFile,
+    io: KeptFile,
 }
 
 pub(super) struct Rec {
@@ -64,6 +65,11 @@ pub(super) struct Rec {
     pub(super) w_kernel: u64,
     pub(super) w_vol: u64,
     pub(super) w_invol: u64,
+    /// Its affinity reaches into the RT CPUs (an RT1+ task started across both sets).
+    pub(super) spans_rt: bool,
+    /// Read and write system calls so far (/proc/…/io), and in the last window.
+    pub(super) entries: Option<u64>,
+    pub(super) w_entries: Option<u64>,
 }
 
 impl Rec {
@@ -96,6 +102,9 @@ impl Rec {
             w_kernel: 0,
             w_vol: 0,
             w_invol: 0,
+            spans_rt: false,
+            entries: None,
+            w_entries: None,
         }
     }
 
@@ -106,12 +115,14 @@ impl Rec {
         self.w_kernel = 0;
         self.w_vol = 0;
         self.w_invol = 0;
+        self.w_entries = None;
     }
 
     pub(super) fn close_all(&mut self, budget: &mut FdBudget) {
         self.files.schedstat.close(budget);
         self.files.stat.close(budget);
         self.files.status.close(budget);
+        self.files.io.close(budget);
     }
 }
 
@@ -281,6 +292,7 @@ impl Observer {
                 self.last.reads += 1;
                 if let Some(aff) = st.affinity {
                     rec.nrt_only = aff == self.nrt;
+                    rec.spans_rt = !aff.is_disjoint(&self.rt);
                     rec.has_affinity = true;
                 }
                 let (v, n) = (st.voluntary, st.involuntary);
@@ -301,6 +313,24 @@ impl Observer {
         } else {
             rec.w_vol = if fresh { 0 } else { switched };
             rec.w_invol = 0;
+        }
+        // Kernel entries of a lending candidate (runnable, used CPU): the
+        // read/write calls of /proc/…/io; the policy lends only to tasks
+        // predicted to stay in user mode.
+        rec.w_entries = None;
+        if rec.runnable && ran > 0 && !rec.kthread && rec.class != TaskClass::Rt0 {
+            let io = rec
+                .files
+                .io
+                .read(&rec.dir, "io", &mut self.buf, true, &mut self.budget)
+                .ok()
+                .and_then(|()| parse_io(&self.buf));
+            if let Some((r, w)) = io {
+                self.last.reads += 1;
+                let now = r + w;
+                rec.w_entries = rec.entries.map(|before| now.saturating_sub(before));
+                rec.entries = Some(now);
+            }
         }
         true
     }

@@ -1,0 +1,222 @@
+//! The live balancer's loop (ARTiS §2.2–2.3 from user space): every T ms
+//! observe /proc, feed the policy what the kernel-entry watch and the
+//! latency guard caught since the last step, apply its pushes; on stop (or
+//! error) undo every change.
+
+use super::entry_watch::{Entry, EntryWatch};
+use super::guard::{Immediate, LatencyGuard, Trip};
+use super::mover::Mover;
+use super::observe::Observer;
+use super::{reason_name, v2_lending, BalanceError, LiveConfig, LiveReport};
+use crate::measure::{mono_ns, sleep_until, thread_cpu_ns};
+use crate::partition::Applied;
+use crate::Host;
+use rtmgr_core::balance::{Balancer, Move, Observation, Place};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Run the live balancer on an applied partition until `stop` is set (or the
+/// configured duration passes). Restores every change before returning, on
+/// success and on error. `progress` is called after each sample.
+pub fn run_balancer(
+    host: &Host,
+    applied: &Applied,
+    cfg: &LiveConfig,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&LiveReport, &[Move]),
+) -> Result<LiveReport, BalanceError> {
+    if !applied.complete {
+        return Err(BalanceError::Incomplete);
+    }
+    let plan = &applied.plan;
+    // Before the mover: dropped after it, once every guest has left.
+    let _lending = v2_lending::MemberWhileLending::open(host, applied)?;
+    let mut mover = Mover::new(host, applied);
+    let mut report = LiveReport::default();
+    let guard = if cfg.guard {
+        let immediate = match (cfg.immediate_guard, cfg.policy.latency_bound_ns) {
+            (true, Some(bound_ns)) => Some(Immediate {
+                bound_ns,
+                evictor: mover.evictor(),
+            }),
+            _ => None,
+        };
+        Some(LatencyGuard::start(
+            host,
+            applied,
+            &plan.rt,
+            cfg.guard_interval_ns,
+            immediate,
+        )?)
+    } else {
+        None
+    };
+    let mut watch = if cfg.watch_entries {
+        match EntryWatch::start(&plan.rt, mover.evictor()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                report
+                    .notes
+                    .push(format!("kernel entries of guests not watched: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    report.entry_watch = watch.is_some();
+    let mut observer = Observer::new(
+        host.root(),
+        plan.rt.clone(),
+        plan.nrt.clone(),
+        cfg.scope.clone(),
+    );
+    observer.set_scan_every(cfg.scan_every);
+    observer.set_hot_ns(cfg.period_ns / 100);
+    observer.set_switch_floor(cfg.policy.switch_rate_max / 4.0);
+    let mut policy = Balancer::new(cfg.policy.clone());
+    let mut refused: BTreeSet<u64> = BTreeSet::new();
+    let (t0, cpu0) = (mono_ns(), thread_cpu_ns());
+    let mut next = t0;
+    let mut last = t0;
+    let mut reads = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let now = mono_ns();
+        if cfg.duration_ns.is_some_and(|d| now.saturating_sub(t0) >= d) {
+            break;
+        }
+        let entries = watch.as_ref().map(|w| w.take()).unwrap_or_default();
+        let trips = guard.as_ref().map(|g| g.take_trips()).unwrap_or_default();
+        let mut p99 = guard.as_ref().map(|g| g.p99()).unwrap_or_default();
+        note_trips(&mut report, &mut p99, &trips);
+        for (&c, &v) in &p99 {
+            let m = report.guard_p99_max_ns.entry(c).or_insert(0);
+            *m = (*m).max(v);
+        }
+        let guests = mover.guests();
+        let mut obs = observer.sample(
+            now.saturating_sub(t0),
+            now.saturating_sub(last).max(1),
+            &guests,
+            &p99,
+        );
+        last = now;
+        reads += observer.last.reads as u64;
+        report.proc_listings += u64::from(observer.last.listed);
+        report.stat_sweeps += u64::from(observer.last.swept);
+        report.open_files_max = report.open_files_max.max(observer.open_files());
+        report.scans_skipped_calm += u64::from(observer.last.skipped);
+        report.psi = observer.has_psi();
+        report.schedstat = observer.has_schedstat();
+        mark_entries(&mut report, &mut obs, &entries);
+        for (tid, start) in observer.spanning_rt1(&guests) {
+            match mover.adopt(tid, start) {
+                Ok(()) => report.adopted += 1,
+                Err(e) if e.is_gone() => {}
+                Err(e) => report.refused.push(format!("adopt RT1+ task {tid}: {e}")),
+            }
+        }
+        for t in obs.tasks.iter_mut() {
+            if refused.contains(&t.id) && t.place == Place::Nrt {
+                t.place = Place::Fixed;
+            }
+        }
+        let moves = policy.step(&obs);
+        for m in &moves {
+            let tid = m.task as u32;
+            let r = match m.to {
+                Place::Rt(cpu) => {
+                    let st = observer.start_time(tid).unwrap_or(0);
+                    let class = obs
+                        .tasks
+                        .iter()
+                        .find(|t| t.id == m.task)
+                        .map(|t| t.class)
+                        .unwrap_or(rtmgr_core::class::TaskClass::Linux);
+                    report.lends += 1;
+                    mover.to_rt(tid, cpu, st, class)
+                }
+                Place::Nrt => mover.restore(tid),
+                Place::Fixed => Ok(()),
+            };
+            match r {
+                Ok(()) => {
+                    *report
+                        .moves
+                        .entry(reason_name(m.reason).into())
+                        .or_default() += 1
+                }
+                Err(e) if e.is_gone() => {}
+                Err(e) => {
+                    refused.insert(m.task);
+                    report.refused.push(format!("task {tid}: {e}"));
+                }
+            }
+        }
+        let guests = mover.guests();
+        if let Some(w) = watch.as_mut() {
+            w.watch(&guests);
+        }
+        if let Some(g) = &guard {
+            g.set_guests(&guests);
+        }
+        report.samples += 1;
+        report.tasks_known_max = report.tasks_known_max.max(observer.known_tasks());
+        progress(&report, &moves);
+        next += cfg.period_ns;
+        sleep_until(next);
+    }
+    let (restored, fails) = mover.restore_all();
+    drop(guard);
+    if let Some(w) = watch {
+        if let Ok(st) = w.finish() {
+            report.entry_events = st.events;
+        }
+    }
+    report.restored = restored;
+    report.restore_failures = fails;
+    report.wall_s = mono_ns().saturating_sub(t0) as f64 / 1e9;
+    report.balancer_cpu_s = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+    report.overhead_percent = 100.0 * report.balancer_cpu_s / report.wall_s.max(1e-9);
+    report.mean_task_reads_per_sample = reads as f64 / report.samples.max(1) as f64;
+    report.prediction_hit_rate = (report.lends > 0)
+        .then(|| 1.0 - report.kernel_entry_evictions as f64 / report.lends as f64);
+    Ok(report)
+}
+
+/// A guard trip: the policy sees the late sample as the CPU's p99, so it
+/// closes the CPU to guests for its back-off (the guests already left).
+fn note_trips(report: &mut LiveReport, p99: &mut BTreeMap<u32, u64>, trips: &[Trip]) {
+    for t in trips {
+        report.guard_trips += 1;
+        report.guard_evictions += t.evicted.len() as u64;
+        let p = p99.entry(t.cpu).or_insert(0);
+        *p = (*p).max(t.latency_ns);
+    }
+}
+
+/// A guest the watch saw entering the kernel on its RT CPU was already sent
+/// away: the policy learns it as a non-preemptible entry (Fig. 3's history).
+fn mark_entries(report: &mut LiveReport, obs: &mut Observation, entries: &[Entry]) {
+    for e in entries {
+        let n = report.kernel_entry_evictions;
+        report.kernel_entry_evictions += 1;
+        report.entry_evict_delay_max_ns = report.entry_evict_delay_max_ns.max(Some(e.delay_ns));
+        let mean = report.entry_evict_delay_mean_ns.unwrap_or(0);
+        report.entry_evict_delay_mean_ns = Some((mean * n + e.delay_ns) / (n + 1));
+        if let Some(nr) = e.syscall {
+            *report
+                .entry_syscalls
+                .entry(rtmgr_core::trace::attribute::syscall_name(nr))
+                .or_default() += 1;
+        } else {
+            *report
+                .entry_syscalls
+                .entry("page fault".into())
+                .or_default() += 1;
+        }
+        if let Some(t) = obs.tasks.iter_mut().find(|t| t.id == u64::from(e.tid)) {
+            t.np_entered = true;
+        }
+    }
+}
