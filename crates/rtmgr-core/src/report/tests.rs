@@ -159,3 +159,23 @@ fn summary_table_shows_only_supported_columns() {
     assert_eq!(us(Some(1500)), "1.5");
     assert_eq!(us(None), "-");
 }
+
+#[test]
+fn ratios_keep_significant_digits_whatever_their_size() {
+    let cases = [
+        (221.4, "221"),
+        (4312.0, "4312"),
+        (22.14, "22.1"),
+        (2.714, "2.71"),
+        (1.0, "1.00"),
+        (0.3412, "0.34"),
+        (0.05, "0.050"),
+        (1.0 / 221.0, "0.0045"),
+        (0.0, "0"),
+    ];
+    for (r, text) in cases {
+        assert_eq!(ratio_text(r), text, "{r}");
+    }
+    assert_eq!(text::ratio_cell(Some(1.0 / 221.0)), "0.0045x");
+    assert_eq!(text::ratio_cell(None), "-");
+}

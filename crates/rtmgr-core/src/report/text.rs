@@ -13,11 +13,28 @@ pub fn us(ns: Option<i64>) -> String {
     }
 }
 
+/// A ratio cell: "221x", "2.71x", "0.34x", "0.0045x" (see `ratio_text`), or "-".
 pub(crate) fn ratio_cell(r: Option<f64>) -> String {
     match r {
-        Some(r) => format!("{r:.2}x"),
+        Some(r) => format!("{}x", ratio_text(r)),
         None => "-".into(),
     }
+}
+
+/// A ratio with significant digits whatever its size: three from 1 up
+/// (1.00, 2.71, 22.1, 221, 4310), two below 1 (0.34, 0.050, 0.0045), so a
+/// 221-fold difference never prints as 0.00.
+pub fn ratio_text(r: f64) -> String {
+    if !r.is_finite() {
+        return format!("{r}");
+    }
+    if r == 0.0 {
+        return "0".into();
+    }
+    let digits = if r.abs() >= 1.0 { 3 } else { 2 };
+    let magnitude = r.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).max(0) as usize;
+    format!("{r:.decimals$}")
 }
 
 /// Columns of a summary table: n, min, the percentiles any row supports, max, missed.
