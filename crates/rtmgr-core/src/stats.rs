@@ -300,7 +300,10 @@ pub struct PercentileValue {
 }
 
 /// What rtmgr reports for one set of samples (McKenney §3, DESIGN.md "Measuring").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// In JSON each reported percentile also appears under its own key beside the
+/// list (`p99_ns`, `p99_9_ns`, …: see `percentile_key`), so `jq .summary.p99_ns`
+/// picks it out; reading ignores those keys (the list is the data).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Summary {
     pub n: u64,
     pub min_ns: Option<i64>,
@@ -310,6 +313,28 @@ pub struct Summary {
     pub max_ns: Option<i64>,
     /// Releases that came while the task was still late for an earlier one.
     pub missed: u64,
+}
+
+/// The JSON key of a percentile beside the list: 990000 → "p99_ns", 999900 → "p99_99_ns".
+pub fn percentile_key(ppm: u32) -> String {
+    format!("{}_ns", label(ppm).replace('.', "_"))
+}
+
+impl Serialize for Summary {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("n", &self.n)?;
+        m.serialize_entry("min_ns", &self.min_ns)?;
+        m.serialize_entry("mean_ns", &self.mean_ns)?;
+        for p in &self.percentiles {
+            m.serialize_entry(&percentile_key(p.ppm), &p.value_ns)?;
+        }
+        m.serialize_entry("percentiles", &self.percentiles)?;
+        m.serialize_entry("max_ns", &self.max_ns)?;
+        m.serialize_entry("missed", &self.missed)?;
+        m.end()
+    }
 }
 
 impl Summary {
@@ -375,6 +400,29 @@ mod tests {
         };
         let labels: Vec<_> = s.percentiles.iter().map(|p| label(p.ppm)).collect();
         assert_eq!(labels, ["p50", "p90", "p99", "p99.9"]);
+    }
+
+    #[test]
+    fn json_names_each_reported_percentile_beside_the_list() {
+        let mut h = Hist::new();
+        for v in 1..=10_000 {
+            h.record(v);
+        }
+        let s = h.summary(2);
+        let v = serde_json::to_value(&s).unwrap();
+        for (key, ppm) in [
+            ("p50_ns", 500_000),
+            ("p99_ns", 990_000),
+            ("p99_9_ns", 999_000),
+        ] {
+            assert_eq!(v[key], s.get(ppm).unwrap(), "{key}");
+        }
+        assert!(v.get("p99_99_ns").is_none(), "not supported by n: {v}");
+        assert_eq!(v["percentiles"].as_array().unwrap().len(), 4);
+        assert_eq!(v["missed"], 2);
+        let back: Summary = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(percentile_key(999_990), "p99_999_ns");
     }
 
     #[test]

@@ -70,7 +70,11 @@ fn latency_under_load_report_structure_and_counts() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("missed"));
     let r = json(&tmp.path().join("r.json"));
-    assert_eq!(r["schema"], "rtmgr.report/1");
+    assert_eq!(r["schema"], "rtmgr.report/2");
+    assert_eq!(
+        r["overall"]["summary"]["p50_ns"],
+        r["overall"]["summary"]["percentiles"][0]["value_ns"]
+    );
     assert_eq!(r["kind"], "latency");
     assert_eq!(r["partial"], false);
     let threads = r["threads"].as_array().unwrap();

@@ -20,7 +20,7 @@ use crate::stats::{HistData, Summary};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; readers must check it.
-pub const SCHEMA: &str = "rtmgr.report/1";
+pub const SCHEMA: &str = "rtmgr.report/2";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
