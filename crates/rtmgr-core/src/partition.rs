@@ -76,6 +76,8 @@ pub enum ConfigError {
     IrqConflict(u32),
     #[error("latency_bound_us must be > 0")]
     ZeroBound,
+    #[error("IRQ {irq} in [irq] {list} does not exist on this machine (see /proc/irq or `rtmgr status --verbose`)")]
+    NoSuchIrq { irq: u32, list: &'static str },
 }
 
 impl PartitionConfig {
@@ -158,6 +160,18 @@ pub fn validate(
         latency_bound_us: bound,
         workqueues: config.workqueues.unwrap_or(true),
     })
+}
+
+/// Check a plan's IRQ exceptions against the IRQs the machine has (`existing`,
+/// the numbers under /proc/irq): a number that names no IRQ is a typo or a
+/// device on another machine, never silently nothing.
+pub fn check_irqs(plan: &PartitionPlan, existing: &[u32]) -> Result<(), ConfigError> {
+    for (list, irqs) in [("rt", &plan.irq_rt), ("leave", &plan.irq_leave)] {
+        if let Some(&irq) = irqs.iter().find(|i| !existing.contains(i)) {
+            return Err(ConfigError::NoSuchIrq { irq, list });
+        }
+    }
+    Ok(())
 }
 
 /// Where an IRQ should go under a plan, or None to leave it alone.
@@ -266,6 +280,46 @@ mod tests {
         assert_eq!(validate(&irq, None, &o), Err(ConfigError::IrqConflict(3)));
         let zero = PartitionConfig::from_toml("rt_cpus = \"1\"\nlatency_bound_us = 0").unwrap();
         assert_eq!(validate(&zero, None, &o), Err(ConfigError::ZeroBound));
+    }
+
+    #[test]
+    fn irqs_the_machine_lacks_are_refused() {
+        let cfg =
+            PartitionConfig::from_toml("rt_cpus = \"1\"\n[irq]\nleave = [9]\nrt = [41]").unwrap();
+        let plan = validate(&cfg, None, &online()).unwrap();
+        assert_eq!(check_irqs(&plan, &[0, 9, 41]), Ok(()));
+        let e = check_irqs(&plan, &[0, 9]).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::NoSuchIrq {
+                irq: 41,
+                list: "rt"
+            }
+        );
+        assert!(
+            e.to_string()
+                .starts_with("IRQ 41 in [irq] rt does not exist"),
+            "{e}"
+        );
+        assert_eq!(
+            check_irqs(&plan, &[41]),
+            Err(ConfigError::NoSuchIrq {
+                irq: 9,
+                list: "leave"
+            })
+        );
+        assert_eq!(
+            check_irqs(
+                &validate(
+                    &PartitionConfig::default(),
+                    Some(&CpuSet::single(1)),
+                    &online()
+                )
+                .unwrap(),
+                &[]
+            ),
+            Ok(())
+        );
     }
 
     #[test]

@@ -111,6 +111,26 @@ fn bad_input_is_one_line_exit_2_and_changes_nothing() {
     let cfg_bad = dir.path().join("bad.toml");
     std::fs::write(&cfg_bad, "rt_cpus = \"1-\"\n").unwrap();
     let cfg_missing = dir.path().join("absent.toml");
+    // IRQ numbers the machine does not have, in either exception list.
+    let no_irq = rtmgr_linux::irq::numbers(&host)
+        .unwrap()
+        .last()
+        .copied()
+        .unwrap_or(0)
+        + 1000;
+    let rt_cpu = online.iter().last().unwrap();
+    let cfg_irq_rt = dir.path().join("irq-rt.toml");
+    std::fs::write(
+        &cfg_irq_rt,
+        format!("rt_cpus = \"{rt_cpu}\"\n[irq]\nrt = [{no_irq}]\n"),
+    )
+    .unwrap();
+    let cfg_irq_leave = dir.path().join("irq-leave.toml");
+    std::fs::write(
+        &cfg_irq_leave,
+        format!("rt_cpus = \"{rt_cpu}\"\n[irq]\nleave = [{no_irq}]\n"),
+    )
+    .unwrap();
     let cases: Vec<(&str, Vec<String>)> = vec![
         ("malformed list", vec!["--rt-cpus".into(), "1-x".into()]),
         ("reversed range", vec!["--rt-cpus".into(), "3-1".into()]),
@@ -129,6 +149,14 @@ fn bad_input_is_one_line_exit_2_and_changes_nothing() {
         (
             "missing config file",
             vec!["--config".into(), cfg_missing.display().to_string()],
+        ),
+        (
+            "IRQ in [irq] rt that does not exist",
+            vec!["--config".into(), cfg_irq_rt.display().to_string()],
+        ),
+        (
+            "IRQ in [irq] leave that does not exist",
+            vec!["--config".into(), cfg_irq_leave.display().to_string()],
         ),
     ];
     let before = snapshot::capture(&host);
@@ -149,6 +177,12 @@ fn bad_input_is_one_line_exit_2_and_changes_nothing() {
             "{what}: want one error line, got: {err}"
         );
         assert!(err.starts_with("rtmgr: error:"), "{what}: {err}");
+        if what.starts_with("IRQ") {
+            assert!(
+                err.contains(&format!("IRQ {no_irq} in [irq]")),
+                "{what}: {err}"
+            );
+        }
         assert!(!journal.exists(), "{what}: journal created");
     }
     assert_restored(&before, "after bad input");

@@ -5,11 +5,11 @@
 
 use super::{bad_input, host, machine_lock, require_root, Outcome};
 use anyhow::Context;
-use rtmgr_core::partition::{validate, ApplyReport, PartitionConfig, PartitionPlan};
+use rtmgr_core::partition::{check_irqs, validate, ApplyReport, PartitionConfig, PartitionPlan};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionError};
-use rtmgr_linux::{cpus, Host};
+use rtmgr_linux::{cpus, irq, Host};
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
@@ -83,8 +83,16 @@ pub fn plan_from_args(
         None => PartitionConfig::default(),
     };
     let online = cpus::online(host).context("reading online CPUs")?;
-    match validate(&cfg, rt.as_ref(), &online) {
-        Ok(p) => Ok(p),
+    let plan = match validate(&cfg, rt.as_ref(), &online) {
+        Ok(p) => p,
+        Err(e) => return bad_input(e.to_string()),
+    };
+    if plan.irq_rt.is_empty() && plan.irq_leave.is_empty() {
+        return Ok(plan);
+    }
+    let irqs = irq::numbers(host).context("listing /proc/irq")?;
+    match check_irqs(&plan, &irqs) {
+        Ok(()) => Ok(plan),
         Err(e) => bad_input(e.to_string()),
     }
 }
