@@ -278,3 +278,61 @@ fn compare_cyclictest_side_by_side() {
     assert!(c["rtmgr"]["cpu_ns_per_sample"].is_number());
     assert!(c["cyclictest"]["cpu_ns_per_sample"].is_number());
 }
+
+#[test]
+fn budget_report_goes_to_the_state_directory_not_the_current_one() {
+    let Some(_live) = live_ready("budget_report_goes_to_the_state_directory_not_the_current_one")
+    else {
+        return;
+    };
+    let tmp = tempdir();
+    let state = tmp.path().join("state");
+    let out = rtmgr(tmp.path())
+        .env("XDG_STATE_HOME", &state)
+        .args([
+            "measure",
+            "budget",
+            "--experiment",
+            "overhead",
+            "--mode",
+            "soft",
+            "--variants",
+            "rearm",
+            "--overhead-ms",
+            "100",
+            "--rounds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dirs: Vec<_> = std::fs::read_dir(state.join("rtmgr/reports"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert!(dirs[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("budget-"));
+    assert_eq!(
+        json(&dirs[0].join("report.json"))["schema"],
+        "rtmgr.budget/1"
+    );
+    let in_cwd: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "state")
+        .collect();
+    assert!(
+        in_cwd.is_empty(),
+        "written into the current directory: {in_cwd:?}"
+    );
+}

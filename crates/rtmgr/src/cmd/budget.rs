@@ -1,7 +1,9 @@
 //! `rtmgr measure budget`: flags and output of the budget experiment
-//! (budget-based RTAI §4; engine: `rtmgr_linux::experiment::budget`): the table
-//! on stderr, the JSON report (stdout or `--json`) and the Fig. 6-style plot.
+//! (budget-based RTAI §4; engine: `rtmgr_linux::experiment::budget`): the table,
+//! and the JSON report and Fig. 6-style plot where `--out`/`--json`/`--svg` say
+//! (by default a new directory under the user's state directory).
 
+use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Context;
 use rtmgr_core::plot::budget_rates_svg;
@@ -39,12 +41,9 @@ pub struct BudgetArgs {
     /// Interleave the modes in this many rounds (the run time is split).
     #[arg(long, default_value_t = 5)]
     rounds: u64,
-    /// Write the JSON report here (default: stdout).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write the Fig. 6-style budget-rate plot (SVG) here.
-    #[arg(long)]
-    svg: Option<PathBuf>,
+    /// Report (`report.json`) and the Fig. 6-style budget-rate plot (`budget.svg`).
+    #[command(flatten)]
+    out: OutArgs,
 }
 
 pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
@@ -75,21 +74,19 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
         rounds: args.rounds,
     };
     let report = budget::run(&host_from_env()?, &cfg, &mut rtmgr_linux::experiment::Quiet)?;
-    eprint!("{}", budget_table(&report.runs));
-    let json = serde_json::to_string_pretty(&report)?;
-    match &args.json {
-        Some(p) => std::fs::write(p, json).with_context(|| format!("writing {}", p.display()))?,
-        None => println!("{json}"),
-    }
-    if let Some(p) = &args.svg {
-        let prec: Vec<&BudgetRun> = report
-            .runs
-            .iter()
-            .filter(|r| r.experiment == "precision")
-            .collect();
-        std::fs::write(p, budget_rates_svg(&prec))
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    print!("{}", budget_table(&report.runs));
+    let prec: Vec<&BudgetRun> = report
+        .runs
+        .iter()
+        .filter(|r| r.experiment == "precision")
+        .collect();
+    // The plot shows the precision runs: written when there are some, or when asked for.
+    let svgs = if prec.is_empty() && args.out.svg.is_none() {
+        vec![]
+    } else {
+        vec![("", budget_rates_svg(&prec))]
+    };
+    write_report(&args.out, "budget", &report, &svgs)?;
     Ok(if report.interrupted {
         Outcome::Code(130)
     } else {

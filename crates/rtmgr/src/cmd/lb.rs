@@ -182,7 +182,7 @@ pub fn run(args: LbArgs) -> anyhow::Result<Outcome> {
     };
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(p) = &args.save {
-        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
+        super::measure::common::write_file(p, &json)?;
     }
     if args.json {
         println!("{json}");

@@ -4,13 +4,13 @@
 
 pub mod common;
 
-use super::output;
+use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Result;
 use common::*;
 use rtmgr_core::load::LoadKind;
 use rtmgr_core::plot::{histogram_svg, percentile_svg, series_svg, XScale};
-use rtmgr_core::report::{disturbance_text, summary_table, Body, PolicySpec, Report};
+use rtmgr_core::report::{disturbance_text, summary_table, Body, PolicySpec};
 use rtmgr_core::trace::causes_text;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::experiment::compare::CompareConfig;
@@ -20,7 +20,6 @@ use rtmgr_linux::experiment::periodicity::PeriodicityConfig;
 use rtmgr_linux::experiment::session::host_from_env;
 use rtmgr_linux::experiment::{self, Session};
 use rtmgr_linux::measure::probe::max_fifo_priority;
-use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(clap::Subcommand)]
@@ -43,23 +42,6 @@ pub struct LoadArgs {
     /// CPUs for the load (default: the online CPUs not measured, or all if none).
     #[arg(long, value_parser = parse_cpus)]
     pub load_cpus: Option<CpuSet>,
-}
-
-#[derive(clap::Args, Clone)]
-pub struct OutArgs {
-    /// Directory for report.json and the plots (default: a new directory under
-    /// $XDG_STATE_HOME/rtmgr/reports, printed at the end).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Where to write the JSON report (schema: docs/report-schema.md).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Where to write the SVG plot(s) (default: beside the JSON report); extra plots get a suffix.
-    #[arg(long)]
-    pub svg: Option<PathBuf>,
-    /// Also print the JSON report on stdout after the table.
-    #[arg(long)]
-    pub print_json: bool,
 }
 
 #[derive(clap::Args)]
@@ -190,27 +172,6 @@ fn latency_config(a: &LatencyArgs) -> Result<LatencyConfig> {
     })
 }
 
-/// Write the report and its plots where `out` says; print the JSON if asked.
-fn outputs(out: &OutArgs, kind: &str, report: &Report, svgs: &[(&str, String)]) -> Result<()> {
-    let paths = output::paths(
-        kind,
-        out.out.as_deref(),
-        out.json.as_deref(),
-        out.svg.as_deref(),
-    );
-    write_json(&paths.json, report)?;
-    eprintln!("report: {}", paths.json.display());
-    for (suffix, text) in svgs {
-        let p = with_suffix(&paths.svg, suffix);
-        write_file(&p, text)?;
-        eprintln!("plot: {}", p.display());
-    }
-    if out.print_json {
-        println!("{}", serde_json::to_string_pretty(report)?);
-    }
-    Ok(())
-}
-
 /// Exit code of a run that may have been cut short.
 fn outcome(partial: &Option<String>) -> Outcome {
     if partial.is_some() {
@@ -282,7 +243,7 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
     ];
     let partial = s.partial();
     let rep = s.report(Body::Latency(run), partial.clone());
-    outputs(&a.out, "latency", &rep, &svgs)?;
+    write_report(&a.out, "latency", &rep, &svgs)?;
     if let Some(p) = &partial {
         eprintln!("rtmgr: {p}; partial report written");
     }
@@ -335,7 +296,7 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
     ];
     let partial = s.partial();
     let rep = s.report(Body::Compare(run), partial.clone());
-    outputs(&a.out, "compare", &rep, &svgs)?;
+    write_report(&a.out, "compare", &rep, &svgs)?;
     Ok(outcome(&partial))
 }
 
@@ -381,7 +342,7 @@ fn trace_cost(a: LatencyArgs) -> Result<Outcome> {
     ];
     let partial = s.partial();
     let rep = s.report(Body::TraceCost(run), partial.clone());
-    outputs(&a.out, "trace-cost", &rep, &svgs)?;
+    write_report(&a.out, "trace-cost", &rep, &svgs)?;
     Ok(outcome(&partial))
 }
 
@@ -427,7 +388,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
     )];
     let partial = s.partial();
     let rep = s.report(Body::Exec(run), partial.clone());
-    outputs(&a.out, "exec", &rep, &svgs)?;
+    write_report(&a.out, "exec", &rep, &svgs)?;
     Ok(outcome(&partial))
 }
 
@@ -477,6 +438,6 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
         .partial()
         .or(out.interrupted.then(|| "interrupted".to_string()));
     let rep = s.report(Body::Periodicity(run), partial.clone());
-    outputs(&a.out, "periodicity", &rep, &svgs)?;
+    write_report(&a.out, "periodicity", &rep, &svgs)?;
     Ok(outcome(&partial))
 }

@@ -3,7 +3,53 @@
 //! directory under the user's state directory — never into the current
 //! directory unasked.
 
+use super::measure::common::{with_suffix, write_file, write_json};
 use std::path::{Path, PathBuf};
+
+/// Where a measuring command writes its report and plots.
+#[derive(clap::Args, Clone, Debug)]
+pub struct OutArgs {
+    /// Directory for report.json and the plots (default: a new directory under
+    /// $XDG_STATE_HOME/rtmgr/reports, printed at the end).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where to write the JSON report (schema: docs/report-schema.md).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Where to write the SVG plot(s) (default: beside the JSON report); extra plots get a suffix.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Also print the JSON report on stdout after the table.
+    #[arg(long)]
+    pub print_json: bool,
+}
+
+/// Write the report and its plots (`svgs`: suffix, SVG text) where `out`
+/// says; print the JSON if asked.
+pub fn write_report(
+    out: &OutArgs,
+    kind: &str,
+    report: &impl serde::Serialize,
+    svgs: &[(&str, String)],
+) -> anyhow::Result<()> {
+    let paths = paths(
+        kind,
+        out.out.as_deref(),
+        out.json.as_deref(),
+        out.svg.as_deref(),
+    );
+    write_json(&paths.json, report)?;
+    eprintln!("report: {}", paths.json.display());
+    for (suffix, text) in svgs {
+        let p = with_suffix(&paths.svg, suffix);
+        write_file(&p, text)?;
+        eprintln!("plot: {}", p.display());
+    }
+    if out.print_json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    }
+    Ok(())
+}
 
 /// `$XDG_STATE_HOME/rtmgr/reports/<kind>-<UTC time>` (`~/.local/state/…` when
 /// XDG_STATE_HOME is unset; /var/tmp/rtmgr/reports/… without a home).
