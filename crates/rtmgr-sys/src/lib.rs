@@ -16,6 +16,7 @@
 pub mod child;
 pub mod errno;
 pub mod fd;
+pub mod filelock;
 pub mod futex;
 pub mod lock;
 pub mod mem;
