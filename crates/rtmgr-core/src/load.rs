@@ -97,21 +97,30 @@ impl FromStr for LoadKind {
     }
 }
 
-/// One stressor's throughput as stress-ng reported it.
+/// What one operation of a stress-ng stressor is.
+pub const STRESS_NG_OP: &str = "bogo-op (stress-ng's unit of work of this stressor)";
+
+/// One load component's throughput: a stress-ng stressor's bogo-ops, or a
+/// built-in load's operations. Operations of different components are not
+/// commensurable (see `relative_throughput`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StressorMetrics {
-    pub stressor: String,
-    pub bogo_ops: u64,
-    /// Bogo-ops per second of wall-clock time.
-    pub bogo_ops_per_s: f64,
+pub struct ComponentMetrics {
+    /// The stressor ("cpu", "sock", …) or built-in component ("int-float", …).
+    pub component: String,
+    /// Operations done.
+    pub ops: u64,
+    /// Operations per second of wall-clock time.
+    pub ops_per_s: f64,
+    /// What one operation is.
+    pub op: String,
 }
 
 /// Parse the `metrics:` list of a stress-ng `--yaml` file. Unknown keys are ignored;
 /// entries without a stressor name are skipped.
-pub fn parse_stress_ng_yaml(text: &str) -> Vec<StressorMetrics> {
+pub fn parse_stress_ng_yaml(text: &str) -> Vec<ComponentMetrics> {
     let mut out = Vec::new();
     let mut in_metrics = false;
-    let mut cur: Option<StressorMetrics> = None;
+    let mut cur: Option<ComponentMetrics> = None;
     for line in text.lines() {
         let trimmed = line.trim();
         if !line.starts_with(' ') && !line.starts_with('-') && trimmed.ends_with(':') {
@@ -132,10 +141,11 @@ pub fn parse_stress_ng_yaml(text: &str) -> Vec<StressorMetrics> {
             if let Some(m) = cur.take() {
                 out.push(m);
             }
-            cur = Some(StressorMetrics {
-                stressor: String::new(),
-                bogo_ops: 0,
-                bogo_ops_per_s: 0.0,
+            cur = Some(ComponentMetrics {
+                component: String::new(),
+                ops: 0,
+                ops_per_s: 0.0,
+                op: STRESS_NG_OP.into(),
             });
         }
         let Some((k, v)) = kv.split_once(':') else {
@@ -144,9 +154,9 @@ pub fn parse_stress_ng_yaml(text: &str) -> Vec<StressorMetrics> {
         let (k, v) = (k.trim(), v.trim());
         if let Some(m) = cur.as_mut() {
             match k {
-                "stressor" => m.stressor = v.to_string(),
-                "bogo-ops" => m.bogo_ops = v.parse::<f64>().map(|f| f as u64).unwrap_or(0),
-                "bogo-ops-per-second-real-time" => m.bogo_ops_per_s = v.parse().unwrap_or(0.0),
+                "stressor" => m.component = v.to_string(),
+                "bogo-ops" => m.ops = v.parse::<f64>().map(|f| f as u64).unwrap_or(0),
+                "bogo-ops-per-second-real-time" => m.ops_per_s = v.parse().unwrap_or(0.0),
                 _ => {}
             }
         }
@@ -154,18 +164,18 @@ pub fn parse_stress_ng_yaml(text: &str) -> Vec<StressorMetrics> {
     if let Some(m) = cur.take() {
         out.push(m);
     }
-    out.retain(|m| !m.stressor.is_empty());
+    out.retain(|m| !m.component.is_empty());
     out
 }
 
-/// Sum per stressor name (several stress-ng instances, e.g. NRT and guest loads).
-pub fn merge_metrics(parts: &[Vec<StressorMetrics>]) -> Vec<StressorMetrics> {
-    let mut out: Vec<StressorMetrics> = Vec::new();
+/// Sum per component (several load processes, e.g. NRT and guest loads).
+pub fn merge_metrics(parts: &[Vec<ComponentMetrics>]) -> Vec<ComponentMetrics> {
+    let mut out: Vec<ComponentMetrics> = Vec::new();
     for m in parts.iter().flatten() {
-        match out.iter_mut().find(|o| o.stressor == m.stressor) {
+        match out.iter_mut().find(|o| o.component == m.component) {
             Some(o) => {
-                o.bogo_ops += m.bogo_ops;
-                o.bogo_ops_per_s += m.bogo_ops_per_s;
+                o.ops += m.ops;
+                o.ops_per_s += m.ops_per_s;
             }
             None => out.push(m.clone()),
         }
@@ -173,16 +183,16 @@ pub fn merge_metrics(parts: &[Vec<StressorMetrics>]) -> Vec<StressorMetrics> {
     out
 }
 
-/// Throughput of `a` relative to `b`: the geometric mean over the stressors both
-/// ran of (bogo-ops/s in a) / (bogo-ops/s in b). Bogo-ops of different stressors
-/// are not commensurable, so they are never summed across stressors.
-pub fn relative_throughput(a: &[StressorMetrics], b: &[StressorMetrics]) -> Option<f64> {
+/// Throughput of `a` relative to `b`: the geometric mean over the components
+/// both ran of (ops/s in a) / (ops/s in b). Operations of different components
+/// are not commensurable, so they are never summed across components.
+pub fn relative_throughput(a: &[ComponentMetrics], b: &[ComponentMetrics]) -> Option<f64> {
     let mut log_sum = 0.0;
     let mut k = 0;
     for x in a {
-        if let Some(y) = b.iter().find(|y| y.stressor == x.stressor) {
-            if x.bogo_ops_per_s > 0.0 && y.bogo_ops_per_s > 0.0 {
-                log_sum += (x.bogo_ops_per_s / y.bogo_ops_per_s).ln();
+        if let Some(y) = b.iter().find(|y| y.component == x.component) {
+            if x.ops_per_s > 0.0 && y.ops_per_s > 0.0 {
+                log_sum += (x.ops_per_s / y.ops_per_s).ln();
                 k += 1;
             }
         }
@@ -216,11 +226,12 @@ times:
     fn parses_metrics_and_ignores_other_sections() {
         let m = parse_stress_ng_yaml(YAML);
         assert_eq!(m.len(), 2);
-        assert_eq!(m[0].stressor, "cpu");
-        assert_eq!(m[0].bogo_ops, 1234);
-        assert_eq!(m[0].bogo_ops_per_s, 610.25);
-        assert_eq!(m[1].stressor, "sock");
-        assert_eq!(m[1].bogo_ops_per_s, 49.5);
+        assert_eq!(m[0].component, "cpu");
+        assert_eq!(m[0].ops, 1234);
+        assert_eq!(m[0].ops_per_s, 610.25);
+        assert_eq!(m[0].op, STRESS_NG_OP);
+        assert_eq!(m[1].component, "sock");
+        assert_eq!(m[1].ops_per_s, 49.5);
         assert!(parse_stress_ng_yaml("garbage\n").is_empty());
     }
 
@@ -240,10 +251,11 @@ times:
 
     #[test]
     fn relative_throughput_is_geometric_mean() {
-        let m = |s: &str, v: f64| StressorMetrics {
-            stressor: s.into(),
-            bogo_ops: 0,
-            bogo_ops_per_s: v,
+        let m = |s: &str, v: f64| ComponentMetrics {
+            component: s.into(),
+            ops: 0,
+            ops_per_s: v,
+            op: STRESS_NG_OP.into(),
         };
         let a = [m("cpu", 50.0), m("sock", 400.0)];
         let b = [m("cpu", 100.0), m("sock", 100.0)];
@@ -251,6 +263,6 @@ times:
         assert!((r - 2f64.sqrt()).abs() < 1e-9); // sqrt(0.5 * 4)
         assert!(relative_throughput(&a, &[]).is_none());
         let merged = merge_metrics(&[a.to_vec(), b.to_vec()]);
-        assert_eq!(merged[0].bogo_ops_per_s, 150.0);
+        assert_eq!(merged[0].ops_per_s, 150.0);
     }
 }

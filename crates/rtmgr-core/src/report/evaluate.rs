@@ -4,7 +4,7 @@
 use super::text::{ratio_cell, render, us};
 use super::{CpuResult, Disturbance};
 use crate::cpuset::CpuSet;
-use crate::load::StressorMetrics;
+use crate::load::ComponentMetrics;
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -30,8 +30,8 @@ pub struct ConfigResult {
     pub name: String,
     pub description: String,
     pub result: CpuResult,
-    /// Summed over rounds per stressor (bogo-ops/s averaged over segments).
-    pub throughput: Vec<StressorMetrics>,
+    /// Per load component, ops/s averaged over the segments.
+    pub throughput: Vec<ComponentMetrics>,
     pub segments: u32,
     pub disturbance: Disturbance,
     /// What explains this configuration's tail (`evaluate --trace`).
@@ -93,7 +93,7 @@ pub fn evaluate_table(e: &EvaluateRun) -> String {
     }
     let mut out = render(&table);
     out.push_str(
-        "(latency of the RT CPU in µs; throughput = geometric mean over stressors of bogo-ops/s relative to stock)\n",
+        "(latency of the RT CPU in µs; throughput = geometric mean over load components of ops/s relative to stock)\n",
     );
     out
 }

@@ -14,7 +14,7 @@ pub use evaluate::*;
 pub use text::*;
 
 use crate::cpuset::CpuSet;
-use crate::load::StressorMetrics;
+use crate::load::ComponentMetrics;
 use crate::procstat::CpuEvents;
 use crate::stats::{HistData, Summary};
 use serde::{Deserialize, Serialize};
@@ -144,7 +144,7 @@ pub struct LoadResult {
     pub cpus: CpuSet,
     /// CPUs where load ran as SCHED_IDLE guests (evaluate's "rtmgr" configuration).
     pub guest_cpus: CpuSet,
-    pub metrics: Vec<StressorMetrics>,
+    pub metrics: Vec<ComponentMetrics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

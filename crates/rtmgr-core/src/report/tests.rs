@@ -46,10 +46,11 @@ fn sample_latency_report() -> Report {
                 kind: "all".into(),
                 cpus: "0".parse().unwrap(),
                 guest_cpus: CpuSet::new(),
-                metrics: vec![StressorMetrics {
-                    stressor: "cpu".into(),
-                    bogo_ops: 10,
-                    bogo_ops_per_s: 5.5,
+                metrics: vec![ComponentMetrics {
+                    component: "cpu".into(),
+                    ops: 10,
+                    ops_per_s: 5.5,
+                    op: "bogo-op".into(),
                 }],
             }),
             elapsed_ns: 4_000_000,
@@ -99,13 +100,14 @@ fn json_round_trip_and_kind_tag() {
 #[test]
 fn evaluate_round_trip_table_and_verdicts() {
     let m = |v: f64| {
-        vec![StressorMetrics {
-            stressor: "cpu".into(),
-            bogo_ops: 1,
-            bogo_ops_per_s: v,
+        vec![ComponentMetrics {
+            component: "cpu".into(),
+            ops: 1,
+            ops_per_s: v,
+            op: "bogo-op".into(),
         }]
     };
-    let mk = |name: &str, base: i64, thr: Vec<StressorMetrics>| ConfigResult {
+    let mk = |name: &str, base: i64, thr: Vec<ComponentMetrics>| ConfigResult {
         name: name.into(),
         description: String::new(),
         result: cpu_result(1, &(0..2000).map(|i| base + i).collect::<Vec<_>>()),

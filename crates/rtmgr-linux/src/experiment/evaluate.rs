@@ -16,7 +16,7 @@ use crate::measure::segment::{
 use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::partition::{self, ApplyOptions, PartitionGuard, Role};
 use crate::Host;
-use rtmgr_core::load::{LoadKind, StressorMetrics};
+use rtmgr_core::load::{ComponentMetrics, LoadKind};
 use rtmgr_core::partition::{validate, PartitionConfig, PartitionPlan};
 use rtmgr_core::report::{
     evaluate_verdicts, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec, ProbeMode, Report,
@@ -122,7 +122,7 @@ impl Config {
 struct Acc {
     hist: Hist,
     missed: u64,
-    metrics: Vec<Vec<StressorMetrics>>,
+    metrics: Vec<Vec<ComponentMetrics>>,
     segments: u32,
     disturbance: Disturbance,
     /// The wake-ups alone; late samples the tracer explained; events it lost.
@@ -131,16 +131,16 @@ struct Acc {
     events_lost: u64,
 }
 
-/// Per-segment average of bogo-ops/s per stressor.
-fn mean_metrics(parts: &[Vec<StressorMetrics>]) -> Vec<StressorMetrics> {
+/// Per-segment average of ops/s per load component.
+fn mean_metrics(parts: &[Vec<ComponentMetrics>]) -> Vec<ComponentMetrics> {
     let mut sum = rtmgr_core::load::merge_metrics(parts);
     for m in &mut sum {
         let k = parts
             .iter()
-            .filter(|p| p.iter().any(|x| x.stressor == m.stressor))
+            .filter(|p| p.iter().any(|x| x.component == m.component))
             .count()
             .max(1);
-        m.bogo_ops_per_s /= k as f64;
+        m.ops_per_s /= k as f64;
     }
     sum
 }

@@ -5,7 +5,7 @@
 
 use super::spawn::{GroupChild, SpawnSpec};
 use super::{which, MeasureError, Result};
-use rtmgr_core::load::{parse_stress_ng_yaml, LoadKind, StressorMetrics};
+use rtmgr_core::load::{parse_stress_ng_yaml, ComponentMetrics, LoadKind};
 use rtmgr_core::CpuSet;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -100,7 +100,7 @@ impl RunningLoad {
 
     /// Stop the load (SIGINT: stress-ng stops its workers and writes its metrics)
     /// and return the metrics; the process group is verified gone.
-    pub fn stop(mut self) -> Result<Vec<StressorMetrics>> {
+    pub fn stop(mut self) -> Result<Vec<ComponentMetrics>> {
         let mut child = self.child.take().expect("running");
         let early = child.try_reap();
         child.stop(libc::SIGINT, Duration::from_secs(10))?;
@@ -197,8 +197,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(700));
         assert!(members_with(&dir) >= 1);
         let m = load.stop().unwrap();
-        assert_eq!(m[0].stressor, "cpu");
-        assert!(m[0].bogo_ops > 0);
+        assert_eq!(m[0].component, "cpu");
+        assert!(m[0].ops > 0);
         assert_eq!(members_with(&dir), 0);
         assert!(!dir.exists());
     }

@@ -10,7 +10,7 @@ use crate::partition::{self, Applied, Role};
 use crate::sched;
 use crate::trace::{TailTrace, TailTracer};
 use crate::Host;
-use rtmgr_core::load::{merge_metrics, LoadKind, StressorMetrics};
+use rtmgr_core::load::{merge_metrics, ComponentMetrics, LoadKind};
 use rtmgr_core::report::{
     CpuResult, Disturbance, LatencyRun, LoadResult, ProbeSettings, ThreadResult,
 };
@@ -115,7 +115,7 @@ impl LoadPlan {
         }
     }
 
-    pub fn result(&self, metrics: Vec<StressorMetrics>) -> LoadResult {
+    pub fn result(&self, metrics: Vec<ComponentMetrics>) -> LoadResult {
         let (mut cpus, mut guests) = (CpuSet::new(), CpuSet::new());
         for p in &self.parts {
             if p.sched_idle {
@@ -192,8 +192,8 @@ impl Loads {
         }
     }
 
-    /// Stop all parts; their metrics summed per stressor.
-    pub fn stop(self) -> Result<Vec<StressorMetrics>> {
+    /// Stop all parts; their metrics summed per load component.
+    pub fn stop(self) -> Result<Vec<ComponentMetrics>> {
         let mut parts = Vec::new();
         let mut first_err = None;
         for l in self.0 {
@@ -210,7 +210,7 @@ impl Loads {
 }
 
 /// Stop optional loads; no loads, no metrics.
-pub fn stop_loads(loads: Option<Loads>) -> Result<Vec<StressorMetrics>> {
+pub fn stop_loads(loads: Option<Loads>) -> Result<Vec<ComponentMetrics>> {
     loads
         .map(Loads::stop)
         .transpose()
@@ -235,7 +235,7 @@ pub const WARMUP: Duration = Duration::from_millis(300);
 /// The result of one measured segment.
 pub struct Segment {
     pub threads: Vec<ThreadOutcome>,
-    pub metrics: Vec<StressorMetrics>,
+    pub metrics: Vec<ComponentMetrics>,
     pub disturbance: Disturbance,
     pub elapsed_ns: u64,
     pub interrupted: bool,

@@ -212,7 +212,10 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
     }
     if let Some(l) = &run.load {
         for m in &l.metrics {
-            println!("load {}: {:.1} bogo-ops/s", m.stressor, m.bogo_ops_per_s);
+            println!(
+                "load {}: {:.1} ops/s (op = {})",
+                m.component, m.ops_per_s, m.op
+            );
         }
     }
     if let Some(t) = &run.tail_causes {
