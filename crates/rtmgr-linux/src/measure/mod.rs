@@ -4,6 +4,7 @@
 //! periodicity, and the cyclictest cross-check. Statistics and report types are
 //! pure and live in `rtmgr_core::{stats, report}`.
 
+pub mod builtin;
 pub mod cyclictest;
 pub mod disturb;
 pub mod exec;
