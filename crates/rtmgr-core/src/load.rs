@@ -1,11 +1,51 @@
 //! The five ARTiS loads (ARTiS §3.1: computing, input/output, network, kernel
-//! locks, cache misses) and `all`, as stress-ng stressor lists, plus the parser of
+//! locks, cache misses) and `all`, the engines that run them (stress-ng or
+//! rtmgr's built-in loads), the stress-ng stressor lists, plus the parser of
 //! stress-ng's `--yaml` metrics (bogo-ops/s = the throughput ordinary work achieved).
 //! Pure: building argument lists and parsing text only; rtmgr-linux runs stress-ng.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+
+/// The program that runs the loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LoadEngine {
+    /// stress-ng (a Debian package), the engine when it is installed.
+    #[serde(rename = "stress-ng")]
+    StressNg,
+    /// rtmgr's own loads (`rtmgr __load`): nothing to install.
+    #[serde(rename = "builtin")]
+    Builtin,
+}
+
+impl LoadEngine {
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadEngine::StressNg => "stress-ng",
+            LoadEngine::Builtin => "builtin",
+        }
+    }
+}
+
+impl fmt::Display for LoadEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for LoadEngine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "stress-ng" => Ok(LoadEngine::StressNg),
+            "builtin" => Ok(LoadEngine::Builtin),
+            _ => Err(format!(
+                "unknown load engine {s:?}: expected builtin or stress-ng"
+            )),
+        }
+    }
+}
 
 /// A load to run on the load CPUs while measuring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -247,6 +287,11 @@ times:
         assert_eq!(args, ["--cpu", "3"]);
         assert_eq!("network".parse::<LoadKind>(), Ok(LoadKind::Network));
         assert!("nope".parse::<LoadKind>().is_err());
+        for e in [LoadEngine::StressNg, LoadEngine::Builtin] {
+            assert_eq!(e.name().parse::<LoadEngine>(), Ok(e));
+            assert_eq!(serde_json::to_value(e).unwrap(), e.name());
+        }
+        assert!("stressng".parse::<LoadEngine>().is_err());
     }
 
     #[test]

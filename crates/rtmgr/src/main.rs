@@ -44,6 +44,9 @@ enum Command {
     Lb(cmd::lb::LbArgs),
     /// Live asymmetric balancer: lend RT CPUs to ordinary tasks under a latency guard.
     Balance(cmd::balance::BalanceArgs),
+    /// (internal) A built-in load process, started by rtmgr itself.
+    #[command(name = rtmgr_linux::measure::builtin::WORKER_COMMAND, hide = true)]
+    LoadWorker(cmd::load_worker::LoadWorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Evaluate(a) => cmd::evaluate::run(a),
         Command::Lb(a) => cmd::lb::run(a),
         Command::Balance(a) => cmd::balance::run(a),
+        Command::LoadWorker(a) => cmd::load_worker::run(a),
     };
     cmd::finish(result)
 }

@@ -1,6 +1,7 @@
 //! `rtmgr evaluate` on the real machine (root only, a few seconds): the report's
-//! structure and counts, the machine restored after a normal run and after
-//! SIGINT, and the refusal when the user already applied a partition.
+//! structure and counts under each load engine, the machine restored after a
+//! normal run and after SIGINT, and the refusal when the user already applied
+//! a partition.
 
 mod measure_common;
 use measure_common::*;
@@ -27,6 +28,17 @@ fn short_evaluate_report_and_restore() {
     if !two_cpus() {
         return;
     }
+    // Both engines where stress-ng is installed; the built-in one everywhere.
+    let mut engines = vec!["builtin"];
+    if have("stress-ng") {
+        engines.push("stress-ng");
+    }
+    for engine in engines {
+        short_evaluate(engine);
+    }
+}
+
+fn short_evaluate(engine: &str) {
     let tmp = tempdir();
     let out = run(
         tmp.path(),
@@ -38,6 +50,8 @@ fn short_evaluate_report_and_restore() {
             "1",
             "--interval",
             "1ms",
+            "--load-engine",
+            engine,
             "--out",
             "ev",
         ],
@@ -54,6 +68,8 @@ fn short_evaluate_report_and_restore() {
     );
     let r = json(&tmp.path().join("ev/report.json"));
     assert_eq!(r["kind"], "evaluate");
+    assert_eq!(r["schema"], "rtmgr.report/2");
+    assert_eq!(r["load_engine"], engine);
     assert_eq!(r["partial"], false);
     assert_eq!(r["rounds_done"], 1);
     let names: Vec<&str> = r["configs"]
@@ -82,7 +98,7 @@ fn short_evaluate_report_and_restore() {
     assert_machine_restored();
     assert!(
         processes_mentioning(tmp.path()).is_empty(),
-        "stress-ng left behind"
+        "load left behind"
     );
 }
 
@@ -127,7 +143,7 @@ fn sigint_resets_partition_and_writes_partial_report() {
     assert_machine_restored();
     assert!(
         processes_mentioning(tmp.path()).is_empty(),
-        "stress-ng left behind"
+        "load left behind"
     );
 }
 

@@ -1,7 +1,7 @@
 //! `rtmgr measure …`: bad input is refused with exit 2 before anything runs;
 //! short real runs (root only) produce reports whose structure and counts are
-//! right (never their latency values), and leave no stress-ng behind after a
-//! normal run, an error, or SIGINT.
+//! right (never their latency values), and leave no load behind after a
+//! normal run, an error, SIGINT, or (built-in loads) SIGKILL of rtmgr.
 
 mod measure_common;
 use measure_common::*;
@@ -17,6 +17,15 @@ fn bad_input_exits_2() {
         &["measure", "latency", "--policy", "edf", "--duration", "1s"],
         &["measure", "latency", "--parallel", "0"],
         &["measure", "exec", "--runs", "0"],
+        &[
+            "measure",
+            "latency",
+            "--load",
+            "all",
+            "--load-engine",
+            "nope",
+        ],
+        &["evaluate", "--load-engine", "stressng"],
     ] {
         let out = run(tmp.path(), args);
         assert_eq!(
@@ -33,6 +42,18 @@ fn bad_input_exits_2() {
         );
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("not online"));
+        // stress-ng asked for where PATH has none: bad input, nothing started.
+        let empty = tmp.path().join("empty-path");
+        std::fs::create_dir(&empty).unwrap();
+        let out = rtmgr(tmp.path())
+            .env("PATH", &empty)
+            .args(["measure", "latency", "--duration", "1s", "--load", "io"])
+            .args(["--load-engine", "stress-ng"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("stress-ng not found in PATH"), "{err}");
     }
 }
 
@@ -89,6 +110,7 @@ fn latency_under_load_report_structure_and_counts() {
     assert_eq!(check_result(&r["per_cpu"][0]), total);
     assert_eq!(check_result(&r["overall"]), total);
     assert!(!r["load"]["metrics"].as_array().unwrap().is_empty());
+    assert_eq!(r["load"]["engine"], default_engine());
     assert_eq!(r["disturbance"]["interrupts"][0]["cpu"], 0);
     for f in ["r.svg", "r-percentiles.svg"] {
         assert!(std::fs::read_to_string(tmp.path().join(f))
@@ -97,7 +119,7 @@ fn latency_under_load_report_structure_and_counts() {
     }
     assert!(
         processes_mentioning(tmp.path()).is_empty(),
-        "stress-ng left behind"
+        "load left behind"
     );
 }
 
@@ -133,7 +155,7 @@ fn sigint_writes_partial_report_and_kills_the_load() {
     assert!(check_result(&r["overall"]) > 0);
     assert!(
         processes_mentioning(tmp.path()).is_empty(),
-        "stress-ng left behind"
+        "load left behind"
     );
 }
 
@@ -172,7 +194,7 @@ fn error_after_load_start_leaves_no_load() {
     }
     assert!(
         processes_mentioning(tmp.path()).is_empty(),
-        "stress-ng left behind"
+        "load left behind"
     );
 }
 
@@ -335,4 +357,57 @@ fn budget_report_goes_to_the_state_directory_not_the_current_one() {
         in_cwd.is_empty(),
         "written into the current directory: {in_cwd:?}"
     );
+}
+
+#[test]
+fn builtin_engine_on_request_and_no_load_outlives_a_killed_rtmgr() {
+    let Some(_live) = live_ready("builtin_engine_on_request_and_no_load_outlives_a_killed_rtmgr")
+    else {
+        return;
+    };
+    let tmp = tempdir();
+    let mut child = spawn(
+        tmp.path(),
+        &[
+            "measure",
+            "latency",
+            "--duration",
+            "60s",
+            "--load",
+            "all",
+            "--load-engine",
+            "builtin",
+            "--json",
+            "r.json",
+        ],
+    );
+    let t0 = std::time::Instant::now();
+    while processes_mentioning(tmp.path()).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no load started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let cmdline = std::fs::read(format!(
+        "/proc/{}/cmdline",
+        processes_mentioning(tmp.path())[0]
+    ))
+    .unwrap_or_default();
+    assert!(String::from_utf8_lossy(&cmdline).contains("__load"));
+    let _ = rtmgr_sys::process::kill(child.id() as i32, libc::SIGKILL);
+    child.wait().unwrap();
+    // The load's own bound is 60 s and more; an orphaned built-in load ends at once.
+    let t1 = std::time::Instant::now();
+    while !processes_mentioning(tmp.path()).is_empty() {
+        assert!(
+            t1.elapsed() < Duration::from_secs(10),
+            "load outlived rtmgr"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }

@@ -4,7 +4,7 @@
 use super::text::{ratio_cell, render, us};
 use super::{CpuResult, Disturbance};
 use crate::cpuset::CpuSet;
-use crate::load::ComponentMetrics;
+use crate::load::{ComponentMetrics, LoadEngine};
 use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -15,6 +15,8 @@ pub struct EvaluateRun {
     pub rt_cpus: CpuSet,
     pub nrt_cpus: CpuSet,
     pub load: String,
+    /// The program that ran the load.
+    pub load_engine: LoadEngine,
     pub interval_ns: u64,
     pub rounds_planned: u32,
     pub rounds_done: u32,

@@ -14,7 +14,7 @@ pub use evaluate::*;
 pub use text::*;
 
 use crate::cpuset::CpuSet;
-use crate::load::ComponentMetrics;
+use crate::load::{ComponentMetrics, LoadEngine};
 use crate::procstat::CpuEvents;
 use crate::stats::{HistData, Summary};
 use serde::{Deserialize, Serialize};
@@ -140,6 +140,8 @@ pub struct CpuSteal {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadResult {
     pub kind: String,
+    /// The program that ran the load.
+    pub engine: LoadEngine,
     /// CPUs the ordinary load ran on.
     pub cpus: CpuSet,
     /// CPUs where load ran as SCHED_IDLE guests (evaluate's "rtmgr" configuration).

@@ -44,6 +44,7 @@ fn sample_latency_report() -> Report {
             },
             load: Some(LoadResult {
                 kind: "all".into(),
+                engine: crate::load::LoadEngine::Builtin,
                 cpus: "0".parse().unwrap(),
                 guest_cpus: CpuSet::new(),
                 metrics: vec![ComponentMetrics {
@@ -120,6 +121,7 @@ fn evaluate_round_trip_table_and_verdicts() {
         rt_cpus: "1".parse().unwrap(),
         nrt_cpus: "0".parse().unwrap(),
         load: "all".into(),
+        load_engine: crate::load::LoadEngine::StressNg,
         interval_ns: 250_000,
         rounds_planned: 2,
         rounds_done: 2,

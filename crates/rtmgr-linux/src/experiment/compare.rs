@@ -49,7 +49,7 @@ pub fn run(s: &Session, cfg: &CompareConfig, rep: &mut dyn Reporter) -> Result<C
         return bad_input("--compare-cyclictest measures one CPU: give --cpus N");
     }
     let cpu = cpus.first().expect("one CPU");
-    let load = s.load_plan(a.load, a.load_cpus.as_ref(), &cpus)?;
+    let load = s.load_plan(a.load.as_ref(), &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus).or_else(bad_input)?;
     let seg_d = a.duration / (2 * cfg.rounds);
     let interval_ns = a.interval.as_nanos() as u64;

@@ -8,6 +8,7 @@ use super::session::{lock_memory, machine_lock, report, require_root, stop_flag,
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::balance::background::BackgroundBalancer;
 use crate::journal::DEFAULT_JOURNAL;
+use crate::measure::load::{EngineChoice, LoadProgram};
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
     cpu_result, merged, merged_wakeups, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator,
@@ -37,6 +38,7 @@ pub struct EvaluateConfig {
     /// The RT CPU (default: the last online CPU).
     pub rt_cpu: Option<u32>,
     pub load: LoadKind,
+    pub load_engine: EngineChoice,
     /// Probe release period.
     pub interval: Duration,
     /// Explain each configuration's tail with tracefs (see `LatencyConfig::trace`).
@@ -45,12 +47,13 @@ pub struct EvaluateConfig {
 
 impl EvaluateConfig {
     /// The defaults: 48 s over 4 rounds, or 12 s over 2 with `quick`.
-    pub fn new(quick: bool) -> Self {
+    pub fn new(quick: bool, load_engine: EngineChoice) -> Self {
         EvaluateConfig {
             total: Duration::from_secs(if quick { 12 } else { 48 }),
             rounds: if quick { 2 } else { 4 },
             rt_cpu: None,
             load: LoadKind::All,
+            load_engine,
             interval: Duration::from_micros(250),
             trace: None,
         }
@@ -98,7 +101,13 @@ impl Config {
         matches!(self, Config::Shield | Config::Rtmgr | Config::Balanced)
     }
 
-    fn load_plan(self, kind: LoadKind, online: &CpuSet, plan: &PartitionPlan) -> Option<LoadPlan> {
+    fn load_plan(
+        self,
+        kind: LoadKind,
+        program: &LoadProgram,
+        online: &CpuSet,
+        plan: &PartitionPlan,
+    ) -> Option<LoadPlan> {
         let part = |cpus: &CpuSet, idle: bool, enter: Option<Role>| LoadPart {
             cpus: cpus.clone(),
             sched_idle: idle,
@@ -113,7 +122,11 @@ impl Config {
                 part(&plan.rt, true, Some(Role::Rt)),
             ],
         };
-        Some(LoadPlan { kind, parts })
+        Some(LoadPlan {
+            kind,
+            program: program.clone(),
+            parts,
+        })
     }
 }
 
@@ -168,7 +181,7 @@ impl EvaluateOutcome {
 /// ends them and comes back in the outcome with the data so far.
 pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<EvaluateOutcome> {
     require_root(host, "rtmgr evaluate")?;
-    crate::measure::load::stress_ng()?;
+    let program = cfg.load_engine.resolve()?;
     let online = crate::cpus::online(host)?;
     if online.len() < 2 {
         return bad_input(format!(
@@ -229,9 +242,10 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         parallel: 1,
     };
     rep.note(&format!(
-        "evaluate: RT CPU {rt_cpu}, NRT CPUs {}, {} load, {rounds} rounds x {} configurations x {segment:?}, probe every {:?}",
+        "evaluate: RT CPU {rt_cpu}, NRT CPUs {}, {} load ({} engine), {rounds} rounds x {} configurations x {segment:?}, probe every {:?}",
         plan.nrt,
         cfg.load,
+        program.engine(),
         CONFIGS.len(),
         cfg.interval
     ));
@@ -274,7 +288,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             }
             let applied = guard.as_ref().map(|g| g.applied());
             let prepare = applied.map(|a| rt_prepare(host, a));
-            let load = c.load_plan(cfg.load, &online, &plan);
+            let load = c.load_plan(cfg.load, &program, &online, &plan);
             let i = CONFIGS.iter().position(|x| *x == c).expect("listed");
             let seg_start = Instant::now();
             // The live balancer runs during the "balanced" segment.
@@ -363,6 +377,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         rt_cpus: plan.rt.clone(),
         nrt_cpus: plan.nrt.clone(),
         load: cfg.load.name().into(),
+        load_engine: program.engine(),
         interval_ns: probe.interval_ns,
         rounds_planned: rounds,
         rounds_done,

@@ -2,12 +2,11 @@
 //! divisions at the top real-time priority, unloaded (T_min) then under load
 //! (ARTiS §3.2).
 
-use super::session::check_cpus;
+use super::session::{check_cpus, LoadRequest};
 use super::{bad_input, Reporter, Result, Session};
 use crate::measure::exec::{over_t_min, run_pass, ExecConfig as PassConfig};
 use crate::measure::probe::max_fifo_priority;
 use crate::measure::segment::{cpu_result, prepare_for, Loads, Orchestrator};
-use rtmgr_core::load::LoadKind;
 use rtmgr_core::report::ExecRun;
 use rtmgr_core::CpuSet;
 use std::time::Duration;
@@ -21,8 +20,7 @@ pub struct ExecConfig {
     /// Runs per pass.
     pub runs: u64,
     pub priority: Option<u8>,
-    pub load: Option<LoadKind>,
-    pub load_cpus: Option<CpuSet>,
+    pub load: Option<LoadRequest>,
 }
 
 /// Checks that need no machine (before the session opens).
@@ -39,7 +37,7 @@ pub fn run(s: &Session, cfg: &ExecConfig, rep: &mut dyn Reporter) -> Result<Exec
     let cpus = CpuSet::single(cpu);
     check_cpus("--cpu", &cpus, &s.online)?;
     let _orchestrator = Orchestrator::enter(&cpus, &s.online);
-    let load = s.load_plan(cfg.load, cfg.load_cpus.as_ref(), &cpus)?;
+    let load = s.load_plan(cfg.load.as_ref(), &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus).or_else(bad_input)?;
     let pass = PassConfig {
         cpu,

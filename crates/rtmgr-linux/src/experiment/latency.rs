@@ -2,13 +2,12 @@
 //! per CPU, optionally under one of the ARTiS loads (McKenney §2.1 Figs. 1–3,
 //! §3 Fig. 8; ARTiS §3.1).
 
-use super::session::check_cpus;
+use super::session::{check_cpus, LoadRequest};
 use super::{bad_input, progress_line, Reporter, Result, Session};
 use crate::measure::probe::ProbeConfig;
 use crate::measure::segment::{
     latency_run, merged, merged_wakeups, prepare_for, run_segment, Orchestrator, SegmentPlan,
 };
-use rtmgr_core::load::LoadKind;
 use rtmgr_core::report::{LatencyRun, PolicySpec, ProbeMode, ProbeSettings};
 use rtmgr_core::trace::tail_of_run;
 use rtmgr_core::CpuSet;
@@ -29,8 +28,7 @@ pub struct LatencyConfig {
     pub relative: bool,
     /// Threads per CPU (McKenney Fig. 8).
     pub parallel: u32,
-    pub load: Option<LoadKind>,
-    pub load_cpus: Option<CpuSet>,
+    pub load: Option<LoadRequest>,
     /// Explain the tail with tracefs: `Some(None)` above the run's p99.9,
     /// `Some(Some(ns))` above a fixed threshold.
     pub trace: Option<Option<u64>>,
@@ -90,7 +88,7 @@ pub fn run(s: &Session, cfg: &LatencyConfig, rep: &mut dyn Reporter) -> Result<L
     check(cfg)?;
     let cpus = cfg.measured_cpus(s)?;
     let _orchestrator = Orchestrator::enter(&cpus, &s.online);
-    let load = s.load_plan(cfg.load, cfg.load_cpus.as_ref(), &cpus)?;
+    let load = s.load_plan(cfg.load.as_ref(), &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus).or_else(bad_input)?;
     let probe = cfg.probe(&cpus, Some(cfg.duration));
     let plan = SegmentPlan {

@@ -1,12 +1,11 @@
 //! `rtmgr measure periodicity`: two tasks alternately woken by a timer task
 //! every period on one CPU, optionally under load (DROPS §5.3).
 
-use super::session::check_cpus;
+use super::session::{check_cpus, LoadRequest};
 use super::{bad_input, Reporter, Result, Session};
 use crate::measure::periodicity::{self, PeriodicityConfig as RunConfig};
 use crate::measure::probe::max_fifo_priority;
 use crate::measure::segment::{cpu_result, prepare_for, stop_loads, Loads, Orchestrator};
-use rtmgr_core::load::LoadKind;
 use rtmgr_core::report::PeriodicityRun;
 use rtmgr_core::CpuSet;
 use std::time::Duration;
@@ -18,8 +17,7 @@ pub struct PeriodicityConfig {
     pub period: Duration,
     pub duration: Duration,
     pub priority: Option<u8>,
-    pub load: Option<LoadKind>,
-    pub load_cpus: Option<CpuSet>,
+    pub load: Option<LoadRequest>,
 }
 
 /// The run's body, and whether the run was cut short.
@@ -41,7 +39,7 @@ pub fn run(
     if prio < 2 {
         return bad_input("--priority must be at least 2 (the woken tasks run one below)");
     }
-    let load = s.load_plan(cfg.load, cfg.load_cpus.as_ref(), &cpus)?;
+    let load = s.load_plan(cfg.load.as_ref(), &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus).or_else(bad_input)?;
     let run_cfg = RunConfig {
         cpu,

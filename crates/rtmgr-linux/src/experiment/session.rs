@@ -4,6 +4,7 @@
 
 use super::error::{bad_input, Result};
 use crate::lock::{MachineLock, DEFAULT_LOCK_PATH};
+use crate::measure::load::EngineChoice;
 use crate::measure::segment::LoadPlan;
 use crate::measure::{unix_now_s, DmaLatencyGuard};
 use crate::partition::Applied;
@@ -91,6 +92,15 @@ pub fn check_cpus(what: &str, cpus: &CpuSet, online: &CpuSet) -> Result<()> {
     Ok(())
 }
 
+/// The load beside a measurement, as asked for.
+#[derive(Debug, Clone)]
+pub struct LoadRequest {
+    pub kind: LoadKind,
+    /// Default: the online CPUs not measured (all of them if none is left).
+    pub cpus: Option<CpuSet>,
+    pub engine: EngineChoice,
+}
+
 /// A measurement's set-up, held for as long as it runs.
 pub struct Session {
     pub host: Host,
@@ -133,18 +143,18 @@ impl Session {
             .unwrap_or(0)
     }
 
-    /// The load to run beside a measurement of `measured`: on `load_cpus`, or
-    /// on the online CPUs not measured (all of them if none is left).
+    /// The load to run beside a measurement of `measured`: on the requested
+    /// CPUs, or on the online CPUs not measured (all of them if none is left),
+    /// by the requested engine (found here: a missing one is bad input).
     pub fn load_plan(
         &self,
-        kind: Option<LoadKind>,
-        load_cpus: Option<&CpuSet>,
+        request: Option<&LoadRequest>,
         measured: &CpuSet,
     ) -> Result<Option<LoadPlan>> {
-        let Some(kind) = kind else {
+        let Some(request) = request else {
             return Ok(None);
         };
-        let cpus = match load_cpus {
+        let cpus = match &request.cpus {
             Some(c) => c.clone(),
             None => {
                 let rest = self.online.difference(measured);
@@ -156,7 +166,8 @@ impl Session {
             }
         };
         check_cpus("--load-cpus", &cpus, &self.online)?;
-        Ok(Some(LoadPlan::simple(kind, cpus)))
+        let program = request.engine.resolve()?;
+        Ok(Some(LoadPlan::simple(request.kind, program, cpus)))
     }
 
     pub fn stopped(&self) -> bool {

@@ -33,7 +33,7 @@ pub fn run(
     check(cfg, rounds)?;
     let cpus = cfg.measured_cpus(s)?;
     let _orchestrator = Orchestrator::enter(&cpus, &s.online);
-    let load = s.load_plan(cfg.load, cfg.load_cpus.as_ref(), &cpus)?;
+    let load = s.load_plan(cfg.load.as_ref(), &cpus)?;
     let prepare = prepare_for(&s.host, s.applied.as_ref(), &cpus).or_else(bad_input)?;
     let seg_d = cfg.duration / (2 * rounds);
     let probe = ProbeConfig {

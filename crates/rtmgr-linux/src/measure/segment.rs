@@ -3,14 +3,14 @@
 //! runs a segment needs: the orchestrating thread kept off the measured CPUs,
 //! loads placed by partition role, and the latency report body.
 
-use super::load::{LoadSpec, RunningLoad};
+use super::load::{LoadProgram, LoadSpec, RunningLoad};
 use super::probe::{Prepare, Probe, ProbeConfig, Progress, ThreadOutcome};
 use super::{disturb, MeasureError, Result};
 use crate::partition::{self, Applied, Role};
 use crate::sched;
 use crate::trace::{TailTrace, TailTracer};
 use crate::Host;
-use rtmgr_core::load::{merge_metrics, ComponentMetrics, LoadKind};
+use rtmgr_core::load::{merge_metrics, ComponentMetrics, LoadEngine, LoadKind};
 use rtmgr_core::report::{
     CpuResult, Disturbance, LatencyRun, LoadResult, ProbeSettings, ThreadResult,
 };
@@ -88,8 +88,8 @@ pub fn prepare_for(
     }
 }
 
-/// One part of a load: stress-ng on `cpus`, optionally as SCHED_IDLE guests
-/// inside a partition role's cpuset.
+/// One part of a load: a load process on `cpus`, optionally as SCHED_IDLE
+/// guests inside a partition role's cpuset.
 #[derive(Clone)]
 pub struct LoadPart {
     pub cpus: CpuSet,
@@ -100,13 +100,16 @@ pub struct LoadPart {
 #[derive(Clone)]
 pub struct LoadPlan {
     pub kind: LoadKind,
+    /// The engine that runs every part.
+    pub program: LoadProgram,
     pub parts: Vec<LoadPart>,
 }
 
 impl LoadPlan {
-    pub fn simple(kind: LoadKind, cpus: CpuSet) -> LoadPlan {
+    pub fn simple(kind: LoadKind, program: LoadProgram, cpus: CpuSet) -> LoadPlan {
         LoadPlan {
             kind,
+            program,
             parts: vec![LoadPart {
                 cpus,
                 sched_idle: false,
@@ -126,6 +129,7 @@ impl LoadPlan {
         }
         LoadResult {
             kind: self.kind.name().into(),
+            engine: self.program.engine(),
             cpus,
             guest_cpus: guests,
             metrics,
@@ -134,7 +138,10 @@ impl LoadPlan {
 }
 
 /// Running loads of one plan.
-pub struct Loads(Vec<RunningLoad>);
+pub struct Loads {
+    running: Vec<RunningLoad>,
+    engine: LoadEngine,
+}
 
 impl Loads {
     pub fn start(
@@ -148,7 +155,7 @@ impl Loads {
             let enter = |pid: u32| -> Result<()> {
                 match (part.enter, applied) {
                     (Some(role), Some(a)) => partition::enter(host, a, role, pid).map_err(|e| {
-                        MeasureError::Setup(format!("move stress-ng into the {role:?} cpuset: {e}"))
+                        MeasureError::Setup(format!("move the load into the {role:?} cpuset: {e}"))
                     }),
                     _ => Ok(()),
                 }
@@ -156,13 +163,17 @@ impl Loads {
             let gated = part.enter.is_some() && applied.is_some();
             running.push(RunningLoad::start(LoadSpec {
                 kind: plan.kind,
+                program: &plan.program,
                 cpus: part.cpus.clone(),
                 sched_idle: part.sched_idle,
                 max_duration: max,
                 before_run: if gated { Some(&enter) } else { None },
             })?);
         }
-        Ok(Loads(running))
+        Ok(Loads {
+            running,
+            engine: plan.program.engine(),
+        })
     }
 
     /// Start, let the loads ramp up for `WARMUP` (unless stopped), and check
@@ -179,16 +190,16 @@ impl Loads {
         loads.check_alive()
     }
 
-    /// Did every stress-ng survive its start-up? If not, stop them all and
-    /// return the error with the dead one's last log lines.
+    /// Did every load process survive its start-up? If not, stop them all
+    /// and return the error with the dead one's last log lines.
     pub fn check_alive(mut self) -> Result<Loads> {
-        if self.0.iter_mut().all(|l| l.alive()) {
+        if self.running.iter_mut().all(|l| l.alive()) {
             return Ok(self);
         }
-        let why = "stress-ng exited right after starting";
+        let why = format!("the {} load exited right after starting", self.engine);
         match self.stop() {
             Err(e) => Err(MeasureError::Load(format!("{why}: {e}"))),
-            Ok(_) => Err(MeasureError::Load(why.into())),
+            Ok(_) => Err(MeasureError::Load(why)),
         }
     }
 
@@ -196,7 +207,7 @@ impl Loads {
     pub fn stop(self) -> Result<Vec<ComponentMetrics>> {
         let mut parts = Vec::new();
         let mut first_err = None;
-        for l in self.0 {
+        for l in self.running {
             match l.stop() {
                 Ok(m) => parts.push(m),
                 Err(e) => first_err = first_err.or(Some(e)),

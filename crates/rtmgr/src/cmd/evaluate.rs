@@ -3,11 +3,11 @@
 //! report.json, report.html and the SVG plots in the output directory.
 
 use super::measure::common::{
-    parse_duration, parse_trace, write_file, write_json, Bar, TraceThreshold,
+    engine_choice, parse_duration, parse_trace, write_file, write_json, Bar, TraceThreshold,
 };
 use super::{output, Outcome};
 use anyhow::{Context, Result};
-use rtmgr_core::load::LoadKind;
+use rtmgr_core::load::{LoadEngine, LoadKind};
 use rtmgr_core::plot::{histogram_svg, percentile_svg, XScale};
 use rtmgr_core::report::{disturbance_text, evaluate_html, evaluate_table, EvaluateRun, Report};
 use rtmgr_core::trace::causes_text;
@@ -34,6 +34,9 @@ pub struct EvaluateArgs {
     /// The load (default: all five ARTiS loads).
     #[arg(long, default_value = "all")]
     pub load: LoadKind,
+    /// What runs the load: builtin or stress-ng (default: stress-ng when installed, else builtin).
+    #[arg(long, value_name = "ENGINE")]
+    pub load_engine: Option<LoadEngine>,
     /// Probe release period.
     #[arg(long, default_value = "250us", value_parser = parse_duration)]
     pub interval: Duration,
@@ -48,7 +51,7 @@ pub struct EvaluateArgs {
 }
 
 pub fn run(args: EvaluateArgs) -> Result<Outcome> {
-    let defaults = EvaluateConfig::new(args.quick);
+    let defaults = EvaluateConfig::new(args.quick, engine_choice(args.load_engine)?);
     let cfg = EvaluateConfig {
         total: args.duration.unwrap_or(defaults.total),
         rounds: args.rounds.unwrap_or(defaults.rounds),
@@ -56,6 +59,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
         load: args.load,
         interval: args.interval,
         trace: args.trace.map(|t| t.0),
+        ..defaults
     };
     let outcome = {
         let mut bar = Bar::new(cfg.total);
@@ -78,9 +82,10 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
 
 fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
     println!(
-        "RT CPU {} latency under the {} load ({} of {} rounds, {:.1} s per configuration per round, probe every {} µs{}{}):\n",
+        "RT CPU {} latency under the {} load ({} engine; {} of {} rounds, {:.1} s per configuration per round, probe every {} µs{}{}):\n",
         run.rt_cpus,
         run.load,
+        run.load_engine,
         run.rounds_done,
         run.rounds_planned,
         run.segment_ns as f64 / 1e9,

@@ -8,7 +8,7 @@ use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Result;
 use common::*;
-use rtmgr_core::load::LoadKind;
+use rtmgr_core::load::{LoadEngine, LoadKind};
 use rtmgr_core::plot::{histogram_svg, percentile_svg, series_svg, XScale};
 use rtmgr_core::report::{disturbance_text, summary_table, Body, PolicySpec};
 use rtmgr_core::trace::causes_text;
@@ -17,7 +17,7 @@ use rtmgr_linux::experiment::compare::CompareConfig;
 use rtmgr_linux::experiment::exec::ExecConfig;
 use rtmgr_linux::experiment::latency::LatencyConfig;
 use rtmgr_linux::experiment::periodicity::PeriodicityConfig;
-use rtmgr_linux::experiment::session::host_from_env;
+use rtmgr_linux::experiment::session::{host_from_env, LoadRequest};
 use rtmgr_linux::experiment::{self, Session};
 use rtmgr_linux::measure::probe::max_fifo_priority;
 use std::time::Duration;
@@ -36,12 +36,30 @@ pub enum MeasureCmd {
 
 #[derive(clap::Args, Clone)]
 pub struct LoadArgs {
-    /// Load while measuring: compute, io, network, locks, cache or all (stress-ng).
+    /// Load while measuring: compute, io, network, locks, cache or all (the ARTiS loads).
     #[arg(long)]
     pub load: Option<LoadKind>,
     /// CPUs for the load (default: the online CPUs not measured, or all if none).
     #[arg(long, value_parser = parse_cpus)]
     pub load_cpus: Option<CpuSet>,
+    /// What runs the load: builtin or stress-ng (default: stress-ng when installed, else builtin).
+    #[arg(long, value_name = "ENGINE")]
+    pub load_engine: Option<LoadEngine>,
+}
+
+impl LoadArgs {
+    /// The load the user asked for, if any.
+    pub fn request(&self) -> Result<Option<LoadRequest>> {
+        self.load
+            .map(|kind| {
+                Ok(LoadRequest {
+                    kind,
+                    cpus: self.load_cpus.clone(),
+                    engine: engine_choice(self.load_engine)?,
+                })
+            })
+            .transpose()
+    }
 }
 
 #[derive(clap::Args)]
@@ -166,8 +184,7 @@ fn latency_config(a: &LatencyArgs) -> Result<LatencyConfig> {
         policy: policy_spec(a)?,
         relative: a.relative,
         parallel: a.parallel,
-        load: a.load.load,
-        load_cpus: a.load.load_cpus.clone(),
+        load: a.load.request()?,
         trace: a.trace.map(|t| t.0),
     })
 }
@@ -213,8 +230,8 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
     if let Some(l) = &run.load {
         for m in &l.metrics {
             println!(
-                "load {}: {:.1} ops/s (op = {})",
-                m.component, m.ops_per_s, m.op
+                "load ({}) {}: {:.1} ops/s (op = {})",
+                l.engine, m.component, m.ops_per_s, m.op
             );
         }
     }
@@ -355,8 +372,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
         divisions: a.divisions,
         runs: a.runs,
         priority: a.priority,
-        load: a.load.load,
-        load_cpus: a.load.load_cpus.clone(),
+        load: a.load.request()?,
     };
     experiment::exec::check(&cfg)?;
     let s = Session::open(host_from_env()?, "rtmgr measure exec")?;
@@ -402,8 +418,7 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
         period: a.period,
         duration: a.duration,
         priority: a.priority,
-        load: a.load.load,
-        load_cpus: a.load.load_cpus.clone(),
+        load: a.load.request()?,
     };
     let out = experiment::periodicity::run(&s, &cfg, &mut experiment::Quiet)?;
     let run = out.run;

@@ -5,6 +5,7 @@ pub mod balance;
 pub mod budget;
 pub mod evaluate;
 pub mod lb;
+pub mod load_worker;
 pub mod measure;
 pub mod output;
 pub mod partition;

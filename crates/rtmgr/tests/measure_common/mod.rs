@@ -1,6 +1,7 @@
 //! Helpers shared by the measure_* and evaluate_* integration tests: running the
-//! rtmgr binary with a private TMPDIR (so the stress-ng it starts can be found
-//! by command line), and checking that nothing was left behind.
+//! rtmgr binary with a private TMPDIR (so the loads it starts — stress-ng or
+//! the built-in ones — can be found by command line), and checking that
+//! nothing was left behind.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -30,15 +31,12 @@ fn foreign_partition() -> Option<String> {
         .find(|n| n.starts_with("rtmgr"))
 }
 
-/// Root, stress-ng present, the machine lock taken and no partition applied by
-/// someone else; or None after printing why the test skips.
+/// Root, the machine lock taken and no partition applied by someone else; or
+/// None after printing why the test skips. (Loads need nothing installed: the
+/// built-in engine runs them when stress-ng is absent.)
 pub fn live_ready(test: &str) -> Option<Live> {
     if !is_root() {
         eprintln!("skip {test}: needs root (SCHED_FIFO, cpusets)");
-        return None;
-    }
-    if !have("stress-ng") {
-        eprintln!("skip {test}: stress-ng not installed (apt-get install -y stress-ng)");
         return None;
     }
     let lock = rtmgr_linux::lock::MachineLock::acquire(std::path::Path::new(
@@ -71,6 +69,15 @@ pub fn spawn(tmp: &Path, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn rtmgr")
+}
+
+/// The engine rtmgr picks by default here.
+pub fn default_engine() -> &'static str {
+    if have("stress-ng") {
+        "stress-ng"
+    } else {
+        "builtin"
+    }
 }
 
 /// Processes whose command line mentions `tmp` (the loads rtmgr started there).

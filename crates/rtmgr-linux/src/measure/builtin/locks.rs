@@ -1,10 +1,9 @@
 //! The built-in kernel-lock load (ARTiS §3.1 "kernel locks load"; stress-ng
-//! `futex` and `flock`): per load CPU two threads contend for one futex mutex
-//! shared by all of them, and two more for the locks of one file — a
+//! `futex` and `flock`): per load CPU two threads contend for a fair futex
+//! mutex (every hand-over goes through the kernel, on one CPU as on many),
+//! and two more, with all the others, for the locks of one file — a
 //! whole-file `flock` and a byte-range OFD `fcntl` lock, each thread with its
-//! own open file description, so they contend as processes would. A holder
-//! yields the CPU inside every 8th critical section, so waiters sleep in the
-//! kernel even when the load has a single CPU.
+//! own open file description, so they contend as processes would.
 
 use super::{Counter, Env, Workers};
 use rtmgr_sys::filelock::{flock_exclusive, ofd_lock_range};
@@ -15,19 +14,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(super) const FUTEX: &str = "futex-mutex";
-const FUTEX_OP: &str = "a lock and unlock of a futex mutex contended by every lock thread";
+const FUTEX_OP: &str = "a fair futex mutex taken from the other thread of a pair and handed back (a futex wait and a futex wake)";
 pub(super) const FILE: &str = "file-lock";
 const FILE_OP: &str = "an flock and an OFD fcntl byte-range lock, each taken and released, on a file shared by every lock thread";
 
 pub(super) fn start(instances: usize, w: &mut Workers) -> std::io::Result<()> {
     let futex_ops = w.counter(FUTEX, FUTEX_OP);
-    let mutex = Arc::new(FutexMutex::default());
-    for _ in 0..2 * instances {
-        let (mutex, ops) = (mutex.clone(), futex_ops.clone());
-        w.spawn(FUTEX, move |env| {
-            contend_futex(&mutex, &ops, env);
-            Ok(())
-        })?;
+    for _ in 0..instances {
+        let mutex = Arc::new(TicketMutex::default());
+        for _ in 0..2 {
+            let (mutex, ops) = (mutex.clone(), futex_ops.clone());
+            w.spawn(FUTEX, move |env| {
+                contend_futex(&mutex, &ops, env);
+                Ok(())
+            })?;
+        }
     }
     let file_ops = w.counter(FILE, FILE_OP);
     let path = w.env().dir().join("locks.lock");
@@ -40,50 +41,49 @@ pub(super) fn start(instances: usize, w: &mut Workers) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A mutex on one futex word: 0 free, 1 held, 2 held with waiters (Drepper,
-/// "Futexes Are Tricky", mutex 3). Waits time out so a stop is never missed.
+/// A fair mutex on futexes (a ticket lock): the holder's unlock hands it to
+/// the longest waiter, so two threads that both want it take turns, each
+/// turn a futex wake by one and a futex wait by the other. Waits time out so
+/// a stop is never missed.
 #[derive(Default)]
-struct FutexMutex {
-    word: AtomicU32,
+struct TicketMutex {
+    next: AtomicU32,
+    serving: AtomicU32,
 }
 
-impl FutexMutex {
-    fn lock(&self) {
-        if self
-            .word
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return;
-        }
-        while self.word.swap(2, Ordering::Acquire) != 0 {
-            let _ = futex::wait(&self.word, 2, Some(Duration::from_millis(100)));
+impl TicketMutex {
+    /// False when the load stopped before the lock was ours.
+    fn lock(&self, env: &Env) -> bool {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let serving = self.serving.load(Ordering::Acquire);
+            if serving == ticket {
+                return true;
+            }
+            if env.stopped() {
+                return false;
+            }
+            let _ = futex::wait(&self.serving, serving, Some(Duration::from_millis(100)));
         }
     }
 
     fn unlock(&self) {
-        if self.word.swap(0, Ordering::Release) == 2 {
-            let _ = futex::wake(&self.word, 1);
-        }
+        self.serving.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(&self.serving, u32::MAX);
     }
 }
 
-/// What a holder does with the lock: a little work, and every 8th time it
-/// gives up the CPU while holding it.
+/// What a holder does with a lock: a little work.
 fn critical_section(n: u64) {
     let mut x = n;
     for _ in 0..64 {
         x = black_box(x.wrapping_mul(31).wrapping_add(7));
     }
-    if n.is_multiple_of(8) {
-        std::thread::yield_now();
-    }
 }
 
-fn contend_futex(mutex: &FutexMutex, ops: &Counter, env: &Env) {
+fn contend_futex(mutex: &TicketMutex, ops: &Counter, env: &Env) {
     let mut n = 0u64;
-    while !env.stopped() {
-        mutex.lock();
+    while mutex.lock(env) {
         critical_section(n);
         mutex.unlock();
         ops.add(1);

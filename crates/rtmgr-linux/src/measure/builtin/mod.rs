@@ -93,6 +93,9 @@ pub struct WorkerReport {
     /// Failures of worker threads (a load that failed stops at once).
     pub errors: Vec<String>,
     pub elapsed_ns: u64,
+    /// It stopped because the process that started it was gone.
+    #[serde(default)]
+    pub orphaned: bool,
 }
 
 /// What the worker threads share: the stop flag, the private directory, errors.
@@ -176,10 +179,18 @@ impl Workers {
     }
 }
 
-/// Start the components of `kind`, `instances` workers each.
+/// Start the components of `kind`, `instances` workers each. `all` starts the
+/// cache load first: its buffer is filled before the other workers compete
+/// for the CPUs.
 fn start(kind: LoadKind, instances: usize, w: &mut Workers) -> std::io::Result<()> {
     let kinds: Vec<LoadKind> = match kind {
-        LoadKind::All => rtmgr_core::load::ALL_KINDS.to_vec(),
+        LoadKind::All => vec![
+            LoadKind::Cache,
+            LoadKind::Compute,
+            LoadKind::Io,
+            LoadKind::Network,
+            LoadKind::Locks,
+        ],
         k => vec![k],
     };
     for k in kinds {
@@ -213,8 +224,9 @@ pub fn run(args: &WorkerArgs, stop: Arc<AtomicBool>) -> WorkerReport {
     if let Err(e) = start(args.kind, args.instances, &mut w) {
         env.fail(format!("start the {} load: {e}", args.kind));
     }
+    let mut orphaned = false;
     while !env.stopped() {
-        let orphaned = std::os::unix::process::parent_id() != parent;
+        orphaned = std::os::unix::process::parent_id() != parent;
         if orphaned || t0.elapsed() >= args.timeout {
             env.stop.store(true, Ordering::Relaxed);
             break;
@@ -250,12 +262,14 @@ pub fn run(args: &WorkerArgs, stop: Arc<AtomicBool>) -> WorkerReport {
         components,
         errors,
         elapsed_ns: elapsed.as_nanos() as u64,
+        orphaned,
     }
 }
 
 /// The load process (`rtmgr __load ARGS`): run until SIGINT/SIGTERM, the
-/// timeout or the parent's end, then write `METRICS_FILE` into the directory.
-/// Errors (also the workers') are returned after the report is written.
+/// timeout or the parent's end, then write `METRICS_FILE` into the directory
+/// — or, when the parent is gone (killed), remove the directory, which nobody
+/// else will. Errors (also the workers') are returned after the report is written.
 pub fn main(args: &[String]) -> Result<(), String> {
     let args = WorkerArgs::parse(args)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -264,6 +278,10 @@ pub fn main(args: &[String]) -> Result<(), String> {
             .map_err(|e| format!("install the signal handler: {e}"))?;
     }
     let report = run(&args, stop);
+    if report.orphaned {
+        let _ = std::fs::remove_dir_all(&args.dir);
+        return Ok(());
+    }
     let text = serde_json::to_string(&report).map_err(|e| e.to_string())?;
     let tmp = args.dir.join(format!("{METRICS_FILE}.tmp"));
     std::fs::write(&tmp, text)

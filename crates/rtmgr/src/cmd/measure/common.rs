@@ -1,11 +1,13 @@
 //! What `rtmgr measure …` and `rtmgr evaluate` share in the CLI: flag parsers
-//! (durations, CPU lists), the progress line, and writing the JSON report and
-//! its plots where the user said.
+//! (durations, CPU lists), the load engine, the progress line, and writing the
+//! JSON report and its plots where the user said.
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use rtmgr_core::load::LoadEngine;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::experiment::Reporter;
+use rtmgr_linux::measure::load::EngineChoice;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,6 +52,14 @@ pub fn parse_trace(s: &str) -> std::result::Result<TraceThreshold, String> {
 /// (None) above the run's p99.9.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceThreshold(pub Option<u64>);
+
+/// The load engine asked for (None: stress-ng when installed, else built-in);
+/// the built-in loads run as this very binary's hidden `__load` subcommand.
+pub fn engine_choice(requested: Option<LoadEngine>) -> Result<EngineChoice> {
+    let worker =
+        std::env::current_exe().context("find the rtmgr binary (for the built-in loads)")?;
+    Ok(EngineChoice { requested, worker })
+}
 
 pub fn parse_cpus(s: &str) -> std::result::Result<CpuSet, String> {
     s.parse::<CpuSet>().map_err(|e| e.to_string())
