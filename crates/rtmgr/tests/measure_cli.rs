@@ -129,24 +129,8 @@ fn sigint_writes_partial_report_and_kills_the_load() {
         return;
     };
     let tmp = tempdir();
-    let mut child = spawn(
-        tmp.path(),
-        &[
-            "measure",
-            "latency",
-            "--duration",
-            "60s",
-            "--load",
-            "network",
-            "--json",
-            "r.json",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(
-        !processes_mentioning(tmp.path()).is_empty(),
-        "load should be running"
-    );
+    let mut child = spawn_under_load(tmp.path(), &["--load", "network"]);
+    std::thread::sleep(Duration::from_millis(1000));
     sigint(&child);
     let code = wait(&mut child, Duration::from_secs(30));
     assert_eq!(code, 130);
@@ -332,30 +316,16 @@ fn budget_report_goes_to_the_state_directory_not_the_current_one() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let dirs: Vec<_> = std::fs::read_dir(state.join("rtmgr/reports"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let reports = state.join("rtmgr/reports");
+    let dirs = file_names(&reports);
     assert_eq!(dirs.len(), 1, "{dirs:?}");
-    assert!(dirs[0]
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .starts_with("budget-"));
+    assert!(dirs[0].starts_with("budget-"), "{dirs:?}");
+    let report = json(&reports.join(&dirs[0]).join("report.json"));
+    assert_eq!(report["schema"], "rtmgr.budget/1");
     assert_eq!(
-        json(&dirs[0].join("report.json"))["schema"],
-        "rtmgr.budget/1"
-    );
-    let in_cwd: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| n != "state")
-        .collect();
-    assert!(
-        in_cwd.is_empty(),
-        "written into the current directory: {in_cwd:?}"
+        file_names(tmp.path()),
+        ["state"],
+        "written into the current directory"
     );
 }
 
@@ -366,26 +336,7 @@ fn builtin_engine_on_request_and_no_load_outlives_a_killed_rtmgr() {
         return;
     };
     let tmp = tempdir();
-    let mut child = spawn(
-        tmp.path(),
-        &[
-            "measure",
-            "latency",
-            "--duration",
-            "60s",
-            "--load",
-            "all",
-            "--load-engine",
-            "builtin",
-            "--json",
-            "r.json",
-        ],
-    );
-    let t0 = std::time::Instant::now();
-    while processes_mentioning(tmp.path()).is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "no load started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut child = spawn_under_load(tmp.path(), &["--load", "all", "--load-engine", "builtin"]);
     std::thread::sleep(Duration::from_millis(500));
     let cmdline = std::fs::read(format!(
         "/proc/{}/cmdline",
@@ -404,10 +355,6 @@ fn builtin_engine_on_request_and_no_load_outlives_a_killed_rtmgr() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left = file_names(tmp.path());
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }

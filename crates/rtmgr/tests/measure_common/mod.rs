@@ -95,6 +95,27 @@ pub fn processes_mentioning(tmp: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// `rtmgr measure latency` for 60 s under the load `load` flags say, its report
+/// r.json in `tmp`; returns once the load runs.
+pub fn spawn_under_load(tmp: &Path, load: &[&str]) -> Child {
+    let mut args = vec![
+        "measure",
+        "latency",
+        "--duration",
+        "60s",
+        "--json",
+        "r.json",
+    ];
+    args.extend(load);
+    let child = spawn(tmp, &args);
+    let t0 = Instant::now();
+    while processes_mentioning(tmp).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no load started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
 /// Wait for `child` up to `limit`; its exit code.
 pub fn wait(child: &mut Child, limit: Duration) -> i32 {
     let end = Instant::now() + limit;
@@ -149,6 +170,17 @@ pub fn assert_machine_restored() {
             }
         }
     }
+}
+
+/// The names of the entries of `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
 
 pub fn tempdir() -> tempfile::TempDir {

@@ -56,11 +56,16 @@ fn timed_out(e: &std::io::Error) -> bool {
     )
 }
 
-/// Fill `buf`; false at end of stream or when stopped.
-fn read_full(s: &mut TcpStream, buf: &mut [u8], env: &Env) -> std::io::Result<bool> {
+/// Move `len` bytes with `step(offset)` (a read or a write from there),
+/// riding out the socket timeouts; false at end of stream or when stopped.
+fn transfer(
+    len: usize,
+    env: &Env,
+    mut step: impl FnMut(usize) -> std::io::Result<usize>,
+) -> std::io::Result<bool> {
     let mut done = 0;
-    while done < buf.len() {
-        match s.read(&mut buf[done..]) {
+    while done < len {
+        match step(done) {
             Ok(0) => return Ok(false),
             Ok(n) => done += n,
             Err(e) if timed_out(&e) => {
@@ -74,22 +79,12 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8], env: &Env) -> std::io::Result<bo
     Ok(true)
 }
 
-/// Send all of `buf`; false when stopped first.
+fn read_full(s: &mut TcpStream, buf: &mut [u8], env: &Env) -> std::io::Result<bool> {
+    transfer(buf.len(), env, |at| s.read(&mut buf[at..]))
+}
+
 fn write_full(s: &mut TcpStream, buf: &[u8], env: &Env) -> std::io::Result<bool> {
-    let mut done = 0;
-    while done < buf.len() {
-        match s.write(&buf[done..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
-            Err(e) if timed_out(&e) => {
-                if env.stopped() {
-                    return Ok(false);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
+    transfer(buf.len(), env, |at| s.write(&buf[at..]))
 }
 
 fn serve(listener: &TcpListener, env: &Env) -> std::io::Result<()> {
