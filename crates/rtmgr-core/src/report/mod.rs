@@ -55,6 +55,8 @@ pub enum Body {
     Periodicity(PeriodicityRun),
     Compare(CompareRun),
     Evaluate(EvaluateRun),
+    /// `"trace_cost"` (the other kinds are one word).
+    #[serde(rename = "trace_cost")]
     TraceCost(TraceCostRun),
 }
 

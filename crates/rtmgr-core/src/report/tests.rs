@@ -99,6 +99,28 @@ fn json_round_trip_and_kind_tag() {
 }
 
 #[test]
+fn trace_cost_kind_is_snake_case() {
+    let r = cpu_result(1, &[1000, 2000]);
+    let mut rep = sample_latency_report();
+    rep.body = Body::TraceCost(TraceCostRun {
+        cpus: "1".parse().unwrap(),
+        interval_ns: 1_000_000,
+        rounds: 1,
+        segment_ns: 1_000_000_000,
+        load: None,
+        untraced: r.clone(),
+        traced: r,
+        events: 10,
+        events_per_s: 10.0,
+        events_lost: 0,
+    });
+    let json = serde_json::to_string(&rep).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["kind"], "trace_cost");
+    assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), rep);
+}
+
+#[test]
 fn evaluate_round_trip_table_and_verdicts() {
     let m = |v: f64| {
         vec![ComponentMetrics {

@@ -10,7 +10,7 @@ use anyhow::Result;
 use common::*;
 use rtmgr_core::load::{LoadEngine, LoadKind};
 use rtmgr_core::plot::{histogram_svg, percentile_svg, series_svg, XScale};
-use rtmgr_core::report::{disturbance_text, summary_table, Body, PolicySpec};
+use rtmgr_core::report::{disturbance_text, ratio_text, summary_table, Body, PolicySpec};
 use rtmgr_core::trace::causes_text;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::experiment::compare::CompareConfig;
@@ -336,7 +336,7 @@ fn trace_cost(a: LatencyArgs) -> Result<Outcome> {
     let ratio = |ppm: Option<u32>| {
         let pick = |x: &rtmgr_core::stats::Summary| ppm.map_or(x.max_ns, |p| x.get(p));
         rtmgr_core::stats::ratio(pick(t), pick(u))
-            .map(|r| format!("{r:.2}x"))
+            .map(|r| format!("{}x", ratio_text(r)))
             .unwrap_or_else(|| "-".into())
     };
     println!(
