@@ -4,6 +4,8 @@
 //! end it even when nobody stops it; and (root) it runs as SCHED_IDLE guests
 //! inside the RT cpuset of a partition when asked.
 
+mod measure_common;
+use measure_common::live_ready;
 use rtmgr_core::load::{LoadEngine, LoadKind, ALL_KINDS};
 use rtmgr_core::partition::{validate, PartitionConfig};
 use rtmgr_core::CpuSet;
@@ -183,23 +185,15 @@ fn a_builtin_load_ends_soon_after_its_parent_is_killed() {
 #[test]
 fn builtin_guests_run_sched_idle_inside_the_rt_cpuset() {
     let _serial = serial();
-    if !sched::is_root() {
-        eprintln!("skip: needs root to apply a partition");
+    let Some(_live) = live_ready("builtin_guests_run_sched_idle_inside_the_rt_cpuset") else {
         return;
-    }
+    };
     let host = Host::real();
-    if partition::layout(&host).is_err() {
-        eprintln!("skip: no cpuset controller");
-        return;
-    }
     let online = cpus::online(&host).unwrap();
-    if online.len() < 2 {
-        eprintln!("skip: needs 2 CPUs");
+    if partition::layout(&host).is_err() || online.len() < 2 {
+        eprintln!("skip: needs a cpuset controller and 2 CPUs");
         return;
     }
-    let _lock =
-        rtmgr_linux::lock::MachineLock::acquire(Path::new(rtmgr_linux::lock::DEFAULT_LOCK_PATH))
-            .unwrap();
     let journal = tempfile::tempdir().unwrap();
     let rt = CpuSet::single(online.iter().last().unwrap());
     let plan = validate(&PartitionConfig::default(), Some(&rt), &online).unwrap();

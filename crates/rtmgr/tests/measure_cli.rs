@@ -84,11 +84,7 @@ fn latency_under_load_report_structure_and_counts() {
             "r.svg",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("missed"));
     let r = json(&tmp.path().join("r.json"));
     assert_eq!(r["schema"], "rtmgr.report/2");
@@ -205,11 +201,7 @@ fn exec_and_periodicity_counts() {
             "e.json",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let e = json(&tmp.path().join("e.json"));
     assert_eq!(e["kind"], "exec");
     assert_eq!(check_result(&e["unloaded"]), 20);
@@ -232,11 +224,7 @@ fn exec_and_periodicity_counts() {
             "p.json",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let p = json(&tmp.path().join("p.json"));
     assert_eq!(p["expected"], 400);
     let act = p["activations"].as_u64().unwrap();
@@ -270,11 +258,7 @@ fn compare_cyclictest_side_by_side() {
             "c.json",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let c = json(&tmp.path().join("c.json"));
     assert_eq!(c["kind"], "compare");
     let ours = check_result(&c["rtmgr"]["result"]);
@@ -311,11 +295,7 @@ fn budget_report_goes_to_the_state_directory_not_the_current_one() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let reports = state.join("rtmgr/reports");
     let dirs = file_names(&reports);
     assert_eq!(dirs.len(), 1, "{dirs:?}");

@@ -62,6 +62,15 @@ pub fn run(tmp: &Path, args: &[&str]) -> Output {
     rtmgr(tmp).args(args).output().expect("run rtmgr")
 }
 
+/// The command exited 0, else fail with its stderr.
+pub fn assert_succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn spawn(tmp: &Path, args: &[&str]) -> Child {
     rtmgr(tmp)
         .args(args)
