@@ -4,7 +4,9 @@
 # that holds every program of this PATH but stress-ng (symlinks in a temporary
 # directory), then checks of its report: the built-in load engine ran, every
 # round and configuration was measured, every loaded configuration has
-# throughput for the six built-in load components, and no load is left behind.
+# throughput for the six built-in load components, and nothing is left behind:
+# no load process or load directory, and the machine as it was (IRQ masks,
+# defaults, cpusets, journal), compared under the machine lock before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
@@ -13,6 +15,35 @@ if [ "$(id -u)" != 0 ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# What rtmgr changes while it runs and must give back.
+machine_state() {
+  cat /proc/irq/default_smp_affinity /sys/devices/virtual/workqueue/cpumask 2>/dev/null || true
+  for f in /proc/irq/[0-9]*/smp_affinity; do echo "$f $(cat "$f" 2>/dev/null)"; done
+  cat /sys/fs/cgroup/cpuset/cpuset.sched_load_balance 2>/dev/null || true
+  ls -d /sys/fs/cgroup/cpuset/rtmgr* /sys/fs/cgroup/unified/rtmgr* /sys/fs/cgroup/rtmgr* \
+    /run/rtmgr/journal.jsonl 2>/dev/null || true
+}
+
+# Run "$@" holding rtmgr's machine lock the way rtmgr takes it (flock, then
+# check the file is still the one locked; remove it on release), so that no
+# other rtmgr is half-way through a change while the state is read.
+with_machine_lock() {
+  local lock=/run/lock/rtmgr.lock rc=0
+  mkdir -p /run/lock
+  while :; do
+    exec 9<>"$lock"
+    flock 9
+    [ "$(stat -L -c %i /proc/$$/fd/9)" = "$(stat -c %i "$lock" 2>/dev/null)" ] && break
+    exec 9>&-
+  done
+  "$@" || rc=$?
+  rm -f "$lock"
+  exec 9>&-
+  return $rc
+}
+
+with_machine_lock machine_state >"$tmp/before"
 mkdir "$tmp/bin" "$tmp/tmp"
 IFS=: read -ra dirs <<< "$PATH"
 for d in "${dirs[@]}"; do
@@ -42,4 +73,6 @@ done
 if grep -lsz -- "$tmp/tmp/[r]tmgr-load" /proc/[0-9]*/cmdline >/dev/null; then
   fail "a load process outlived evaluate"
 fi
+with_machine_lock machine_state >"$tmp/after"
+diff "$tmp/before" "$tmp/after" >&2 || fail "the machine was not given back as it was (diff above: before, after)"
 echo "evaluate-without-stress-ng: ok (report checked, nothing left behind)"
