@@ -1,16 +1,15 @@
 //! The built-in cache-miss load (ARTiS §3.1 "cache miss load"; stress-ng
 //! `cache`): per load CPU a thread reads and writes one cache line every 4160
 //! bytes (65 lines: past the adjacent-line prefetcher, across pages) through
-//! one buffer twice the size of the last-level cache, shared by the threads,
-//! so nearly every access misses and dirty lines are written back.
+//! its share of a buffer twice the size of the last-level cache, so nearly
+//! every access misses and dirty lines are written back. Each share is a
+//! zeroed allocation the walk itself faults in: the load starts at once.
 
 use super::Workers;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 pub(super) const NAME: &str = "cache-walk";
 const OP: &str =
-    "4096 cache lines read and written, 4160 bytes apart, in a buffer twice the last-level cache";
+    "4096 cache lines read and written, 4160 bytes apart, in its share of a buffer twice the last-level cache";
 const STRIDE_WORDS: usize = 4160 / 8;
 const LINES_PER_OP: usize = 4096;
 const MIN_BUFFER: u64 = 8 << 20;
@@ -20,18 +19,20 @@ const DEFAULT_LLC: u64 = 32 << 20;
 
 pub(super) fn start(instances: usize, w: &mut Workers) -> std::io::Result<()> {
     let ops = w.counter(NAME, OP);
-    let words = (buffer_bytes(last_level_cache()) / 8) as usize;
-    let buffer: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
-    for i in 0..instances {
-        let (buffer, ops) = (buffer.clone(), ops.clone());
+    let share = (buffer_bytes(last_level_cache()) / 8) as usize / instances.max(1);
+    for _ in 0..instances {
+        let ops = ops.clone();
         w.spawn(NAME, move |env| {
-            // Threads start apart, on a line boundary.
-            let mut at = (words / instances * i) & !7;
-            while !env.stopped() {
-                at = walk(&buffer, at);
+            let mut buffer = vec![0u64; share.max(STRIDE_WORDS)];
+            let mut at = 0;
+            // At least one operation, however soon the stop comes.
+            loop {
+                at = walk(&mut buffer, at);
                 ops.add(1);
+                if env.stopped() {
+                    return Ok(());
+                }
             }
-            Ok(())
         })?;
     }
     Ok(())
@@ -39,11 +40,10 @@ pub(super) fn start(instances: usize, w: &mut Workers) -> std::io::Result<()> {
 
 /// One operation: `LINES_PER_OP` strided read-modify-writes from `at`; where
 /// the next one starts.
-pub(super) fn walk(buffer: &[AtomicU64], mut at: usize) -> usize {
+pub(super) fn walk(buffer: &mut [u64], mut at: usize) -> usize {
     for _ in 0..LINES_PER_OP {
-        // Plain loads and stores (no locked instruction): the traffic is the point.
-        let v = buffer[at].load(Ordering::Relaxed);
-        buffer[at].store(v.wrapping_add(1), Ordering::Relaxed);
+        // black_box: every load and store happens; the traffic is the point.
+        buffer[at] = std::hint::black_box(buffer[at]).wrapping_add(1);
         at += STRIDE_WORDS;
         if at >= buffer.len() {
             at -= buffer.len();
