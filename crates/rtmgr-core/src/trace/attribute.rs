@@ -39,9 +39,14 @@ pub enum Cause {
     Syscall { comm: String, syscall: String },
     /// A task in the kernel outside a system call (page fault, kernel thread).
     Kernel { comm: String },
-    /// A task in user mode held the CPU (the interrupt was not taken: the
-    /// hypervisor, or interrupts disabled without a traced event).
+    /// A task in user mode after the probe was woken (its preemption came
+    /// late).
     User { comm: String },
+    /// A task ran in user mode and no interrupt came before the probe's
+    /// wake-up: user mode cannot hold off the timer interrupt due at the
+    /// release, so the vCPU did not run (or the host delivered the interrupt
+    /// late) — the hypervisor, with the task that had the vCPU named.
+    InterruptLate { comm: String },
     /// A workqueue item (kworker).
     Work { function: String },
     /// The CPU was idle until the wake-up: the timer or the vCPU woke late.
@@ -63,6 +68,10 @@ impl fmt::Display for Cause {
             Cause::Syscall { comm, syscall } => write!(f, "{comm} in {syscall}()"),
             Cause::Kernel { comm } => write!(f, "{comm} in the kernel (no system call)"),
             Cause::User { comm } => write!(f, "{comm} in user mode"),
+            Cause::InterruptLate { comm } => write!(
+                f,
+                "interrupt late while {comm} ran in user mode (hypervisor)"
+            ),
             Cause::Work { function } => write!(f, "workqueue {function}"),
             Cause::IdleWakeup => f.write_str("idle CPU woke late (timer, vCPU wake-up)"),
             Cause::Switch => f.write_str("switch to the probe"),
@@ -155,7 +164,11 @@ impl Replay {
         if self.faulting == Some(self.pid) || comm.starts_with("kworker") {
             return Cause::Kernel { comm };
         }
-        Cause::User { comm }
+        if self.woken {
+            Cause::User { comm }
+        } else {
+            Cause::InterruptLate { comm }
+        }
     }
 
     fn apply(&mut self, e: &Event, probe: u32) {
@@ -317,7 +330,10 @@ pub fn attribute<'a>(
     // A silence longer than a tick while the CPU was busy: the time beyond
     // one tick is the hypervisor's, whatever the CPU was doing.
     let mut add_gap = |c: Cause, ns: u64| {
-        let busy = !matches!(c, Cause::IdleWakeup | Cause::TraceLost | Cause::Unexplained);
+        let busy = !matches!(
+            c,
+            Cause::IdleWakeup | Cause::TraceLost | Cause::Unexplained | Cause::InterruptLate { .. }
+        );
         if busy && ns > 2 * tick_ns {
             add(Cause::Unexplained, ns - tick_ns);
             add(c, tick_ns);

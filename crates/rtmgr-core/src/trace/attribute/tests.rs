@@ -191,3 +191,42 @@ stress-ng-futex-50 [001] d..2. 6000.030210: sched_switch: prev_comm=stress-ng-fu
     assert_eq!(part(&a, &futex), DEFAULT_TICK_NS + 6_000);
     assert_eq!(a.parts.iter().map(|p| p.1).sum::<u64>(), s.latency_ns());
 }
+
+#[test]
+fn user_mode_before_the_wake_up_interrupt_is_the_hypervisor() {
+    // A guest in user mode (its last system call returned) when the probe's
+    // timer was due; the interrupt comes 5.5 ms late. User mode cannot hold
+    // the interrupt off: the vCPU did not run. After the wake-up, the guest's
+    // user-mode time until the switch is its own (a late preemption).
+    let ev = events(
+        "stress-ng-cpu-60 [001] ..... 7000.000050: sys_enter: NR 39 (0, 0, 0, 0, 0, 0)
+stress-ng-cpu-60 [001] ..... 7000.000052: sys_exit: NR 39 = 60
+stress-ng-cpu-60 [001] d.h1. 7000.005700: local_timer_entry: vector=236
+stress-ng-cpu-60 [001] d.h2. 7000.005702: sched_waking: comm=rtmgr-probe1.0 pid=77 prio=0 target_cpu=001
+stress-ng-cpu-60 [001] d.h1. 7000.005703: local_timer_exit: vector=236
+stress-ng-cpu-60 [001] d..2. 7000.005710: sched_switch: prev_comm=stress-ng-cpu prev_pid=60 prev_prio=139 prev_state=R+ ==> next_comm=rtmgr-probe1.0 next_pid=77 next_prio=0",
+    );
+    let s = Sample {
+        cpu: 1,
+        tid: 77,
+        release_ns: us(7000, 200),
+        wake_ns: us(7000, 5_712),
+    };
+    let a = attribute_in(&s, &ev, DEFAULT_TICK_NS);
+    let late = Cause::InterruptLate {
+        comm: "stress-ng-cpu".into(),
+    };
+    assert_eq!(a.parts[0].0, late, "{a:?}");
+    assert_eq!(part(&a, &late), 5_500_000);
+    assert_eq!(
+        part(
+            &a,
+            &Cause::User {
+                comm: "stress-ng-cpu".into()
+            }
+        ),
+        7_000
+    );
+    assert!(late.to_string().contains("hypervisor"));
+    assert_eq!(a.parts.iter().map(|p| p.1).sum::<u64>(), s.latency_ns());
+}
