@@ -219,3 +219,32 @@ fn torn_journal_after_begin_resets_cleanly() {
         before.system["rtmgr cgroups"]
     );
 }
+
+#[test]
+fn cgroups_left_without_a_journal_are_emptied_and_removed_by_reset() {
+    for cg in [FakeCgroup::V1, FakeCgroup::V2] {
+        let m = FakeMachine::new(4).cgroup(cg).typical_tasks().build();
+        let host = m.host();
+        let (applied, _) = partition::apply(&host, &plan(&host, "2-3"), &opts()).unwrap();
+        // The journal is lost (a test's private directory, a user's rm).
+        std::fs::remove_file(host.path("/run/rtmgr/journal.jsonl")).unwrap();
+        let r = partition::reset(&host, Path::new("/run/rtmgr/journal.jsonl")).unwrap();
+        assert!(r.had_partition, "{cg:?}: {r:?}");
+        assert!(!r.cgroups_removed.is_empty(), "{cg:?}: {r:?}");
+        assert!(r.notes.iter().any(|n| n.contains("no journal")), "{r:?}");
+        for role in [Role::Rt, Role::Nrt] {
+            let dir = applied.layout.dir(&format!("rtmgr-{}", role_name(role)));
+            assert!(!host.exists(&dir), "{cg:?}: {} still there", dir.display());
+        }
+        // Nothing left to do the second time.
+        let again = partition::reset(&host, Path::new("/run/rtmgr/journal.jsonl")).unwrap();
+        assert!(!again.had_partition, "{cg:?}: {again:?}");
+    }
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Rt => "rt",
+        Role::Nrt => "nrt",
+    }
+}

@@ -14,6 +14,7 @@ mod guard;
 mod irqs;
 mod knob;
 mod members;
+mod orphans;
 mod reset;
 mod tasks;
 

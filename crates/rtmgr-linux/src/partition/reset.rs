@@ -1,6 +1,7 @@
 //! `reset`: undo everything a partition journal records, knob by knob in the
 //! reverse order of `apply`, then let each knob settle what the kernel resets
-//! when cpusets go (affinities). Idempotent: with no journal it does nothing;
+//! when cpusets go (affinities). Idempotent: with no journal it removes only
+//! rtmgr cgroups left without one (`orphans`);
 //! after a partial reset it finishes the job; it keeps the journal while
 //! anything could not be restored.
 
@@ -13,6 +14,7 @@ use std::path::Path;
 pub fn reset(host: &Host, journal_path: &Path) -> Result<ResetReport> {
     let mut rep = ResetReport::default();
     let Some(records) = journal::read(host, journal_path)? else {
+        super::orphans::remove(host, &mut rep)?;
         return Ok(rep);
     };
     rep.had_partition = true;
