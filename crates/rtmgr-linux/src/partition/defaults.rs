@@ -5,6 +5,7 @@
 use super::knob::{ApplyCx, Knob};
 use super::Result;
 use crate::{cpus, irq};
+use rtmgr_core::partition::KnobId;
 use std::path::Path;
 
 pub(super) struct Defaults;
@@ -24,7 +25,7 @@ impl Knob for Defaults {
         {
             written?;
         }
-        if !cx.plan.workqueues {
+        if !cx.plan.enabled(KnobId::Workqueues) {
             return Ok(());
         }
         match cx.set_file(self.name(), Path::new(cpus::WORKQUEUE_CPUMASK), as_mask)? {
