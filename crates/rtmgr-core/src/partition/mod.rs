@@ -262,6 +262,19 @@ pub struct ApplyReport {
     /// Things left where they were, with the reason: key = reason, value = items.
     pub not_moved: BTreeMap<String, Vec<String>>,
     pub notes: Vec<String>,
+    /// What each enabled knob did here, in apply order (empty in journals
+    /// written before knobs reported).
+    #[serde(default)]
+    pub knobs: Vec<KnobReport>,
+}
+
+/// What one knob did (or, for `--explain`, would do) on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnobReport {
+    pub knob: KnobId,
+    /// False when this machine lacks what the knob sets (then `lines` says what).
+    pub available: bool,
+    pub lines: Vec<String>,
 }
 
 impl ApplyReport {

@@ -53,23 +53,54 @@ impl Kernel for RealKernel {
         sched::is_root()
     }
 
-    fn read_debugfs(&self, rel: &str) -> Option<String> {
-        if !sched::is_root() {
-            return None;
-        }
-        let script = format!(
-            "mount -t debugfs none /sys/kernel/debug 2>/dev/null && cat /sys/kernel/debug/{rel}"
-        );
-        let out = std::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    fn read_debugfs(&self, rel: &str) -> Result<String> {
+        in_private_debugfs(rel, r#"cat "/sys/kernel/debug/$1""#, "")
+    }
+
+    fn write_debugfs(&self, rel: &str, value: &str) -> Result<()> {
+        in_private_debugfs(rel, r#"printf '%s' "$2" > "/sys/kernel/debug/$1""#, value).map(|_| ())
     }
 
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         Some(sched::deadline_available())
     }
+}
+
+/// Run `script` (with $1 = the debugfs file, $2 = `value`) where debugfs is
+/// mounted in a private mount namespace, so nothing is mounted for others.
+/// The shell's complaint is mapped back to the errno it names.
+fn in_private_debugfs(rel: &str, script: &str, value: &str) -> Result<String> {
+    let path = Path::new("/sys/kernel/debug").join(rel);
+    let fail = |errno: i32| io_err("debugfs", &path, std::io::Error::from_raw_os_error(errno));
+    if !sched::is_root() {
+        return Err(fail(libc::EPERM));
+    }
+    let full = format!("mount -t debugfs none /sys/kernel/debug && {script}");
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &full,
+            "sh",
+        ])
+        .args([rel, value])
+        .output()
+        .map_err(|e| io_err("unshare", &path, e))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let errno = [
+        ("Operation not permitted", libc::EPERM),
+        ("Permission denied", libc::EACCES),
+        ("No such file", libc::ENOENT),
+        ("Invalid argument", libc::EINVAL),
+    ]
+    .iter()
+    .find(|(text, _)| err.contains(text))
+    .map_or(libc::EIO, |(_, n)| *n);
+    Err(fail(errno))
 }

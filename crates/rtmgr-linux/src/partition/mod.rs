@@ -10,12 +10,14 @@
 
 mod cpusets;
 mod defaults;
+mod files;
 mod guard;
 mod irqs;
 mod knob;
 mod members;
 mod reset;
 mod tasks;
+mod workqueues;
 
 pub use guard::PartitionGuard;
 pub use members::{enter, enter_thread, membership_file, place_process, record_entered, role_of};
@@ -24,8 +26,8 @@ pub use reset::reset;
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
 use crate::journal::{self, Journal, Record};
-use knob::{ApplyCx, Knob};
-use rtmgr_core::partition::{ApplyReport, PartitionPlan};
+use knob::{ApplyCx, Knob, PreviewCx};
+use rtmgr_core::partition::{ApplyReport, KnobId, KnobReport, PartitionPlan};
 use std::path::{Path, PathBuf};
 
 /// The knobs of a partition, in the order `apply` runs them (`reset` undoes
@@ -35,6 +37,7 @@ const KNOBS: &[&dyn Knob] = &[
     &tasks::Tasks,
     &irqs::Irqs,
     &defaults::Defaults,
+    &workqueues::Workqueues,
 ];
 
 pub const CGROUP_PREFIX: &str = "rtmgr";
@@ -201,7 +204,12 @@ fn apply_journalled(
         nrt_dir: nrt_dir.as_deref(),
         report: &mut report,
     };
-    for knob in KNOBS {
+    for knob in KNOBS.iter().filter(|k| plan.enabled(k.id())) {
+        cx.report.knobs.push(KnobReport {
+            knob: knob.id(),
+            available: true,
+            lines: Vec::new(),
+        });
         knob.apply(&mut cx)?;
         crash_point(knob.name());
     }
@@ -211,6 +219,42 @@ fn apply_journalled(
     let applied = current(host, &opts.journal)?
         .ok_or_else(|| PartitionError::BadJournal(opts.journal.clone()))?;
     Ok((applied, report))
+}
+
+/// One knob as `apply --explain` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KnobExplained {
+    pub knob: KnobId,
+    /// Selected by the plan (the config's `knobs`).
+    pub enabled: bool,
+    /// What it is for.
+    pub explain: &'static str,
+    /// What it would do on this machine.
+    pub here: KnobReport,
+}
+
+/// What every knob is for and what it would do here under `plan`; changes nothing.
+pub fn explain(host: &Host, plan: &PartitionPlan) -> Vec<KnobExplained> {
+    let layout = layout(host).ok();
+    let cx = PreviewCx {
+        host,
+        plan,
+        layout: layout.as_ref(),
+    };
+    KNOBS
+        .iter()
+        .map(|k| KnobExplained {
+            knob: k.id(),
+            enabled: plan.enabled(k.id()),
+            explain: k.explain(),
+            here: k.preview(&cx),
+        })
+        .collect()
+}
+
+/// Every control file a knob may change on this machine, for snapshots.
+pub fn watched_files(host: &Host) -> Vec<PathBuf> {
+    KNOBS.iter().flat_map(|k| k.watched(host)).collect()
 }
 
 /// The partition recorded in a journal, if any.

@@ -5,7 +5,7 @@
 
 use super::{bad_input, host, machine_lock, require_root, Outcome};
 use anyhow::Context;
-use rtmgr_core::partition::{validate, ApplyReport, PartitionConfig, PartitionPlan};
+use rtmgr_core::partition::{validate, ApplyReport, PartitionConfig, PartitionPlan, PreemptMode};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionError};
@@ -33,6 +33,13 @@ pub struct ApplyArgs {
     /// Reset an applied partition first instead of refusing.
     #[arg(long)]
     pub replace: bool,
+    /// Set this PREEMPT_DYNAMIC model for the partition's lifetime (where the
+    /// kernel lets debugfs `sched/preempt` be written; else said once and skipped).
+    #[arg(long, value_name = "full|lazy")]
+    pub preempt: Option<PreemptMode>,
+    /// Print what each knob is for and what it would do here, and change nothing.
+    #[arg(long)]
+    pub explain: bool,
     #[command(flatten)]
     pub journal: JournalArgs,
 }
@@ -61,6 +68,7 @@ pub fn plan_from_args(
     host: &Host,
     rt_cpus: Option<&str>,
     config: Option<&PathBuf>,
+    preempt: Option<PreemptMode>,
 ) -> anyhow::Result<PartitionPlan> {
     let rt = match rt_cpus {
         Some(text) => match CpuSet::parse_list(text) {
@@ -82,6 +90,10 @@ pub fn plan_from_args(
         }
         None => PartitionConfig::default(),
     };
+    let cfg = PartitionConfig {
+        preempt: preempt.or(cfg.preempt),
+        ..cfg
+    };
     let online = cpus::online(host).context("reading online CPUs")?;
     match validate(&cfg, rt.as_ref(), &online) {
         Ok(p) => Ok(p),
@@ -90,7 +102,16 @@ pub fn plan_from_args(
 }
 
 fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
-    let plan = plan_from_args(host, a.rt_cpus.as_deref(), a.config.as_ref())?;
+    let plan = plan_from_args(host, a.rt_cpus.as_deref(), a.config.as_ref(), a.preempt)?;
+    if a.explain {
+        let knobs = partition::explain(host, &plan);
+        if a.journal.json {
+            println!("{}", serde_json::to_string_pretty(&knobs)?);
+        } else {
+            print_explain(&plan, &knobs);
+        }
+        return Ok(Outcome::Ok);
+    }
     require_root(host, "rtmgr partition apply")?;
     let opts = ApplyOptions {
         journal: a.journal.journal.clone(),
@@ -141,6 +162,9 @@ fn print_apply(plan: &PartitionPlan, r: &ApplyReport) {
         r.irqs_moved.len()
     );
     println!("  latency bound: {} µs", plan.latency_bound_us);
+    for k in &r.knobs {
+        print_knob_lines(&k.knob.to_string(), k.available, &k.lines);
+    }
     for (reason, items) in &r.not_moved {
         let shown: Vec<&str> = items.iter().take(6).map(String::as_str).collect();
         let more = if items.len() > shown.len() {
@@ -154,6 +178,68 @@ fn print_apply(plan: &PartitionPlan, r: &ApplyReport) {
         println!("  note: {n}");
     }
     println!("undo with: rtmgr partition reset");
+}
+
+/// At most six lines of a knob, then how many more.
+fn print_knob_lines(name: &str, available: bool, lines: &[String]) {
+    let tag = if available { "" } else { " (not available)" };
+    let more = lines.len().saturating_sub(6);
+    for (i, l) in lines.iter().take(6).enumerate() {
+        let head = if i == 0 {
+            format!("{name}{tag}")
+        } else {
+            String::new()
+        };
+        println!("  {head:<16} {l}");
+    }
+    if lines.is_empty() {
+        println!("  {name:<16} nothing to do");
+    }
+    if more > 0 {
+        println!("  {:<16} … and {more} more (--json lists them all)", "");
+    }
+}
+
+fn print_explain(plan: &PartitionPlan, knobs: &[partition::KnobExplained]) {
+    println!(
+        "partition RT CPUs {} / NRT CPUs {}: each knob, what it is for and what it would do here (nothing changed)\n",
+        plan.rt, plan.nrt
+    );
+    for k in knobs {
+        println!(
+            "{}{}",
+            k.knob,
+            if k.enabled {
+                ""
+            } else {
+                "  [off in this config]"
+            }
+        );
+        for l in textwrap(k.explain, 88) {
+            println!("    {l}");
+        }
+        print_knob_lines("  here:", k.here.available, &k.here.lines);
+        println!();
+    }
+}
+
+/// Wrap a paragraph at `width` columns on spaces.
+fn textwrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::new();
+    for w in text.split_whitespace() {
+        if !cur.is_empty() && cur.chars().count() + 1 + w.chars().count() > width {
+            lines.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(w);
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
 }
 
 fn reset(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {

@@ -1,0 +1,94 @@
+//! Knobs that are plain control files (sysctls, sysfs masks, as tuned's sysctl
+//! and sysfs plugins): what each file is and becomes is found once, read-only;
+//! `preview` shows it, `apply` journals each old value and writes the new one.
+
+use super::knob::{ApplyCx, PreviewCx};
+use super::{crash_point, Result};
+use rtmgr_core::partition::{KnobId, KnobReport};
+use std::path::PathBuf;
+
+/// One control file a knob sets.
+#[derive(Debug, Clone)]
+pub(super) struct Setting {
+    /// Machine path.
+    pub path: PathBuf,
+    /// What it is, for people ("lo rx-0 rps_cpus").
+    pub label: String,
+    pub old: String,
+    pub new: String,
+}
+
+/// What a file knob finds on this machine.
+pub(super) enum Found {
+    /// Nothing to set here, and why (the files do not exist).
+    Absent(String),
+    Files(Vec<Setting>),
+}
+
+impl Found {
+    pub fn paths(&self) -> Vec<PathBuf> {
+        match self {
+            Found::Absent(_) => Vec::new(),
+            Found::Files(f) => f.iter().map(|s| s.path.clone()).collect(),
+        }
+    }
+}
+
+fn change(s: &Setting) -> String {
+    format!("{}: {} -> {}", s.label, s.old, s.new)
+}
+
+/// Files already as wanted are summed up in one line.
+fn already(n: usize) -> Option<String> {
+    (n > 0).then(|| format!("{n} already as wanted"))
+}
+
+pub(super) fn preview(cx: &PreviewCx<'_>, knob: KnobId, found: Found) -> KnobReport {
+    match found {
+        Found::Absent(why) => cx.unavailable(knob, why),
+        Found::Files(files) => {
+            let (same, diff): (Vec<_>, Vec<_>) = files.iter().partition(|s| s.old == s.new);
+            let mut lines: Vec<String> = diff.into_iter().map(change).collect();
+            lines.extend(already(same.len()));
+            cx.report(knob, lines)
+        }
+    }
+}
+
+/// Journal and write every file that differs; refusals are reported, not
+/// errors. The crash test's point `<knob>-half` is half-way through.
+pub(super) fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
+    let files = match found {
+        Found::Absent(why) => {
+            cx.unavailable(why);
+            return Ok(());
+        }
+        Found::Files(f) => f,
+    };
+    let half = files.len() / 2;
+    let mut same = 0;
+    for (i, s) in files.iter().enumerate() {
+        if i == half {
+            crash_point(&format!("{}-half", knob.name()));
+        }
+        if s.old == s.new {
+            same += 1;
+            continue;
+        }
+        let new = s.new.clone();
+        match cx.set_file(knob.name(), &s.path, |_| new)? {
+            Some(Ok(())) => cx.say(change(s)),
+            Some(Err(e)) => {
+                cx.say(format!("{}: refused ({e})", s.label));
+                cx.report
+                    .notes
+                    .push(format!("{knob}: {} not set: {e}", s.label));
+            }
+            None => {} // gone since it was found
+        }
+    }
+    if let Some(l) = already(same) {
+        cx.say(l);
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! The run-time knobs of a partition against fake v1 and v2 machines: each one
+//! applied, its files checked, reset, and the machine exactly as before; a
+//! machine without a knob's files gets a note, not an error.
+
+use rtmgr_core::partition::{validate, ApplyReport, KnobId, KnobReport, PartitionConfig};
+use rtmgr_linux::fake::{FakeBuilder, FakeCgroup, FakeMachine};
+use rtmgr_linux::partition::{self, ApplyOptions};
+use rtmgr_linux::{snapshot, Host};
+use std::path::Path;
+
+const JOURNAL: &str = "/run/rtmgr/journal.jsonl";
+
+fn opts() -> ApplyOptions {
+    ApplyOptions {
+        journal: JOURNAL.into(),
+        replace: false,
+    }
+}
+
+/// Apply `toml` on a 4-CPU fake machine of each layout, let `check` look at
+/// the machine and the report, reset, and compare with the state before.
+fn each_layout(
+    toml: &str,
+    build: impl Fn(FakeBuilder) -> FakeBuilder,
+    check: impl Fn(&Host, &ApplyReport),
+) {
+    for cg in [FakeCgroup::V1, FakeCgroup::V2] {
+        let m = build(FakeMachine::new(4).cgroup(cg).typical_tasks()).build();
+        let host = m.host();
+        let before = snapshot::capture(&host);
+        let cfg = PartitionConfig::from_toml(toml).unwrap();
+        let online = rtmgr_linux::cpus::online(&host).unwrap();
+        let plan = validate(&cfg, None, &online).unwrap();
+        let (_, report) = partition::apply(&host, &plan, &opts()).unwrap();
+        check(&host, &report);
+        partition::reset(&host, Path::new(JOURNAL)).unwrap();
+        let d = before.diff(&snapshot::capture(&host));
+        assert!(d.is_empty(), "{cg:?}: not restored: {d:?}");
+        assert!(!host.exists("/run/rtmgr"));
+    }
+}
+
+fn knob(r: &ApplyReport, k: KnobId) -> &KnobReport {
+    r.knobs
+        .iter()
+        .find(|x| x.knob == k)
+        .unwrap_or_else(|| panic!("no report for {k}: {:?}", r.knobs))
+}
+
+fn read(host: &Host, p: &str) -> String {
+    host.read(p).unwrap().trim().to_string()
+}
+
+#[test]
+fn workqueue_masks_go_to_the_nrt_cpus_and_come_back() {
+    each_layout(
+        "rt_cpus = \"3\"",
+        |b| b,
+        |host, r| {
+            for q in ["cpumask", "writeback/cpumask", "blkcg_punt_bio/cpumask"] {
+                assert_eq!(
+                    read(host, &format!("/sys/devices/virtual/workqueue/{q}")),
+                    "7"
+                );
+            }
+            let k = knob(r, KnobId::Workqueues);
+            assert!(k.available);
+            assert_eq!(
+                k.lines.len(),
+                3,
+                "writeback once, not again through the bus: {k:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn knobs_left_out_by_the_config_do_nothing() {
+    each_layout(
+        "rt_cpus = \"3\"\nknobs = [\"cgroups\", \"tasks\"]",
+        |b| b,
+        |host, r| {
+            assert_eq!(
+                read(host, "/sys/devices/virtual/workqueue/writeback/cpumask"),
+                "f"
+            );
+            assert_eq!(read(host, "/proc/irq/36/smp_affinity"), "f");
+            let names: Vec<KnobId> = r.knobs.iter().map(|k| k.knob).collect();
+            assert_eq!(names, vec![KnobId::Cgroups, KnobId::Tasks]);
+        },
+    );
+}
+
+#[test]
+fn missing_files_are_a_note_not_an_error() {
+    let m = FakeMachine::new(2).typical_tasks().build();
+    std::fs::remove_dir_all(m.root().join("sys/devices/virtual/workqueue")).unwrap();
+    std::fs::remove_dir_all(m.root().join("sys/bus/workqueue")).unwrap();
+    let host = m.host();
+    let plan = validate(
+        &PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap(),
+        None,
+        &rtmgr_linux::cpus::online(&host).unwrap(),
+    )
+    .unwrap();
+    let (_, r) = partition::apply(&host, &plan, &opts()).unwrap();
+    let k = knob(&r, KnobId::Workqueues);
+    assert!(!k.available, "{k:?}");
+    assert!(k.lines[0].contains("no workqueue cpumask"), "{k:?}");
+    partition::reset(&host, Path::new(JOURNAL)).unwrap();
+}
