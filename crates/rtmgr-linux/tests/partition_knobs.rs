@@ -109,3 +109,46 @@ fn missing_files_are_a_note_not_an_error() {
     assert!(k.lines[0].contains("no workqueue cpumask"), "{k:?}");
     partition::reset(&host, Path::new(JOURNAL)).unwrap();
 }
+
+#[test]
+fn sysctls_as_tuned_sets_them_and_back() {
+    each_layout(
+        "rt_cpus = \"2-3\"",
+        |b| b,
+        |host, r| {
+            assert_eq!(read(host, "/proc/sys/kernel/timer_migration"), "0");
+            assert_eq!(read(host, "/proc/sys/vm/stat_interval"), "10");
+            assert_eq!(read(host, "/proc/sys/kernel/watchdog_cpumask"), "0-1");
+            for k in [
+                KnobId::TimerMigration,
+                KnobId::StatInterval,
+                KnobId::Watchdog,
+            ] {
+                let k = knob(r, k);
+                assert!(k.available && k.lines.len() == 1, "{k:?}");
+                assert!(k.lines[0].contains("->"), "{k:?}");
+            }
+        },
+    );
+}
+
+#[test]
+fn a_missing_sysctl_is_said_once() {
+    let m = FakeMachine::new(2).typical_tasks().build();
+    std::fs::remove_file(m.root().join("proc/sys/kernel/watchdog_cpumask")).unwrap();
+    let host = m.host();
+    let before = snapshot::capture(&host);
+    let plan = validate(
+        &PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap(),
+        None,
+        &rtmgr_linux::cpus::online(&host).unwrap(),
+    )
+    .unwrap();
+    let (_, r) = partition::apply(&host, &plan, &opts()).unwrap();
+    let k = knob(&r, KnobId::Watchdog);
+    assert!(!k.available);
+    assert_eq!(k.lines.len(), 1);
+    assert!(k.lines[0].contains("no kernel.watchdog_cpumask"), "{k:?}");
+    partition::reset(&host, Path::new(JOURNAL)).unwrap();
+    assert!(before.diff(&snapshot::capture(&host)).is_empty());
+}

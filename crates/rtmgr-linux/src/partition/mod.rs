@@ -16,7 +16,11 @@ mod irqs;
 mod knob;
 mod members;
 mod reset;
+mod stat_interval;
+mod sysctl;
 mod tasks;
+mod timer_migration;
+mod watchdog;
 mod workqueues;
 
 pub use guard::PartitionGuard;
@@ -38,6 +42,9 @@ const KNOBS: &[&dyn Knob] = &[
     &irqs::Irqs,
     &defaults::Defaults,
     &workqueues::Workqueues,
+    &timer_migration::TIMER_MIGRATION,
+    &stat_interval::STAT_INTERVAL,
+    &watchdog::WATCHDOG,
 ];
 
 pub const CGROUP_PREFIX: &str = "rtmgr";
