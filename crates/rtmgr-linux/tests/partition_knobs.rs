@@ -152,3 +152,63 @@ fn a_missing_sysctl_is_said_once() {
     partition::reset(&host, Path::new(JOURNAL)).unwrap();
     assert!(before.diff(&snapshot::capture(&host)).is_empty());
 }
+
+#[test]
+fn packet_steering_leaves_the_rt_cpus() {
+    each_layout(
+        "rt_cpus = \"2-3\"",
+        |b| b,
+        |host, r| {
+            let q = "/sys/class/net";
+            assert_eq!(read(host, &format!("{q}/lo/queues/rx-0/rps_cpus")), "3");
+            assert_eq!(read(host, &format!("{q}/eth0/queues/rx-1/rps_cpus")), "3");
+            // tx-0 was CPU 0 only; tx-1 was CPUs 1-3 and keeps CPU 1.
+            assert_eq!(read(host, &format!("{q}/eth0/queues/tx-0/xps_cpus")), "1");
+            assert_eq!(read(host, &format!("{q}/eth0/queues/tx-1/xps_cpus")), "2");
+            let k = knob(r, KnobId::Rps);
+            assert!(
+                k.lines.iter().any(|l| l == "lo rx-0 rps_cpus: 0 -> 3"),
+                "{k:?}"
+            );
+            assert!(k.lines.iter().any(|l| l == "1 already as wanted"), "{k:?}");
+        },
+    );
+}
+
+#[test]
+fn a_managed_disk_interrupt_on_an_rt_cpu_is_named_and_its_completions_move() {
+    each_layout(
+        "rt_cpus = \"1\"",
+        |b| b.managed_irq(36, 1, 25_000),
+        |host, r| {
+            assert_eq!(read(host, "/sys/block/vda/queue/rq_affinity"), "2");
+            assert_eq!(read(host, "/sys/block/loop0/queue/rq_affinity"), "1");
+            let k = knob(r, KnobId::Block);
+            assert!(
+                k.lines[0].starts_with(
+                    "vda: completion IRQ 36 virtio1-req.0 is kernel-managed and lands on RT CPU 1"
+                ) && k.lines[0].contains("isolcpus=managed_irq,domain,1"),
+                "{k:?}"
+            );
+            // The irqs knob could not move it either.
+            assert!(
+                r.not_moved.values().flatten().any(|i| i.starts_with("36 ")),
+                "{r:?}"
+            );
+        },
+    );
+    // On an NRT CPU it is no business of the RT CPUs.
+    each_layout(
+        "rt_cpus = \"1\"",
+        |b| b.managed_irq(36, 0, 25_000),
+        |host, r| {
+            assert_eq!(read(host, "/sys/block/vda/queue/rq_affinity"), "1");
+            let k = knob(r, KnobId::Block);
+            assert_eq!(
+                k.lines,
+                vec!["no block device's completion interrupt lands on an RT CPU"]
+            );
+        },
+    );
+}
+

@@ -68,9 +68,12 @@ fn debugfs_locked(host: &Host, abs: &Path) -> bool {
     abs.starts_with("/sys/kernel/debug") && host.path(super::FAKE_DEBUGFS_LOCKED).exists()
 }
 
-/// What the kernel checks before it takes a new IRQ affinity: managed IRQs
-/// refuse any write (EIO), then the mask or list must parse (EINVAL).
+/// What the kernel checks before it takes a new IRQ affinity: the IRQ exists
+/// (ENOENT), managed IRQs refuse any write (EIO), the mask or list parses (EINVAL).
 fn check_irq_write(host: &Host, dir: &Path, file: &str, value: &str) -> Result<()> {
+    if !host.path(dir).is_dir() {
+        return Err(refused(&dir.join(file), libc::ENOENT));
+    }
     if host.path(dir.join(super::FAKE_IRQ_MANAGED)).exists() {
         return Err(refused(&dir.join(file), libc::EIO));
     }

@@ -54,9 +54,12 @@ impl Knob for Cpusets {
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
         match cx.layout {
-            Layout::V1(mount) => apply_v1(cx, &mount.clone()),
-            Layout::V2(mount) => apply_v2(cx, &mount.clone()),
+            Layout::V1(mount) => apply_v1(cx, &mount.clone())?,
+            Layout::V2(mount) => apply_v2(cx, &mount.clone())?,
         }
+        let line = format!("RT cpuset {} with CPUs {}", cx.rt_dir.display(), cx.plan.rt);
+        cx.say(line);
+        Ok(())
     }
 
     fn undo(&self, cx: &mut UndoCx<'_>) {

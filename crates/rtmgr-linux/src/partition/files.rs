@@ -23,13 +23,24 @@ pub(super) enum Found {
     /// Nothing to set here, and why (the files do not exist).
     Absent(String),
     Files(Vec<Setting>),
+    /// Files, and what else the knob found worth saying (said first).
+    Said(Vec<String>, Vec<Setting>),
 }
 
 impl Found {
     pub fn paths(&self) -> Vec<PathBuf> {
         match self {
             Found::Absent(_) => Vec::new(),
-            Found::Files(f) => f.iter().map(|s| s.path.clone()).collect(),
+            Found::Files(f) | Found::Said(_, f) => f.iter().map(|s| s.path.clone()).collect(),
+        }
+    }
+
+    /// The lines to say first, and the files; or why there is nothing.
+    fn split(self) -> std::result::Result<(Vec<String>, Vec<Setting>), String> {
+        match self {
+            Found::Absent(why) => Err(why),
+            Found::Files(f) => Ok((Vec::new(), f)),
+            Found::Said(lines, f) => Ok((lines, f)),
         }
     }
 }
@@ -44,11 +55,11 @@ fn already(n: usize) -> Option<String> {
 }
 
 pub(super) fn preview(cx: &PreviewCx<'_>, knob: KnobId, found: Found) -> KnobReport {
-    match found {
-        Found::Absent(why) => cx.unavailable(knob, why),
-        Found::Files(files) => {
+    match found.split() {
+        Err(why) => cx.unavailable(knob, why),
+        Ok((mut lines, files)) => {
             let (same, diff): (Vec<_>, Vec<_>) = files.iter().partition(|s| s.old == s.new);
-            let mut lines: Vec<String> = diff.into_iter().map(change).collect();
+            lines.extend(diff.into_iter().map(change));
             lines.extend(already(same.len()));
             cx.report(knob, lines)
         }
@@ -58,12 +69,17 @@ pub(super) fn preview(cx: &PreviewCx<'_>, knob: KnobId, found: Found) -> KnobRep
 /// Journal and write every file that differs; refusals are reported, not
 /// errors. The crash test's point `<knob>-half` is half-way through.
 pub(super) fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
-    let files = match found {
-        Found::Absent(why) => {
+    let files = match found.split() {
+        Err(why) => {
             cx.unavailable(why);
             return Ok(());
         }
-        Found::Files(f) => f,
+        Ok((lines, files)) => {
+            for l in lines {
+                cx.say(l);
+            }
+            files
+        }
     };
     let half = files.len() / 2;
     let mut same = 0;

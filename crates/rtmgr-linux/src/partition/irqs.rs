@@ -89,6 +89,12 @@ impl Knob for Irqs {
                 ),
             }
         }
+        let line = format!(
+            "{} of {} IRQs on the CPUs the config wants",
+            cx.report.irqs_moved.len(),
+            masks.len()
+        );
+        cx.say(line);
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 //! Each thing a partition changes is one knob (`knob.rs`), applied in the
 //! order of `KNOBS` and undone in reverse by `reset`.
 
+mod block;
 mod cpusets;
 mod defaults;
 mod files;
@@ -16,6 +17,7 @@ mod irqs;
 mod knob;
 mod members;
 mod reset;
+mod rps;
 mod stat_interval;
 mod sysctl;
 mod tasks;
@@ -42,6 +44,8 @@ const KNOBS: &[&dyn Knob] = &[
     &irqs::Irqs,
     &defaults::Defaults,
     &workqueues::Workqueues,
+    &rps::Rps,
+    &block::Block,
     &timer_migration::TIMER_MIGRATION,
     &stat_interval::STAT_INTERVAL,
     &watchdog::WATCHDOG,

@@ -75,6 +75,11 @@ impl Knob for Tasks {
                 .filter(|t| !seen.contains(&(t.tid, t.start_time)))
                 .collect();
             if fresh.is_empty() {
+                let line = format!(
+                    "{} tasks narrowed to the NRT CPUs {}",
+                    cx.report.tasks_moved, cx.plan.nrt
+                );
+                cx.say(line);
                 return Ok(());
             }
             seen.extend(fresh.iter().map(|t| (t.tid, t.start_time)));
