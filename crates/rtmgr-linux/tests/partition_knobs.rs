@@ -212,3 +212,44 @@ fn a_managed_disk_interrupt_on_an_rt_cpu_is_named_and_its_completions_move() {
     );
 }
 
+#[test]
+fn deep_idle_states_and_governor_of_the_rt_cpus_only() {
+    each_layout(
+        "rt_cpus = \"3\"",
+        |b| b.cpuidle().cpufreq(),
+        |host, r| {
+            let cpu = |c: u32, f: &str| read(host, &format!("/sys/devices/system/cpu/cpu{c}/{f}"));
+            assert_eq!(
+                cpu(3, "cpuidle/state2/disable"),
+                "1",
+                "C6 off on the RT CPU"
+            );
+            assert_eq!(cpu(3, "cpuidle/state1/disable"), "0", "C1 stays");
+            assert_eq!(cpu(3, "cpuidle/state0/disable"), "0", "POLL stays");
+            assert_eq!(cpu(2, "cpuidle/state2/disable"), "0", "NRT CPUs keep C6");
+            assert_eq!(cpu(3, "cpufreq/scaling_governor"), "performance");
+            assert_eq!(cpu(0, "cpufreq/scaling_governor"), "powersave");
+            assert!(knob(r, KnobId::Cpuidle).lines[0].contains("cpu3 C6 (170 µs to leave)"));
+        },
+    );
+}
+
+#[test]
+fn without_cpuidle_and_cpufreq_they_say_not_available() {
+    each_layout(
+        "rt_cpus = \"3\"",
+        |b| b,
+        |_, r| {
+            let idle = knob(r, KnobId::Cpuidle);
+            assert!(
+                !idle.available && idle.lines[0].contains("cpuidle driver: none"),
+                "{idle:?}"
+            );
+            let freq = knob(r, KnobId::Cpufreq);
+            assert!(
+                !freq.available && freq.lines[0].contains("no cpufreq"),
+                "{freq:?}"
+            );
+        },
+    );
+}

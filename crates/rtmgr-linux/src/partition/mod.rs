@@ -9,6 +9,8 @@
 //! order of `KNOBS` and undone in reverse by `reset`.
 
 mod block;
+mod cpufreq;
+mod cpuidle;
 mod cpusets;
 mod defaults;
 mod files;
@@ -49,6 +51,8 @@ const KNOBS: &[&dyn Knob] = &[
     &timer_migration::TIMER_MIGRATION,
     &stat_interval::STAT_INTERVAL,
     &watchdog::WATCHDOG,
+    &cpuidle::Cpuidle,
+    &cpufreq::Cpufreq,
 ];
 
 pub const CGROUP_PREFIX: &str = "rtmgr";
