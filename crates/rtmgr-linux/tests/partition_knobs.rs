@@ -253,3 +253,85 @@ fn without_cpuidle_and_cpufreq_they_say_not_available() {
         },
     );
 }
+
+fn preempt_now(host: &Host) -> String {
+    read(host, "/sys/kernel/debug/sched/preempt")
+}
+
+#[test]
+fn preempt_full_for_the_partition_lifetime_then_back() {
+    for want in ["full", "lazy"] {
+        let cfg = format!("rt_cpus = \"3\"\npreempt = \"{want}\"");
+        each_layout(
+            &cfg,
+            |b| b.preempt_dynamic(true),
+            |host, r| {
+                let now = preempt_now(host);
+                assert!(now.contains(&format!("({want})")), "{now}");
+                let k = knob(r, KnobId::Preempt);
+                assert_eq!(k.lines, vec![format!("sched/preempt: voluntary -> {want}")]);
+            },
+        );
+    }
+    // Without --preempt nothing changes.
+    each_layout(
+        "rt_cpus = \"3\"",
+        |b| b.preempt_dynamic(true),
+        |host, _| {
+            assert!(preempt_now(host).contains("(voluntary)"));
+        },
+    );
+}
+
+#[test]
+fn a_refused_preempt_write_is_said_once_and_skipped() {
+    each_layout(
+        "rt_cpus = \"3\"\npreempt = \"full\"",
+        |b| b.preempt_dynamic(false),
+        |_, r| {
+            let k = knob(r, KnobId::Preempt);
+            assert!(!k.available);
+            assert_eq!(k.lines.len(), 1, "{k:?}");
+            assert!(k.lines[0].contains("Operation not permitted"), "{k:?}");
+            assert!(
+                !r.notes.iter().any(|n| n.contains("preempt")),
+                "said once: {r:?}"
+            );
+        },
+    );
+    // No debugfs file at all (not PREEMPT_DYNAMIC).
+    each_layout(
+        "rt_cpus = \"3\"\npreempt = \"lazy\"",
+        |b| b,
+        |_, r| {
+            let k = knob(r, KnobId::Preempt);
+            assert!(
+                !k.available && k.lines[0].contains("without PREEMPT_DYNAMIC"),
+                "{k:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn reset_puts_the_booted_model_back_after_a_crash_journal() {
+    // A journal cut right after the preempt record and its write: reset still restores.
+    let m = FakeMachine::new(2)
+        .typical_tasks()
+        .preempt_dynamic(true)
+        .build();
+    let host = m.host();
+    let cfg = PartitionConfig::from_toml("rt_cpus = \"1\"\npreempt = \"full\"").unwrap();
+    let plan = validate(&cfg, None, &rtmgr_linux::cpus::online(&host).unwrap()).unwrap();
+    partition::apply(&host, &plan, &opts()).unwrap();
+    let j = host.path(JOURNAL);
+    let text = std::fs::read_to_string(&j).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"op\":\"applied\""))
+        .collect();
+    std::fs::write(&j, kept.join("\n") + "\n").unwrap();
+    assert!(preempt_now(&host).contains("(full)"));
+    partition::reset(&host, Path::new(JOURNAL)).unwrap();
+    assert!(preempt_now(&host).contains("(voluntary)"));
+}

@@ -122,6 +122,21 @@ impl std::fmt::Display for PreemptMode {
     }
 }
 
+/// The models a PREEMPT_DYNAMIC kernel offers in debugfs `sched/preempt`
+/// ("none voluntary (full) lazy") and the selected one, in parentheses.
+pub fn preempt_models(text: &str) -> (Vec<&str>, Option<&str>) {
+    let mut offered = Vec::new();
+    let mut selected = None;
+    for w in text.split_whitespace() {
+        let bare = w.trim_matches(|c| c == '(' || c == ')');
+        if w.starts_with('(') && w.ends_with(')') {
+            selected = Some(bare);
+        }
+        offered.push(bare);
+    }
+    (offered, selected)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +152,14 @@ mod tests {
         let mut sorted = KnobId::ALL;
         sorted.sort();
         assert_eq!(sorted, KnobId::ALL, "ALL is in apply (declaration) order");
+    }
+
+    #[test]
+    fn debugfs_preempt_text() {
+        let (offered, selected) = preempt_models("none voluntary (full) lazy\n");
+        assert_eq!(offered, vec!["none", "voluntary", "full", "lazy"]);
+        assert_eq!(selected, Some("full"));
+        assert_eq!(preempt_models("").1, None);
     }
 
     #[test]

@@ -33,6 +33,18 @@ impl HostError {
         }
     }
 
+    /// What the kernel said, for people: "Operation not permitted" (the
+    /// errno's text without its number), or the whole error.
+    pub fn reason(&self) -> String {
+        match self.errno() {
+            Some(n) => {
+                let text = std::io::Error::from_raw_os_error(n).to_string();
+                text.split(" (os error").next().unwrap_or(&text).to_string()
+            }
+            None => self.to_string(),
+        }
+    }
+
     /// True when the object (file, task, IRQ) vanished.
     pub fn is_gone(&self) -> bool {
         matches!(self, HostError::Io { source, .. }

@@ -18,6 +18,7 @@ mod guard;
 mod irqs;
 mod knob;
 mod members;
+mod preempt;
 mod reset;
 mod rps;
 mod stat_interval;
@@ -53,6 +54,7 @@ const KNOBS: &[&dyn Knob] = &[
     &watchdog::WATCHDOG,
     &cpuidle::Cpuidle,
     &cpufreq::Cpufreq,
+    &preempt::Preempt,
 ];
 
 pub const CGROUP_PREFIX: &str = "rtmgr";
@@ -310,5 +312,24 @@ pub fn current(host: &Host, journal_path: &Path) -> Result<Option<Applied>> {
         Some(a) => Ok(Some(a)),
         None if records.is_empty() => Ok(None),
         None => Err(PartitionError::BadJournal(journal_path.to_path_buf())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_knob_once_in_the_core_order_with_an_explanation() {
+        let ids: Vec<KnobId> = KNOBS.iter().map(|k| k.id()).collect();
+        assert_eq!(ids, KnobId::all());
+        for k in KNOBS {
+            assert_eq!(k.name(), k.id().name());
+            assert!(
+                k.explain().len() > 200,
+                "{}: explain in a paragraph",
+                k.name()
+            );
+        }
     }
 }

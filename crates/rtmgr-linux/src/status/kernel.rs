@@ -4,6 +4,7 @@
 
 use super::{item, Item, Verdict};
 use crate::host::Host;
+use rtmgr_core::partition::knobs::preempt_models;
 
 /// The preemption model: PREEMPT_RT from the version string; the
 /// PREEMPT_DYNAMIC mode from debugfs when it can be read.
@@ -22,12 +23,9 @@ pub fn preemption(host: &Host) -> (String, Option<String>) {
     };
     // The PREEMPT_DYNAMIC mode: debugfs when readable, else `preempt=` on the
     // command line, else the boot default chosen in the kernel config.
-    let from_debugfs = host.read_debugfs("sched/preempt").and_then(|t| {
-        // "none voluntary (full) lazy": the selected mode is in parentheses.
-        let start = t.find('(')?;
-        let end = t[start..].find(')')?;
-        Some(t[start + 1..start + end].to_string())
-    });
+    let from_debugfs = host
+        .read_debugfs("sched/preempt")
+        .and_then(|t| preempt_models(&t).1.map(str::to_string));
     let from_cmdline = || {
         host.read_opt("/proc/cmdline")?
             .split_whitespace()
