@@ -126,18 +126,25 @@ fn irq_hits(
 /// only as root; otherwise none is listed.
 pub fn facts(host: &Host, window: Duration) -> Result<Facts> {
     let online = cpus::online(host)?;
+    Ok(Facts {
+        hits: unmovable_irqs(host, window)?,
+        threads: cpu_threads(host, uptime_s(host)),
+        window_ms: window.as_millis() as u64,
+        online,
+    })
+}
+
+/// The unmovable interrupts on every CPU, sampled over `window` (zero:
+/// since-boot means only).
+pub fn unmovable_irqs(host: &Host, window: Duration) -> Result<Vec<IrqHit>> {
+    let online = cpus::online(host)?;
     let before = irq::interrupts_table(host)?;
     if !window.is_zero() {
         std::thread::sleep(window);
     }
     let after = irq::interrupts_table(host)?;
     let uptime = uptime_s(host);
-    Ok(Facts {
-        hits: irq_hits(host, &before, &after, window, uptime, &online),
-        threads: cpu_threads(host, uptime),
-        window_ms: window.as_millis() as u64,
-        online,
-    })
+    Ok(irq_hits(host, &before, &after, window, uptime, &online))
 }
 
 /// Why the RT CPUs could not be chosen.

@@ -94,7 +94,7 @@ pub enum ConfigError {
     NoCgroupsKnob,
     #[error("preempt = {0} needs the \"preempt\" knob, which the knobs list leaves out")]
     PreemptKnobOff(PreemptMode),
-    #[error("--rt-cpus {0:?}: expected a CPU list (e.g. 1 or 2-3), auto, or auto:N with N >= 1")]
+    #[error("{0:?}: expected a CPU list (e.g. 1 or 2-3), auto, or auto:N with N >= 1")]
     BadAuto(String),
     #[error("--rt-cpus auto:{0}: {1} CPUs are online and at least one must stay NRT (at most auto:{max})", max = .1 - 1)]
     AutoTooMany(u32, u32),
@@ -251,7 +251,7 @@ pub fn irq_target(plan: &PartitionPlan, irq: u32) -> Option<&CpuSet> {
 }
 
 /// Counts of what `apply` did and could not do, with reasons.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApplyReport {
     pub layout: String,
     pub rt_cgroup: String,
@@ -266,6 +266,16 @@ pub struct ApplyReport {
     /// written before knobs reported).
     #[serde(default)]
     pub knobs: Vec<KnobReport>,
+    /// Interrupts user space cannot move that will still hit the RT CPUs,
+    /// with their rates and the boot option that would move each.
+    #[serde(default)]
+    pub unmovable_irqs: Vec<placement::IrqHit>,
+    /// The boot options that would finish the isolation at the next boot.
+    #[serde(default)]
+    pub boot: Vec<boot::BootOption>,
+    /// How `--rt-cpus auto` chose the RT CPUs, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rt_choice: Option<placement::RtChoice>,
 }
 
 /// What one knob did (or, for `--explain`, would do) on this machine.

@@ -36,7 +36,7 @@ use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
 use crate::journal::{self, Journal, Record};
 use knob::{ApplyCx, Knob, PreviewCx};
-use rtmgr_core::partition::{ApplyReport, KnobId, KnobReport, PartitionPlan};
+use rtmgr_core::partition::{boot, ApplyReport, KnobId, KnobReport, PartitionPlan};
 use std::path::{Path, PathBuf};
 
 /// The knobs of a partition, in the order `apply` runs them (`reset` undoes
@@ -230,6 +230,7 @@ fn apply_journalled(
         knob.apply(&mut cx)?;
         crash_point(knob.name());
     }
+    say_what_stays(host, plan, &mut report);
     j.record(&Record::Applied {
         report: report.clone(),
     })?;
@@ -272,6 +273,19 @@ pub fn explain(host: &Host, plan: &PartitionPlan) -> Vec<KnobExplained> {
 /// Every control file a knob may change on this machine, for snapshots.
 pub fn watched_files(host: &Host) -> Vec<PathBuf> {
     KNOBS.iter().flat_map(|k| k.watched(host)).collect()
+}
+
+/// What no knob can move off the RT CPUs (kernel-managed interrupts, the
+/// tick), with since-boot rates, and the boot options that would finish the job.
+fn say_what_stays(host: &Host, plan: &PartitionPlan, report: &mut ApplyReport) {
+    let hits = crate::unmovable::unmovable_irqs(host, std::time::Duration::ZERO);
+    report.unmovable_irqs = hits
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|h| plan.rt.contains(h.cpu))
+        .collect();
+    let cmdline = host.read_opt("/proc/cmdline").unwrap_or_default();
+    report.boot = boot::boot_options(&plan.rt, &plan.nrt, &cmdline);
 }
 
 /// The partition recorded in a journal, if any.

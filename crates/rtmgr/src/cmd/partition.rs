@@ -5,10 +5,13 @@
 
 use super::{bad_input, host, machine_lock, require_root, Outcome};
 use anyhow::Context;
-use rtmgr_core::partition::{validate, ApplyReport, PartitionConfig, PartitionPlan, PreemptMode};
-use rtmgr_core::CpuSet;
+use rtmgr_core::partition::placement::RtChoice;
+use rtmgr_core::partition::{
+    boot, validate, ApplyReport, PartitionConfig, PartitionPlan, PreemptMode, RtCpusArg,
+};
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionError};
+use rtmgr_linux::unmovable::{self, ChoiceError};
 use rtmgr_linux::{cpus, Host};
 use std::path::PathBuf;
 
@@ -24,8 +27,11 @@ pub enum PartitionCmd {
 
 #[derive(clap::Args)]
 pub struct ApplyArgs {
-    /// RT CPUs in the kernel's list syntax, e.g. `1` or `2-3,6` (overrides the config file).
-    #[arg(long, value_name = "LIST")]
+    /// RT CPUs in the kernel's list syntax, e.g. `1` or `2-3,6` (overrides the
+    /// config file), or `auto[:N]`: the N CPUs (default 1) with the least
+    /// unmovable work — kernel-managed interrupts by rate, per-CPU kernel
+    /// threads, CPU 0's housekeeping — said with the reason.
+    #[arg(long, value_name = "LIST|auto[:N]")]
     pub rt_cpus: Option<String>,
     /// A TOML partition description (see README, "partition").
     #[arg(long, value_name = "FILE")]
@@ -36,7 +42,7 @@ pub struct ApplyArgs {
     /// Set this PREEMPT_DYNAMIC model for the partition's lifetime (where the
     /// kernel lets debugfs `sched/preempt` be written; else said once and skipped).
     #[arg(long, value_name = "full|lazy")]
-    pub preempt: Option<PreemptMode>,
+    pub preempt: Option<String>,
     /// Print what each knob is for and what it would do here, and change nothing.
     #[arg(long)]
     pub explain: bool,
@@ -63,18 +69,22 @@ pub fn run(cmd: PartitionCmd) -> anyhow::Result<Outcome> {
     }
 }
 
-/// Validate the user's request into a plan without touching the machine.
+/// Validate the user's request into a plan without touching the machine;
+/// with `--rt-cpus auto[:N]`, also how the RT CPUs were chosen.
 pub fn plan_from_args(
     host: &Host,
     rt_cpus: Option<&str>,
     config: Option<&PathBuf>,
-    preempt: Option<PreemptMode>,
-) -> anyhow::Result<PartitionPlan> {
-    let rt = match rt_cpus {
-        Some(text) => match CpuSet::parse_list(text) {
-            Ok(set) => Some(set),
-            Err(e) => return bad_input(format!("--rt-cpus: {e}")),
-        },
+    preempt: Option<&str>,
+) -> anyhow::Result<(PartitionPlan, Option<RtChoice>)> {
+    let rt = match rt_cpus.map(RtCpusArg::parse) {
+        Some(Ok(arg)) => Some(arg),
+        Some(Err(e)) => return bad_input(format!("--rt-cpus: {e}")),
+        None => None,
+    };
+    let preempt = match preempt.map(str::parse::<PreemptMode>) {
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => return bad_input(format!("--preempt: {e}")),
         None => None,
     };
     let cfg = match config {
@@ -95,14 +105,38 @@ pub fn plan_from_args(
         ..cfg
     };
     let online = cpus::online(host).context("reading online CPUs")?;
+    let (rt, choice) = match rt {
+        Some(RtCpusArg::Auto(n)) => {
+            match unmovable::choose_rt_cpus(host, n, unmovable::SAMPLE_WINDOW) {
+                Ok(c) => (Some(c.rt.clone()), Some(c)),
+                Err(ChoiceError::Input(e)) => return bad_input(e.to_string()),
+                Err(e) => return Err(e).context("choosing the RT CPUs"),
+            }
+        }
+        Some(RtCpusArg::List(set)) => (Some(set), None),
+        None => (None, None),
+    };
     match validate(&cfg, rt.as_ref(), &online) {
-        Ok(p) => Ok(p),
+        Ok(p) => Ok((p, choice)),
         Err(e) => bad_input(e.to_string()),
     }
 }
 
 fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
-    let plan = plan_from_args(host, a.rt_cpus.as_deref(), a.config.as_ref(), a.preempt)?;
+    let (plan, choice) = plan_from_args(
+        host,
+        a.rt_cpus.as_deref(),
+        a.config.as_ref(),
+        a.preempt.as_deref(),
+    )?;
+    if let (Some(c), false) = (&choice, a.journal.json) {
+        println!("RT CPUs chosen: {} — {}", c.rt, c.reason);
+        if !host.privileged() {
+            println!(
+                "(not root: kernel-managed interrupts cannot be told apart and were not counted)"
+            );
+        }
+    }
     if a.explain {
         let knobs = partition::explain(host, &plan);
         if a.journal.json {
@@ -129,6 +163,10 @@ fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
             | PartitionError::CgroupExists(_)),
         ) => return bad_input(e.to_string()),
         Err(e) => return Err(e).context("apply failed; everything done so far was rolled back"),
+    };
+    let report = ApplyReport {
+        rt_choice: choice,
+        ..report
     };
     if a.journal.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -177,20 +215,47 @@ fn print_apply(plan: &PartitionPlan, r: &ApplyReport) {
     for n in &r.notes {
         println!("  note: {n}");
     }
+    print_what_stays(plan, r);
     println!("undo with: rtmgr partition reset");
+}
+
+/// The unmovable interrupts on the RT CPUs and the boot line that would
+/// finish the isolation.
+fn print_what_stays(plan: &PartitionPlan, r: &ApplyReport) {
+    let mut hits: Vec<_> = r.unmovable_irqs.iter().filter(|h| h.per_s > 0.0).collect();
+    hits.sort_by(|a, b| b.per_s.total_cmp(&a.per_s));
+    if !hits.is_empty() {
+        println!("  still on the RT CPUs (user space cannot move them):");
+    }
+    for h in hits {
+        println!(
+            "    CPU {}: {} — {:.0}/s, {} since boot; boot option: {}",
+            h.cpu,
+            h.label(),
+            h.per_s,
+            h.since_boot,
+            h.boot_option(&plan.rt)
+        );
+    }
+    let missing: Vec<&boot::BootOption> = r.boot.iter().filter(|o| !o.present).collect();
+    if !missing.is_empty() {
+        println!(
+            "  to finish the isolation at the next boot, add to the kernel command line:\n    {}",
+            boot::cmdline(&r.boot)
+        );
+        for o in missing {
+            println!("    {} — {}", o.option, o.adds);
+        }
+    }
 }
 
 /// At most six lines of a knob, then how many more.
 fn print_knob_lines(name: &str, available: bool, lines: &[String]) {
-    let tag = if available { "" } else { " (not available)" };
     let more = lines.len().saturating_sub(6);
     for (i, l) in lines.iter().take(6).enumerate() {
-        let head = if i == 0 {
-            format!("{name}{tag}")
-        } else {
-            String::new()
-        };
-        println!("  {head:<16} {l}");
+        let head = if i == 0 { name } else { "" };
+        let tag = if available { "" } else { "not available: " };
+        println!("  {head:<16} {tag}{l}");
     }
     if lines.is_empty() {
         println!("  {name:<16} nothing to do");
