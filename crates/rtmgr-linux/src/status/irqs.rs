@@ -4,7 +4,7 @@
 
 use super::{item, IrqStatus, Item, Verdict};
 use crate::host::Host;
-use crate::{irq, tasks};
+use crate::irq;
 use std::collections::BTreeMap;
 
 pub(super) fn irq_status(host: &Host) -> Vec<IrqStatus> {
@@ -12,12 +12,13 @@ pub(super) fn irq_status(host: &Host) -> Vec<IrqStatus> {
         .unwrap_or_default()
         .into_iter()
         .map(|i| {
-            // The kernel decides at write time (managed and per-CPU interrupts
-            // refuse); the timer cascade IRQs 0 and 2 on x86 never move.
-            let movable = if i.irq == 0 || i.irq == 2 || i.name.contains("timer") {
-                "no"
-            } else {
-                "yes (unless kernel-managed)"
+            // Root asks the kernel (managed and per-CPU interrupts refuse);
+            // otherwise: the timer cascade IRQs 0 and 2 on x86 never move.
+            let movable = match irq::movable(host, i.irq) {
+                Some(true) => "yes",
+                Some(false) => "no (kernel-managed)",
+                None if i.irq == 0 || i.irq == 2 || i.name.contains("timer") => "no",
+                None => "yes (unless kernel-managed)",
             };
             IrqStatus {
                 irq: i.irq,
@@ -32,7 +33,7 @@ pub(super) fn irq_status(host: &Host) -> Vec<IrqStatus> {
 }
 
 pub(super) fn irq_item(irqs: &[IrqStatus]) -> Item {
-    let everywhere = irqs.iter().filter(|i| i.movable != "no").count();
+    let everywhere = irqs.iter().filter(|i| i.movable.starts_with("yes")).count();
     item(
         "irqs",
         if everywhere > 0 { Verdict::Warn } else { Verdict::Ok },
@@ -42,20 +43,10 @@ pub(super) fn irq_item(irqs: &[IrqStatus]) -> Item {
 }
 
 pub(super) fn pinned_kthreads(host: &Host) -> BTreeMap<u32, Vec<String>> {
-    let mut by_cpu: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for t in tasks::all(host).unwrap_or_default() {
-        if t.kthread && t.no_setaffinity {
-            if let Ok(aff) = host.get_affinity(t.tid) {
-                if aff.len() == 1 {
-                    by_cpu
-                        .entry(aff.first().unwrap_or(0))
-                        .or_default()
-                        .push(t.comm);
-                }
-            }
-        }
-    }
-    by_cpu
+    crate::unmovable::pinned_kthreads(host)
+        .into_iter()
+        .map(|(cpu, list)| (cpu, list.into_iter().map(|t| t.comm).collect()))
+        .collect()
 }
 
 pub(super) fn kthread_item(pinned: &BTreeMap<u32, Vec<String>>) -> Item {
