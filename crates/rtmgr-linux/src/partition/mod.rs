@@ -30,6 +30,7 @@ mod workqueues;
 
 pub use guard::PartitionGuard;
 pub use members::{enter, enter_thread, membership_file, place_process, record_entered, role_of};
+pub use preempt::switchable as preempt_switchable;
 pub use reset::reset;
 
 use crate::cgroup::{self, Layout};

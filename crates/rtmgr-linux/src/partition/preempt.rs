@@ -35,17 +35,27 @@ fn now(host: &Host, want: PreemptMode) -> Now {
                 ),
                 None => e.to_string(),
             };
-            Now::Unusable(format!(
-                "{why}; --preempt {want} is skipped and the preemption model stays as booted"
-            ))
+            Now::Unusable(why)
         }
         Ok(text) => match preempt_models(&text) {
             (offered, Some(sel)) if offered.contains(&want.name()) => Now::Selected(sel.into()),
             (offered, _) => Now::Unusable(format!(
-                "sched/preempt offers {:?}, not {want}: --preempt {want} is skipped",
-                offered
+                "sched/preempt offers {}, not {want}",
+                offered.join(" ")
             )),
         },
+    }
+}
+
+fn skipped(why: &str, want: PreemptMode) -> String {
+    format!("{why}; --preempt {want} is skipped and the preemption model stays as booted")
+}
+
+/// Can this kernel switch to `want` at run time? Err(why) otherwise.
+pub fn switchable(host: &Host, want: PreemptMode) -> std::result::Result<(), String> {
+    match now(host, want) {
+        Now::Selected(_) => Ok(()),
+        Now::Unusable(why) => Err(why),
     }
 }
 
@@ -75,7 +85,7 @@ impl Knob for Preempt {
             );
         };
         match now(cx.host, want) {
-            Now::Unusable(why) => cx.unavailable(self.id(), why),
+            Now::Unusable(why) => cx.unavailable(self.id(), skipped(&why, want)),
             Now::Selected(old) => {
                 cx.report(self.id(), vec![format!("sched/preempt: {old} -> {want}")])
             }
@@ -89,7 +99,7 @@ impl Knob for Preempt {
         };
         let old = match now(cx.host, want) {
             Now::Unusable(why) => {
-                cx.unavailable(why);
+                cx.unavailable(skipped(&why, want));
                 return Ok(());
             }
             Now::Selected(old) if old == want.name() => {
