@@ -335,3 +335,38 @@ fn reset_puts_the_booted_model_back_after_a_crash_journal() {
     partition::reset(&host, Path::new(JOURNAL)).unwrap();
     assert!(preempt_now(&host).contains("(voluntary)"));
 }
+
+#[test]
+fn a_preempt_only_plan_switches_the_model_and_nothing_else() {
+    // What evaluate's "preempt" configuration applies around its segment.
+    let m = FakeMachine::new(2)
+        .typical_tasks()
+        .preempt_dynamic(true)
+        .build();
+    let host = m.host();
+    let before = snapshot::capture(&host);
+    let mut plan = validate(
+        &PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap(),
+        None,
+        &rtmgr_linux::cpus::online(&host).unwrap(),
+    )
+    .unwrap();
+    plan.knobs = vec![KnobId::Preempt];
+    plan.preempt = Some(rtmgr_core::partition::PreemptMode::Full);
+    assert_eq!(
+        partition::preempt_switchable(&host, rtmgr_core::partition::PreemptMode::Full),
+        Ok(())
+    );
+    let (applied, r) = partition::apply(&host, &plan, &opts()).unwrap();
+    assert!(r.knobs.iter().all(|k| k.available), "{r:?}");
+    assert!(preempt_now(&host).contains("(full)"));
+    assert!(
+        !host.exists(&applied.rt_cgroup),
+        "no cpuset for a preempt-only plan"
+    );
+    let mid = snapshot::capture(&host);
+    let changed = before.diff(&mid);
+    assert_eq!(changed.len(), 1, "only the model changed: {changed:?}");
+    partition::reset(&host, Path::new(JOURNAL)).unwrap();
+    assert!(before.diff(&snapshot::capture(&host)).is_empty());
+}
