@@ -2,7 +2,9 @@
 //! applied, its files checked, reset, and the machine exactly as before; a
 //! machine without a knob's files gets a note, not an error.
 
-use rtmgr_core::partition::{validate, ApplyReport, KnobId, KnobReport, PartitionConfig};
+use rtmgr_core::partition::{
+    validate, ApplyReport, KnobId, KnobReport, PartitionConfig, PartitionPlan,
+};
 use rtmgr_linux::fake::{FakeBuilder, FakeCgroup, FakeMachine};
 use rtmgr_linux::partition::{self, ApplyOptions};
 use rtmgr_linux::{snapshot, Host};
@@ -28,9 +30,7 @@ fn each_layout(
         let m = build(FakeMachine::new(4).cgroup(cg).typical_tasks()).build();
         let host = m.host();
         let before = snapshot::capture(&host);
-        let cfg = PartitionConfig::from_toml(toml).unwrap();
-        let online = rtmgr_linux::cpus::online(&host).unwrap();
-        let plan = validate(&cfg, None, &online).unwrap();
+        let plan = plan_for(&host, toml);
         let (_, report) = partition::apply(&host, &plan, &opts()).unwrap();
         check(&host, &report);
         partition::reset(&host, Path::new(JOURNAL)).unwrap();
@@ -38,6 +38,12 @@ fn each_layout(
         assert!(d.is_empty(), "{cg:?}: not restored: {d:?}");
         assert!(!host.exists("/run/rtmgr"));
     }
+}
+
+/// A partition plan from a TOML config, for this host's CPUs.
+fn plan_for(host: &Host, toml: &str) -> PartitionPlan {
+    let cfg = PartitionConfig::from_toml(toml).unwrap();
+    validate(&cfg, None, &rtmgr_linux::cpus::online(host).unwrap()).unwrap()
 }
 
 fn knob(r: &ApplyReport, k: KnobId) -> &KnobReport {
@@ -97,12 +103,7 @@ fn missing_files_are_a_note_not_an_error() {
     std::fs::remove_dir_all(m.root().join("sys/devices/virtual/workqueue")).unwrap();
     std::fs::remove_dir_all(m.root().join("sys/bus/workqueue")).unwrap();
     let host = m.host();
-    let plan = validate(
-        &PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap(),
-        None,
-        &rtmgr_linux::cpus::online(&host).unwrap(),
-    )
-    .unwrap();
+    let plan = plan_for(&host, "rt_cpus = \"1\"");
     let (_, r) = partition::apply(&host, &plan, &opts()).unwrap();
     let k = knob(&r, KnobId::Workqueues);
     assert!(!k.available, "{k:?}");
@@ -138,12 +139,7 @@ fn a_missing_sysctl_is_said_once() {
     std::fs::remove_file(m.root().join("proc/sys/kernel/watchdog_cpumask")).unwrap();
     let host = m.host();
     let before = snapshot::capture(&host);
-    let plan = validate(
-        &PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap(),
-        None,
-        &rtmgr_linux::cpus::online(&host).unwrap(),
-    )
-    .unwrap();
+    let plan = plan_for(&host, "rt_cpus = \"1\"");
     let (_, r) = partition::apply(&host, &plan, &opts()).unwrap();
     let k = knob(&r, KnobId::Watchdog);
     assert!(!k.available);
@@ -321,8 +317,7 @@ fn reset_puts_the_booted_model_back_after_a_crash_journal() {
         .preempt_dynamic(true)
         .build();
     let host = m.host();
-    let cfg = PartitionConfig::from_toml("rt_cpus = \"1\"\npreempt = \"full\"").unwrap();
-    let plan = validate(&cfg, None, &rtmgr_linux::cpus::online(&host).unwrap()).unwrap();
+    let plan = plan_for(&host, "rt_cpus = \"1\"\npreempt = \"full\"");
     partition::apply(&host, &plan, &opts()).unwrap();
     let j = host.path(JOURNAL);
     let text = std::fs::read_to_string(&j).unwrap();
@@ -345,12 +340,7 @@ fn a_preempt_only_plan_switches_the_model_and_nothing_else() {
         .build();
     let host = m.host();
     let before = snapshot::capture(&host);
-    let mut plan = validate(
-        &PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap(),
-        None,
-        &rtmgr_linux::cpus::online(&host).unwrap(),
-    )
-    .unwrap();
+    let mut plan = plan_for(&host, "rt_cpus = \"1\"");
     plan.knobs = vec![KnobId::Preempt];
     plan.preempt = Some(rtmgr_core::partition::PreemptMode::Full);
     assert_eq!(

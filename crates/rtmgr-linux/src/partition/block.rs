@@ -5,12 +5,10 @@
 //! would move it, and sets their `rq_affinity` to 2 so the completion work
 //! runs on the CPU that submitted the I/O.
 
-use super::files::{self, Found, Setting};
-use super::knob::{ApplyCx, Knob, PreviewCx};
-use super::Result;
+use super::files::{FileKnob, Found, Setting};
 use crate::{irq, unmovable, Host};
 use rtmgr_core::partition::boot::managed_irq_option;
-use rtmgr_core::partition::{KnobId, KnobReport};
+use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::CpuSet;
 use std::path::{Path, PathBuf};
 
@@ -70,12 +68,12 @@ fn find(host: &Host, rt: &CpuSet) -> Found {
     Found::Said(said, settings)
 }
 
-impl Knob for Block {
-    fn id(&self) -> KnobId {
+impl FileKnob for Block {
+    fn knob(&self) -> KnobId {
         KnobId::Block
     }
 
-    fn explain(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         "A disk's completion interrupt runs its handler, and by default (rq_affinity 1) the \
          completion work too — ending the I/O, waking the waiter — on the CPU the interrupt \
          lands on when that CPU shares a cache with the submitter. A kernel-managed interrupt \
@@ -86,16 +84,13 @@ impl Knob for Block {
          only the interrupt itself stays on the RT CPU. Reset writes the old value back."
     }
 
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        files::preview(cx, self.id(), find(cx.host, &cx.plan.rt))
+    fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
+        find(host, &plan.rt)
     }
 
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let f = find(cx.host, &cx.plan.rt);
-        files::apply(cx, self.id(), f)
-    }
-
-    fn watched(&self, host: &Host) -> Vec<PathBuf> {
+    /// Every device's rq_affinity, without asking the kernel which
+    /// interrupts move (a snapshot writes nothing).
+    fn watched_files(&self, host: &Host) -> Vec<PathBuf> {
         unmovable::block_devices(host)
             .into_iter()
             .filter(|d| d.rq_affinity.is_some())

@@ -2,11 +2,9 @@
 //! through network-latency: `governor=performance`): the performance
 //! frequency governor on the RT CPUs only.
 
-use super::files::{self, Found, Setting};
-use super::knob::{ApplyCx, Knob, PreviewCx};
-use super::Result;
-use crate::{cpus, Host};
-use rtmgr_core::partition::{KnobId, KnobReport};
+use super::files::{FileKnob, Found, Setting};
+use crate::Host;
+use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::CpuSet;
 use std::path::PathBuf;
 
@@ -49,12 +47,12 @@ fn find(host: &Host, rt: &CpuSet) -> Found {
     }
 }
 
-impl Knob for Cpufreq {
-    fn id(&self) -> KnobId {
+impl FileKnob for Cpufreq {
+    fn knob(&self) -> KnobId {
         KnobId::Cpufreq
     }
 
-    fn explain(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         "A frequency governor lowers the clock of an idle or lightly loaded CPU; an RT task \
          woken there runs slowly until the governor notices, and some changes stall the CPU \
          while they happen. tuned's latency-performance profile, under realtime through \
@@ -62,16 +60,7 @@ impl Knob for Cpufreq {
          CPUs only, for the partition's lifetime. Reset restores each CPU's old governor."
     }
 
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        files::preview(cx, self.id(), find(cx.host, &cx.plan.rt))
-    }
-
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let f = find(cx.host, &cx.plan.rt);
-        files::apply(cx, self.id(), f)
-    }
-
-    fn watched(&self, host: &Host) -> Vec<PathBuf> {
-        find(host, &cpus::online(host).unwrap_or_default()).paths()
+    fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
+        find(host, &plan.rt)
     }
 }

@@ -3,11 +3,9 @@
 //! "Measuring": deep C-state exits cost tens to hundreds of µs): the idle
 //! states deeper than C1 disabled on the RT CPUs only.
 
-use super::files::{self, Found, Setting};
-use super::knob::{ApplyCx, Knob, PreviewCx};
-use super::Result;
-use crate::{cpus, Host};
-use rtmgr_core::partition::{KnobId, KnobReport};
+use super::files::{FileKnob, Found, Setting};
+use crate::Host;
+use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::CpuSet;
 use std::path::{Path, PathBuf};
 
@@ -62,12 +60,12 @@ fn find(host: &Host, rt: &CpuSet) -> Found {
     ))
 }
 
-impl Knob for Cpuidle {
-    fn id(&self) -> KnobId {
+impl FileKnob for Cpuidle {
+    fn knob(&self) -> KnobId {
         KnobId::Cpuidle
     }
 
-    fn explain(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         "An idle CPU sleeps in the idle state its governor picks; leaving a deep one (C6 and \
          beyond) takes tens to hundreds of µs before the woken RT task runs. tuned's \
          latency-performance profile, under realtime through network-latency, keeps every CPU \
@@ -77,16 +75,7 @@ impl Knob for Cpuidle {
          power. Reset re-enables exactly what it disabled."
     }
 
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        files::preview(cx, self.id(), find(cx.host, &cx.plan.rt))
-    }
-
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let f = find(cx.host, &cx.plan.rt);
-        files::apply(cx, self.id(), f)
-    }
-
-    fn watched(&self, host: &Host) -> Vec<PathBuf> {
-        find(host, &cpus::online(host).unwrap_or_default()).paths()
+    fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
+        find(host, &plan.rt)
     }
 }

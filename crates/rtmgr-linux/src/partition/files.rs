@@ -1,11 +1,66 @@
 //! Knobs that are plain control files (sysctls, sysfs masks, as tuned's sysctl
-//! and sysfs plugins): what each file is and becomes is found once, read-only;
-//! `preview` shows it, `apply` journals each old value and writes the new one.
+//! and sysfs plugins): what each file is and becomes is found once, read-only
+//! (`FileKnob::find`); `preview` shows it, `apply` journals each old value and
+//! writes the new one, reset writes the old values back.
 
-use super::knob::{ApplyCx, PreviewCx};
+use super::knob::{ApplyCx, Knob, PreviewCx};
 use super::{crash_point, Result};
-use rtmgr_core::partition::{KnobId, KnobReport};
+use crate::{cpus, Host};
+use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy, PartitionPlan};
 use std::path::PathBuf;
+
+/// A knob made of control files: say what it is, find what it would set.
+pub(super) trait FileKnob: Sync {
+    fn knob(&self) -> KnobId;
+    /// What it is for, one paragraph (which seed or tuned reason).
+    fn reason(&self) -> &'static str;
+    /// The files it would set under `plan` and their new values; read-only.
+    fn find(&self, host: &Host, plan: &PartitionPlan) -> Found;
+    /// Every file it could set, for snapshots: by default its files under a
+    /// plan where every online CPU is both RT and NRT.
+    fn watched_files(&self, host: &Host) -> Vec<PathBuf> {
+        self.find(host, &every_cpu_plan(host)).paths()
+    }
+}
+
+/// A plan where every online CPU is both RT and NRT: a knob finds every file
+/// it could set under some plan.
+fn every_cpu_plan(host: &Host) -> PartitionPlan {
+    let all = cpus::online(host).unwrap_or_default();
+    PartitionPlan {
+        rt: all.clone(),
+        nrt: all,
+        kernel_threads: KthreadPolicy::Move,
+        irq_leave: Vec::new(),
+        irq_rt: Vec::new(),
+        latency_bound_us: 1,
+        knobs: KnobId::all(),
+        preempt: None,
+    }
+}
+
+impl<T: FileKnob> Knob for T {
+    fn id(&self) -> KnobId {
+        self.knob()
+    }
+
+    fn explain(&self) -> &'static str {
+        self.reason()
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        preview(cx, self.knob(), self.find(cx.host, cx.plan))
+    }
+
+    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
+        let found = self.find(cx.host, cx.plan);
+        apply(cx, self.knob(), found)
+    }
+
+    fn watched(&self, host: &Host) -> Vec<PathBuf> {
+        self.watched_files(host)
+    }
+}
 
 /// One control file a knob sets.
 #[derive(Debug, Clone)]
@@ -54,7 +109,7 @@ fn already(n: usize) -> Option<String> {
     (n > 0).then(|| format!("{n} already as wanted"))
 }
 
-pub(super) fn preview(cx: &PreviewCx<'_>, knob: KnobId, found: Found) -> KnobReport {
+fn preview(cx: &PreviewCx<'_>, knob: KnobId, found: Found) -> KnobReport {
     match found.split() {
         Err(why) => cx.unavailable(knob, why),
         Ok((mut lines, files)) => {
@@ -68,7 +123,7 @@ pub(super) fn preview(cx: &PreviewCx<'_>, knob: KnobId, found: Found) -> KnobRep
 
 /// Journal and write every file that differs; refusals are reported, not
 /// errors. The crash test's point `<knob>-half` is half-way through.
-pub(super) fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
+fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
     let files = match found.split() {
         Err(why) => {
             cx.unavailable(why);

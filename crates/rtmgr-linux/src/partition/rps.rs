@@ -3,13 +3,11 @@
 //! receive packet steering of every interface, `lo` included, to the NRT CPUs,
 //! and the RT CPUs out of every transmit queue's XPS map.
 
-use super::files::{self, Found, Setting};
-use super::knob::{ApplyCx, Knob, PreviewCx};
-use super::Result;
-use crate::{cpus, Host};
-use rtmgr_core::partition::{KnobId, KnobReport, PartitionPlan};
+use super::files::{FileKnob, Found, Setting};
+use crate::Host;
+use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::CpuSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub(super) struct Rps;
 
@@ -57,16 +55,12 @@ fn find(host: &Host, rt: &CpuSet, nrt: &CpuSet) -> Found {
     }
 }
 
-fn found(host: &Host, plan: &PartitionPlan) -> Found {
-    find(host, &plan.rt, &plan.nrt)
-}
-
-impl Knob for Rps {
-    fn id(&self) -> KnobId {
+impl FileKnob for Rps {
+    fn knob(&self) -> KnobId {
         KnobId::Rps
     }
 
-    fn explain(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         "Network receive work (the NET_RX softirq: protocol processing, socket wake-ups) runs \
          where the packet arrived — for `lo`, on the CPU of the sender — unless receive packet \
          steering (RPS) sends it to the CPUs of the queue's rps_cpus; transmit completions \
@@ -77,17 +71,7 @@ impl Knob for Rps {
          stays so). tuned sets neither; reset writes every old mask back."
     }
 
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        files::preview(cx, self.id(), found(cx.host, cx.plan))
-    }
-
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let f = found(cx.host, cx.plan);
-        files::apply(cx, self.id(), f)
-    }
-
-    fn watched(&self, host: &Host) -> Vec<PathBuf> {
-        let online = cpus::online(host).unwrap_or_default();
-        find(host, &CpuSet::new(), &online).paths()
+    fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
+        find(host, &plan.rt, &plan.nrt)
     }
 }

@@ -2,12 +2,9 @@
 //! plugin, restored exactly by reset): the shared part of timer_migration,
 //! stat_interval and watchdog, each of which has its own file and reason.
 
-use super::files::{self, Found, Setting};
-use super::knob::{ApplyCx, Knob, PreviewCx};
-use super::Result;
+use super::files::{FileKnob, Found, Setting};
 use crate::Host;
-use rtmgr_core::partition::{KnobId, KnobReport, PartitionPlan};
-use std::path::PathBuf;
+use rtmgr_core::partition::{KnobId, PartitionPlan};
 
 pub(super) struct Sysctl {
     pub id: KnobId,
@@ -20,7 +17,15 @@ pub(super) struct Sysctl {
     pub absent: &'static str,
 }
 
-impl Sysctl {
+impl FileKnob for Sysctl {
+    fn knob(&self) -> KnobId {
+        self.id
+    }
+
+    fn reason(&self) -> &'static str {
+        self.explain
+    }
+
     fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
         let label = self.path.trim_start_matches("/proc/sys/").replace('/', ".");
         match host.read_opt(self.path) {
@@ -32,28 +37,5 @@ impl Sysctl {
                 new: (self.value)(plan),
             }]),
         }
-    }
-}
-
-impl Knob for Sysctl {
-    fn id(&self) -> KnobId {
-        self.id
-    }
-
-    fn explain(&self) -> &'static str {
-        self.explain
-    }
-
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        files::preview(cx, self.id, self.find(cx.host, cx.plan))
-    }
-
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let found = self.find(cx.host, cx.plan);
-        files::apply(cx, self.id, found)
-    }
-
-    fn watched(&self, _host: &Host) -> Vec<PathBuf> {
-        vec![PathBuf::from(self.path)]
     }
 }

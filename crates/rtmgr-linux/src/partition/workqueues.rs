@@ -2,11 +2,9 @@
 //! tuned's realtime and cpu-partitioning profiles): the unbound-workqueue
 //! cpumask, every per-queue cpumask and writeback's go to the NRT CPUs.
 
-use super::files::{self, Found, Setting};
-use super::knob::{ApplyCx, Knob, PreviewCx};
-use super::Result;
+use super::files::{FileKnob, Found, Setting};
 use crate::{cpus, Host};
-use rtmgr_core::partition::{KnobId, KnobReport};
+use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::CpuSet;
 use std::path::{Path, PathBuf};
 
@@ -52,12 +50,12 @@ fn find(host: &Host, nrt: &CpuSet) -> Found {
     }
 }
 
-impl Knob for Workqueues {
-    fn id(&self) -> KnobId {
+impl FileKnob for Workqueues {
+    fn knob(&self) -> KnobId {
         KnobId::Workqueues
     }
 
-    fn explain(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         "Kernel work queued without a CPU (unbound workqueues: writeback, block cgroup punts, \
          crypto, …) runs on the CPUs of its cpumask. tuned's realtime and cpu-partitioning \
          profiles set the global mask, every per-queue mask and writeback's to the \
@@ -66,16 +64,7 @@ impl Knob for Workqueues {
          cannot promise. Work bound to a CPU (per-CPU kworkers) cannot move."
     }
 
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        files::preview(cx, self.id(), find(cx.host, &cx.plan.nrt))
-    }
-
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let found = find(cx.host, &cx.plan.nrt);
-        files::apply(cx, self.id(), found)
-    }
-
-    fn watched(&self, host: &Host) -> Vec<PathBuf> {
-        find(host, &cpus::online(host).unwrap_or_default()).paths()
+    fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
+        find(host, &plan.nrt)
     }
 }
