@@ -1,6 +1,6 @@
 //! The running kernel behind `Host`: control files are written in one
 //! write(2), scheduling calls go to the kernel, debugfs is read in a private
-//! mount namespace.
+//! mount namespace of a thread.
 
 use super::{io_err, task_err, Host, Kernel, Result};
 use crate::sched;
@@ -54,11 +54,16 @@ impl Kernel for RealKernel {
     }
 
     fn read_debugfs(&self, rel: &str) -> Result<String> {
-        in_private_debugfs(rel, r#"cat "/sys/kernel/debug/$1""#, "")
+        in_private_debugfs(rel, |p| std::fs::read_to_string(p))
     }
 
     fn write_debugfs(&self, rel: &str, value: &str) -> Result<()> {
-        in_private_debugfs(rel, r#"printf '%s' "$2" > "/sys/kernel/debug/$1""#, value).map(|_| ())
+        in_private_debugfs(rel, |p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)?
+                .write_all(value.as_bytes())
+        })
     }
 
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
@@ -66,41 +71,28 @@ impl Kernel for RealKernel {
     }
 }
 
-/// Run `script` (with $1 = the debugfs file, $2 = `value`) where debugfs is
-/// mounted in a private mount namespace, so nothing is mounted for others.
-/// The shell's complaint is mapped back to the errno it names.
-fn in_private_debugfs(rel: &str, script: &str, value: &str) -> Result<String> {
-    let path = Path::new("/sys/kernel/debug").join(rel);
-    let fail = |errno: i32| io_err("debugfs", &path, std::io::Error::from_raw_os_error(errno));
+const DEBUGFS: &str = "/sys/kernel/debug";
+
+/// Do `f` on the debugfs file `rel` in a thread of its own with debugfs
+/// mounted in a private mount namespace (rtmgr_sys::ns): nothing is mounted
+/// for others, and the mount goes away with the thread.
+fn in_private_debugfs<T: Send>(
+    rel: &str,
+    f: impl FnOnce(&Path) -> std::io::Result<T> + Send,
+) -> Result<T> {
+    let path = Path::new(DEBUGFS).join(rel);
     if !sched::is_root() {
-        return Err(fail(libc::EPERM));
+        let eperm = std::io::Error::from_raw_os_error(libc::EPERM);
+        return Err(io_err("debugfs", &path, eperm));
     }
-    let full = format!("mount -t debugfs none /sys/kernel/debug && {script}");
-    let out = std::process::Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &full,
-            "sh",
-        ])
-        .args([rel, value])
-        .output()
-        .map_err(|e| io_err("unshare", &path, e))?;
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let errno = [
-        ("Operation not permitted", libc::EPERM),
-        ("Permission denied", libc::EACCES),
-        ("No such file", libc::ENOENT),
-        ("Invalid argument", libc::EINVAL),
-    ]
-    .iter()
-    .find(|(text, _)| err.contains(text))
-    .map_or(libc::EIO, |(_, n)| *n);
-    Err(fail(errno))
+    let run = || {
+        rtmgr_sys::ns::private_mounts_for_this_thread().map_err(|e| io_err("unshare", &path, e))?;
+        rtmgr_sys::ns::mount_debugfs(Path::new(DEBUGFS))
+            .map_err(|e| io_err("mount debugfs", &path, e))?;
+        f(&path).map_err(|e| io_err("debugfs", &path, e))
+    };
+    std::thread::scope(|s| s.spawn(run).join()).unwrap_or_else(|_| {
+        let panicked = std::io::Error::other("debugfs thread panicked");
+        Err(io_err("debugfs", &path, panicked))
+    })
 }
