@@ -62,6 +62,25 @@ pub fn effective(host: &Host, irq: u32) -> Option<CpuSet> {
         .and_then(|t| CpuSet::parse_list(&t).ok())
 }
 
+/// May user space move this IRQ? Asked by writing a list that does not parse:
+/// the kernel refuses it with EINVAL after it checked that the IRQ may be moved
+/// at all, and with EIO or EPERM before (kernel-managed and per-CPU
+/// interrupts). Nothing changes either way. None when this process may not
+/// ask (not root) or the IRQ is gone.
+pub fn movable(host: &Host, irq: u32) -> Option<bool> {
+    if !host.privileged() {
+        return None;
+    }
+    match host.write(
+        format!("/proc/irq/{irq}/smp_affinity_list"),
+        "not-a-cpu-list",
+    ) {
+        Err(e) if e.is_gone() => None,
+        Err(e) => Some(e.errno() == Some(libc::EINVAL)),
+        Ok(()) => Some(true),
+    }
+}
+
 pub fn default_affinity_raw(host: &Host) -> Result<String> {
     Ok(host.read(DEFAULT_AFFINITY)?.trim().to_string())
 }
@@ -130,6 +149,38 @@ pub fn all(host: &Host) -> Result<Vec<IrqInfo>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake::FakeMachine;
+
+    #[test]
+    fn managed_irqs_refuse_the_probe_and_nothing_changes() {
+        let m = FakeMachine::new(2).managed_irq(36, 1, 100).build();
+        let host = m.host();
+        let before = raw_mask(&host, 41).unwrap();
+        assert_eq!(movable(&host, 36), Some(false));
+        assert_eq!(movable(&host, 41), Some(true));
+        assert_eq!(movable(&host, 99), None);
+        assert_eq!(raw_mask(&host, 41).unwrap(), before);
+        assert_eq!(effective(&host, 36).unwrap().to_list(), "1");
+    }
+
+    #[test]
+    fn the_probe_changes_nothing_on_this_machine() {
+        let host = Host::real();
+        if !host.privileged() {
+            eprintln!("skip: needs root to probe IRQ affinity");
+            return;
+        }
+        for n in numbers(&host).unwrap() {
+            let (aff, eff) = (raw_mask(&host, n).ok(), effective(&host, n));
+            let _ = movable(&host, n);
+            assert_eq!(raw_mask(&host, n).ok(), aff, "IRQ {n} mask changed");
+            assert_eq!(
+                effective(&host, n),
+                eff,
+                "IRQ {n} effective affinity changed"
+            );
+        }
+    }
 
     #[test]
     fn parses_interrupt_table() {

@@ -26,7 +26,7 @@ pub struct TaskBefore {
     pub affinity: CpuSet,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Record {
     /// First record: what is being applied, and where.

@@ -40,5 +40,6 @@ pub mod snapshot;
 pub mod status;
 pub mod tasks;
 pub mod trace;
+pub mod unmovable;
 
 pub use host::{Host, HostError};

@@ -1,7 +1,8 @@
 //! A snapshot of everything a partition may change (IRQ masks, default IRQ
-//! affinity, workqueue mask, cpuset root flags, rtmgr cgroups, every task's
-//! cpuset and affinity), so tests can assert that `reset` gave the machine back
-//! exactly (DESIGN.md: every change can be undone exactly).
+//! affinity, workqueue mask, every control file a knob watches, cpuset root
+//! flags, rtmgr cgroups, every task's cpuset and affinity), so tests can assert
+//! that `reset` gave the machine back exactly (DESIGN.md: every change can be
+//! undone exactly).
 
 use crate::host::Host;
 use crate::{cgroup, cpus, irq, partition, tasks};
@@ -38,6 +39,11 @@ pub fn capture(host: &Host) -> MachineState {
             .trim()
             .into(),
     );
+    for f in partition::watched_files(host) {
+        if let Some(v) = host.read_opt(&f) {
+            system.insert(f.display().to_string(), v.trim().into());
+        }
+    }
     let layout = partition::layout(host).ok();
     if let Some(l) = &layout {
         let m = l.mount();

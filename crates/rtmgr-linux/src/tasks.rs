@@ -20,6 +20,8 @@ pub struct TaskInfo {
     pub start_time: u64,
     pub policy: u32,
     pub rt_priority: u32,
+    /// User and system time since it started, in clock ticks.
+    pub cpu_ticks: u64,
 }
 
 impl TaskInfo {
@@ -47,6 +49,7 @@ pub fn parse_stat(pid: u32, tid: u32, text: &str) -> Option<TaskInfo> {
         start_time: field(22)?,
         rt_priority: field(40).unwrap_or(0) as u32,
         policy: field(41).unwrap_or(0) as u32,
+        cpu_ticks: field(14).unwrap_or(0) + field(15).unwrap_or(0),
     })
 }
 
@@ -122,6 +125,7 @@ mod tests {
         let t = parse_stat(42, 42, line).unwrap();
         assert_eq!(t.comm, "a (b) c");
         assert_eq!(t.start_time, 777);
+        assert_eq!(t.cpu_ticks, 0);
         assert_eq!(t.rt_priority, 99);
         assert_eq!(t.policy, 1);
         assert!(!t.kthread);

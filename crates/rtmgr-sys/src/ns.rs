@@ -1,7 +1,7 @@
 //! Mounts only one thread sees (McKenney §2.1's measurements without changing
 //! the machine for others): the calling thread gets its own mount namespace
 //! in which every mount is private, so a filesystem it mounts there (tracefs
-//! for rtmgr's tracer) is invisible to every other process and goes away
+//! for rtmgr's tracer, debugfs for the preemption model) is invisible to every other process and goes away
 //! with the thread. Descriptors opened there stay usable by every thread.
 
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
@@ -25,7 +25,17 @@ pub fn private_mounts_for_this_thread() -> io::Result<()> {
 
 /// Mount a tracefs at `target` (in the caller's mount namespace).
 pub fn mount_tracefs(target: &Path) -> io::Result<()> {
-    rustix::mount::mount("tracefs", target, "tracefs", MountFlags::empty(), None)?;
+    mount_kernel_fs("tracefs", target)
+}
+
+/// Mount a debugfs at `target` (in the caller's mount namespace).
+pub fn mount_debugfs(target: &Path) -> io::Result<()> {
+    mount_kernel_fs("debugfs", target)
+}
+
+/// Mount the kernel's pseudo-filesystem `fs` (no device) at `target`.
+fn mount_kernel_fs(fs: &str, target: &Path) -> io::Result<()> {
+    rustix::mount::mount(fs, target, fs, MountFlags::empty(), None)?;
     Ok(())
 }
 

@@ -78,10 +78,31 @@ fn short_evaluate(engine: &str) {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["idle", "stock", "shield", "rtmgr", "balanced"]);
+    // "Linux with preemption" runs only where the kernel can switch to it.
+    let skipped = r["skipped"].as_array().cloned().unwrap_or_default();
+    if skipped.is_empty() {
+        assert_eq!(
+            names,
+            ["idle", "stock", "preempt", "shield", "rtmgr", "balanced"]
+        );
+    } else {
+        assert!(
+            skipped[0].as_str().unwrap().starts_with("preempt"),
+            "{skipped:?}"
+        );
+        assert_eq!(names, ["idle", "stock", "shield", "rtmgr", "balanced"]);
+    }
+    assert!(r["rt_choice"]
+        .as_str()
+        .is_some_and(|w| w.contains("least unmovable work")));
+    let per_segment = r["segment_ns"].as_u64().unwrap() / 1_000_000;
     for c in r["configs"].as_array().unwrap() {
         let n = check_result(&c["result"]);
-        assert!((300..=401).contains(&n), "{}: n = {n}", c["name"]);
+        assert!(
+            (per_segment - 20..=per_segment + 81).contains(&n),
+            "{}: n = {n}",
+            c["name"]
+        );
         assert_eq!(c["segments"], 1);
         let loaded = c["name"] != "idle";
         assert_eq!(

@@ -95,6 +95,49 @@ fn assert_restored(before: &MachineState, what: &str) {
     );
 }
 
+/// The run-time knobs took effect where this machine has their files (the
+/// files it lacks are said "not available" in the report).
+fn assert_run_time_knobs(host: &Host, rt: &rtmgr_core::CpuSet, report: &serde_json::Value) {
+    let nrt = cpus::online(host).unwrap().difference(rt);
+    let read = |p: &str| host.read_opt(p).map(|t| t.trim().to_string());
+    let mask = |p: &str| read(p).map(|t| rtmgr_core::CpuSet::parse_mask(&t).unwrap());
+    let expect = [
+        ("/proc/sys/kernel/timer_migration", "0".to_string()),
+        ("/proc/sys/vm/stat_interval", "10".to_string()),
+        ("/proc/sys/kernel/watchdog_cpumask", nrt.to_list()),
+    ];
+    for (path, want) in expect {
+        match read(path) {
+            Some(v) => assert_eq!(v, want, "{path}"),
+            None => eprintln!("skip: no {path} on this machine"),
+        }
+    }
+    for path in [
+        "/sys/class/net/lo/queues/rx-0/rps_cpus",
+        "/sys/devices/virtual/workqueue/cpumask",
+        "/sys/devices/virtual/workqueue/writeback/cpumask",
+    ] {
+        match mask(path) {
+            Some(m) => assert_eq!(m, nrt, "{path}"),
+            None => eprintln!("skip: no {path} on this machine"),
+        }
+    }
+    let knobs = report["knobs"].as_array().expect("knob reports");
+    let names: Vec<&str> = knobs.iter().filter_map(|k| k["knob"].as_str()).collect();
+    for k in [
+        "cgroups",
+        "rps",
+        "block",
+        "timer_migration",
+        "watchdog",
+        "cpuidle",
+        "preempt",
+    ] {
+        assert!(names.contains(&k), "no report for {k}: {names:?}");
+    }
+    assert!(report["boot"].as_array().is_some_and(|b| b.len() == 4));
+}
+
 #[test]
 fn bad_input_is_one_line_exit_2_and_changes_nothing() {
     // The before/after snapshots compare the whole machine: no other rtmgr
@@ -131,6 +174,19 @@ fn bad_input_is_one_line_exit_2_and_changes_nothing() {
         format!("rt_cpus = \"{rt_cpu}\"\n[irq]\nleave = [{no_irq}]\n"),
     )
     .unwrap();
+    let cfg_knob = dir.path().join("knob.toml");
+    std::fs::write(
+        &cfg_knob,
+        "rt_cpus = \"1\"\nknobs = [\"cgroups\", \"frobnicate\"]\n",
+    )
+    .unwrap();
+    let cfg_no_cgroups = dir.path().join("nocg.toml");
+    std::fs::write(
+        &cfg_no_cgroups,
+        "rt_cpus = \"1\"\nknobs = [\"tasks\", \"rps\"]\n",
+    )
+    .unwrap();
+    let too_many = format!("auto:{}", online.len());
     let cases: Vec<(&str, Vec<String>)> = vec![
         ("malformed list", vec!["--rt-cpus".into(), "1-x".into()]),
         ("reversed range", vec!["--rt-cpus".into(), "3-1".into()]),
@@ -157,6 +213,29 @@ fn bad_input_is_one_line_exit_2_and_changes_nothing() {
         (
             "IRQ in [irq] leave that does not exist",
             vec!["--config".into(), cfg_irq_leave.display().to_string()],
+        ),
+        (
+            "unknown knob",
+            vec!["--config".into(), cfg_knob.display().to_string()],
+        ),
+        (
+            "knobs without cgroups",
+            vec!["--config".into(), cfg_no_cgroups.display().to_string()],
+        ),
+        ("auto:0", vec!["--rt-cpus".into(), "auto:0".into()]),
+        (
+            "auto:N >= online",
+            vec!["--rt-cpus".into(), too_many.clone()],
+        ),
+        ("auto:garbage", vec!["--rt-cpus".into(), "auto:x".into()]),
+        (
+            "unknown preemption model",
+            vec![
+                "--rt-cpus".into(),
+                "1".into(),
+                "--preempt".into(),
+                "none".into(),
+            ],
         ),
     ];
     let before = snapshot::capture(&host);
@@ -291,6 +370,7 @@ fn live_apply_run_and_reset_leave_no_trace() {
         })
         .unwrap_or_default();
     let rt_set = rtmgr_core::CpuSet::parse_list(&rt).unwrap();
+    assert_run_time_knobs(&host, &rt_set, &report);
 
     // No movable IRQ on the RT CPU.
     for n in rtmgr_linux::irq::numbers(&host).unwrap() {
@@ -386,7 +466,7 @@ fn kill_9_during_apply_then_reset_restores_everything() {
     let Some(live) = Live::new() else { return };
     let host = Host::real();
     let rt = live.rt_cpu();
-    for point in [
+    let mut points = vec![
         "begin",
         "cgroups",
         "tasks-half",
@@ -394,10 +474,36 @@ fn kill_9_during_apply_then_reset_restores_everything() {
         "irqs-half",
         "irqs",
         "defaults",
+        "workqueues",
+        "rps",
+        "block",
+        "timer_migration",
+        "stat_interval",
+        "watchdog",
+        "cpuidle",
+        "cpufreq",
+        "preempt",
+    ];
+    // Half-way through a knob's files, where this machine has them.
+    for (point, file) in [
+        ("workqueues-half", "/sys/devices/virtual/workqueue/cpumask"),
+        ("rps-half", "/sys/class/net/lo/queues/rx-0/rps_cpus"),
+        ("timer_migration-half", "/proc/sys/kernel/timer_migration"),
+        ("watchdog-half", "/proc/sys/kernel/watchdog_cpumask"),
     ] {
+        if host.exists(file) {
+            points.push(point);
+        } else {
+            eprintln!("skip crash point {point}: no {file} here");
+        }
+    }
+    for point in points {
         let before = snapshot::capture(&host);
         let o = out({
-            let mut c = rtmgr(&["partition", "apply", "--rt-cpus", &rt], &live.journal());
+            let mut c = rtmgr(
+                &["partition", "apply", "--rt-cpus", &rt, "--preempt", "full"],
+                &live.journal(),
+            );
             c.env("RTMGR_TEST_CRASH_AT", point);
             c
         });
@@ -429,4 +535,45 @@ fn kill_9_during_apply_then_reset_restores_everything() {
         assert_restored(&before, point);
         assert!(!live.journal().exists(), "{point}: journal left behind");
     }
+}
+
+#[test]
+fn live_preempt_is_set_for_the_partition_or_said_once() {
+    let Some(live) = Live::new() else { return };
+    let host = Host::real();
+    let rt = live.rt_cpu();
+    let before = snapshot::capture(&host);
+    let model_before = host.read_debugfs("sched/preempt");
+    let o = out(rtmgr(
+        &[
+            "partition",
+            "apply",
+            "--rt-cpus",
+            &rt,
+            "--preempt",
+            "full",
+            "--json",
+        ],
+        &live.journal(),
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let k = report["knobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["knob"] == "preempt")
+        .cloned()
+        .unwrap();
+    if k["available"] == true {
+        let now = host.read_debugfs("sched/preempt").unwrap_or_default();
+        assert!(now.contains("(full)"), "{now}");
+    } else {
+        eprintln!("preempt not settable here: {}", k["lines"][0]);
+        assert_eq!(k["lines"].as_array().unwrap().len(), 1, "said once: {k}");
+    }
+    let o = out(rtmgr(&["partition", "reset"], &live.journal()));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(host.read_debugfs("sched/preempt"), model_before);
+    assert_restored(&before, "after preempt reset");
 }

@@ -24,6 +24,12 @@ pub struct EvaluateRun {
     pub latency_bound_us: u64,
     pub configs: Vec<ConfigResult>,
     pub verdicts: Vec<String>,
+    /// Why the RT CPU is the one it is, when evaluate chose it (`--rt-cpus auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rt_choice: Option<String>,
+    /// Configurations this machine cannot run, each with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -156,6 +156,8 @@ fn evaluate_round_trip_table_and_verdicts() {
             mk("rtmgr", 10_000, m(75.0)),
         ],
         verdicts: vec![],
+        rt_choice: None,
+        skipped: vec![],
     };
     let t = evaluate_table(&e);
     assert!(t.contains("shield"), "{t}");

@@ -2,7 +2,10 @@
 //! `all` load (ARTiS §3.1) in five configurations, interleaved in rounds so
 //! drift hits them alike (DESIGN.md "Measuring"): idle, stock, shield, rtmgr
 //! (SCHED_IDLE guests on the RT CPU, ARTiS §2.2) and balanced (the live
-//! balancer lending the RT CPU, ARTiS §2.3). Always resets the partition it applied.
+//! balancer lending the RT CPU, ARTiS §2.3), plus preempt (Table 1's "Linux
+//! with preemption") where the kernel can switch its preemption model. The RT
+//! CPU defaults to the one the kernel leaves most alone (`--rt-cpus auto`).
+//! Always resets the partition it applied.
 
 use super::session::{lock_memory, machine_lock, report, require_root, stop_flag, STOP_SIGNALS};
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
@@ -18,7 +21,7 @@ use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::partition::{self, ApplyOptions, PartitionGuard, Role};
 use crate::Host;
 use rtmgr_core::load::{ComponentMetrics, LoadKind};
-use rtmgr_core::partition::{validate, PartitionConfig, PartitionPlan};
+use rtmgr_core::partition::{validate, KnobId, PartitionConfig, PartitionPlan, PreemptMode};
 use rtmgr_core::report::{
     evaluate_verdicts, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec, ProbeMode, Report,
 };
@@ -35,7 +38,7 @@ pub struct EvaluateConfig {
     pub total: Duration,
     /// Rounds; each runs every configuration once.
     pub rounds: u32,
-    /// The RT CPU (default: the last online CPU).
+    /// The RT CPU (default: the one with the least unmovable work, `--rt-cpus auto`).
     pub rt_cpu: Option<u32>,
     pub load: LoadKind,
     pub load_engine: EngineChoice,
@@ -68,6 +71,8 @@ enum Config {
     Rtmgr,
     /// Partition + the live balancer (`rtmgr balance`).
     Balanced,
+    /// Stock with the kernel switched to full preemption (ARTiS Table 1).
+    Preempt,
 }
 
 const CONFIGS: [Config; 5] = [
@@ -86,6 +91,7 @@ impl Config {
             Config::Shield => "shield",
             Config::Rtmgr => "rtmgr",
             Config::Balanced => "balanced",
+            Config::Preempt => "preempt",
         }
     }
     fn description(self) -> &'static str {
@@ -95,6 +101,7 @@ impl Config {
             Config::Shield => "partition applied, load confined to the NRT CPUs (cset/RedHawk-style shielding)",
             Config::Rtmgr => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU (ARTiS)",
             Config::Balanced => "partition applied, load on the NRT CPUs, the live balancer (`rtmgr balance`) lending the RT CPU to it under its latency guard",
+            Config::Preempt => "no partition, load on every CPU, the kernel switched to full preemption (ARTiS Table 1: Linux with preemption)",
         }
     }
     fn partitioned(self) -> bool {
@@ -115,7 +122,7 @@ impl Config {
         };
         let parts = match self {
             Config::Idle => return None,
-            Config::Stock => vec![part(online, false, None)],
+            Config::Stock | Config::Preempt => vec![part(online, false, None)],
             Config::Shield | Config::Balanced => vec![part(&plan.nrt, false, Some(Role::Nrt))],
             Config::Rtmgr => vec![
                 part(&plan.nrt, false, Some(Role::Nrt)),
@@ -188,9 +195,15 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             "rtmgr evaluate needs at least 2 online CPUs (one RT, one NRT); online: {online}"
         ));
     }
-    let rt_cpu = cfg
-        .rt_cpu
-        .unwrap_or_else(|| online.iter().last().expect("non-empty"));
+    let (rt_cpu, rt_choice) = match cfg.rt_cpu {
+        Some(c) => (c, None),
+        None => {
+            let window = crate::unmovable::SAMPLE_WINDOW;
+            let c = crate::unmovable::choose_rt_cpus(host, 1, window)
+                .map_err(|e| Error::Failed(format!("choosing the RT CPU: {e}")))?;
+            (c.rt.first().expect("one CPU"), Some(c.reason))
+        }
+    };
     let plan = validate(
         &PartitionConfig::default(),
         Some(&CpuSet::single(rt_cpu)),
@@ -201,8 +214,22 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
     if rounds == 0 {
         return bad_input("--rounds must be at least 1");
     }
+    // ARTiS Table 1's "Linux with preemption" where the kernel can switch to it.
+    let mut configs = CONFIGS.to_vec();
+    let mut skipped = Vec::new();
+    match partition::preempt_switchable(host, PreemptMode::Full) {
+        Ok(()) => configs.insert(2, Config::Preempt),
+        Err(why) => skipped.push(format!(
+            "preempt (ARTiS Table 1's Linux with preemption): this kernel cannot switch its preemption model at run time ({why})"
+        )),
+    }
+    let preempt_plan = PartitionPlan {
+        knobs: vec![KnobId::Preempt],
+        preempt: Some(PreemptMode::Full),
+        ..plan.clone()
+    };
     let total = cfg.total;
-    let segment = total / (rounds * CONFIGS.len() as u32);
+    let segment = total / (rounds * configs.len() as u32);
     if segment < Duration::from_millis(100) || cfg.interval.is_zero() || cfg.interval > segment {
         return bad_input(format!(
             "--duration {total:?} over {rounds} rounds gives {segment:?} per configuration: too short for --interval {:?}",
@@ -246,17 +273,18 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         plan.nrt,
         cfg.load,
         program.engine(),
-        CONFIGS.len(),
+        configs.len(),
         cfg.interval
     ));
-    let mut acc: Vec<Acc> = CONFIGS.iter().map(|_| Acc::default()).collect();
+
+    let mut acc: Vec<Acc> = configs.iter().map(|_| Acc::default()).collect();
     let t0 = Instant::now();
     let mut rounds_done = 0;
     let mut failure: Option<Error> = None;
     let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     'rounds: for r in 0..rounds {
         // Alternate the order so no configuration always runs first or last.
-        let mut order: Vec<Config> = CONFIGS.to_vec();
+        let mut order: Vec<Config> = configs.clone();
         if r % 2 == 1 {
             order.reverse();
         }
@@ -289,7 +317,26 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             let applied = guard.as_ref().map(|g| g.applied());
             let prepare = applied.map(|a| rt_prepare(host, a));
             let load = c.load_plan(cfg.load, &program, &online, &plan);
-            let i = CONFIGS.iter().position(|x| *x == c).expect("listed");
+            let i = configs.iter().position(|x| *x == c).expect("listed");
+            // The preemption model is switched for this segment only.
+            let preempt = match c {
+                Config::Preempt => match PartitionGuard::apply(host, &preempt_plan, &opts) {
+                    Ok(g) if g.report().knobs.iter().all(|k| k.available) => Some(g),
+                    Ok(g) => {
+                        let why = g.report().knobs.iter().flat_map(|k| k.lines.clone());
+                        failure = Some(Error::Failed(format!(
+                            "the kernel offered full preemption but refused it: {}",
+                            why.collect::<Vec<_>>().join("; ")
+                        )));
+                        break 'rounds;
+                    }
+                    Err(e) => {
+                        failure = Some(Error::from(e).context("switch to full preemption"));
+                        break 'rounds;
+                    }
+                },
+                _ => None,
+            };
             let seg_start = Instant::now();
             // The live balancer runs during the "balanced" segment.
             let balancer = match (c, applied) {
@@ -318,6 +365,10 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                 c.name(),
                 seg_start.elapsed()
             );
+            if let Some(Err(e)) = preempt.map(|g| g.reset()) {
+                failure = Some(Error::from(e).context("restore the preemption model"));
+                break 'rounds;
+            }
             let seg = match (seg, balancer.map(|b| b.finish())) {
                 (Ok(_), Some(Err(e))) => Err(Error::from(e).context("live balancer")),
                 (seg, _) => seg.map_err(Error::from),
@@ -358,7 +409,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         }
     }
     // Any guard still alive was dropped (reset) when the loop ended.
-    let configs: Vec<ConfigResult> = CONFIGS
+    let configs: Vec<ConfigResult> = configs
         .iter()
         .zip(&acc)
         .map(|(c, a)| ConfigResult {
@@ -385,6 +436,8 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         latency_bound_us: plan.latency_bound_us,
         configs,
         verdicts: Vec::new(),
+        rt_choice,
+        skipped,
     };
     run.verdicts = evaluate_verdicts(&run);
     let partial = if let Some(e) = &failure {

@@ -58,8 +58,66 @@ fn is_membership(abs: &Path) -> bool {
         .is_some_and(|n| n == "tasks" || n == "cgroup.procs")
 }
 
+/// The error the kernel gives for a refused operation on `abs`.
+fn refused(abs: &Path, errno: i32) -> super::HostError {
+    io_err("write", abs, std::io::Error::from_raw_os_error(errno))
+}
+
+/// debugfs locked down in this fake tree (EPERM on every access).
+fn debugfs_locked(host: &Host, abs: &Path) -> bool {
+    abs.starts_with("/sys/kernel/debug") && host.path(super::FAKE_DEBUGFS_LOCKED).exists()
+}
+
+/// What the kernel checks before it takes a new IRQ affinity: the IRQ exists
+/// (ENOENT), managed IRQs refuse any write (EIO), the mask or list parses (EINVAL).
+fn check_irq_write(host: &Host, dir: &Path, file: &str, value: &str) -> Result<()> {
+    if !host.path(dir).is_dir() {
+        return Err(refused(&dir.join(file), libc::ENOENT));
+    }
+    if host.path(dir.join(super::FAKE_IRQ_MANAGED)).exists() {
+        return Err(refused(&dir.join(file), libc::EIO));
+    }
+    let parsed = if file == "smp_affinity" {
+        CpuSet::parse_mask(value).is_ok()
+    } else {
+        CpuSet::parse_list(value).is_ok()
+    };
+    if parsed {
+        Ok(())
+    } else {
+        Err(refused(&dir.join(file), libc::EINVAL))
+    }
+}
+
+/// debugfs `sched/preempt` takes one of its words and shows it in parentheses.
+fn preempt_write(host: &Host, abs: &Path, value: &str) -> Result<()> {
+    let text = host.read(abs)?;
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '(' || c == ')').to_string())
+        .collect();
+    let want = value.trim();
+    if !words.iter().any(|w| w == want) {
+        return Err(refused(abs, libc::EINVAL));
+    }
+    let shown: Vec<String> = words
+        .iter()
+        .map(|w| {
+            if w == want {
+                format!("({w})")
+            } else {
+                w.clone()
+            }
+        })
+        .collect();
+    put(host, abs, &(shown.join(" ") + "\n"))
+}
+
 impl Kernel for FakeKernel {
     fn read(&self, host: &Host, abs: &Path) -> Result<String> {
+        if debugfs_locked(host, abs) {
+            return Err(refused(abs, libc::EPERM));
+        }
         if is_membership(abs) {
             if let Some((layout, dir)) = cgroup_of(host, abs) {
                 let ids: Vec<String> = members(host, &layout, dir)
@@ -85,10 +143,21 @@ impl Kernel for FakeKernel {
             }
             _ => {}
         }
-        put(host, abs, value)?;
+        if debugfs_locked(host, abs) {
+            return Err(refused(abs, libc::EPERM));
+        }
+        if abs == Path::new("/sys/kernel/debug/sched/preempt") {
+            return preempt_write(host, abs, value);
+        }
         let irq_dir = abs
             .parent()
             .filter(|d| d.parent() == Some(Path::new("/proc/irq")));
+        if let (Some(f @ ("smp_affinity" | "smp_affinity_list")), Some(d)) =
+            (name.as_deref(), irq_dir)
+        {
+            check_irq_write(host, d, f, value)?;
+        }
+        put(host, abs, value)?;
         match (name.as_deref(), irq_dir) {
             // The kernel keeps both spellings of an IRQ's mask in step.
             (Some("smp_affinity"), Some(d)) => {
@@ -199,8 +268,17 @@ impl Kernel for FakeKernel {
         true
     }
 
-    fn read_debugfs(&self, _rel: &str) -> Option<String> {
-        None
+    /// A fake tree has debugfs "mounted": `Host` reads its files directly.
+    fn read_debugfs(&self, rel: &str) -> Result<String> {
+        Err(io_err(
+            "read",
+            &Path::new("/sys/kernel/debug").join(rel),
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        ))
+    }
+
+    fn write_debugfs(&self, rel: &str, _value: &str) -> Result<()> {
+        self.read_debugfs(rel).map(|_| ())
     }
 
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {

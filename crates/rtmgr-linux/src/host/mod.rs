@@ -33,6 +33,18 @@ impl HostError {
         }
     }
 
+    /// What the kernel said, for people: "Operation not permitted" (the
+    /// errno's text without its number), or the whole error.
+    pub fn reason(&self) -> String {
+        match self.errno() {
+            Some(n) => {
+                let text = std::io::Error::from_raw_os_error(n).to_string();
+                text.split(" (os error").next().unwrap_or(&text).to_string()
+            }
+            None => self.to_string(),
+        }
+    }
+
     /// True when the object (file, task, IRQ) vanished.
     pub fn is_gone(&self) -> bool {
         matches!(self, HostError::Io { source, .. }
@@ -41,6 +53,13 @@ impl HostError {
 }
 
 pub type Result<T> = std::result::Result<T, HostError>;
+
+/// In a fake tree: this file in an IRQ's /proc directory makes it kernel-managed.
+#[cfg(any(test, feature = "fake"))]
+pub(crate) const FAKE_IRQ_MANAGED: &str = "rtmgr_fake_managed";
+/// In a fake tree: this file makes debugfs refuse reads and writes (EPERM).
+#[cfg(any(test, feature = "fake"))]
+pub(crate) const FAKE_DEBUGFS_LOCKED: &str = "/sys/kernel/debug/.rtmgr_fake_locked";
 
 /// What the kernel does when rtmgr talks to it. Paths are machine paths
 /// (absolute, as the machine names them); `host` maps them to files.
@@ -60,8 +79,11 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()>;
     /// May this process change the machine (root)?
     fn privileged(&self) -> bool;
-    /// A debugfs file read in a private mount namespace; None when unreadable.
-    fn read_debugfs(&self, rel: &str) -> Option<String>;
+    /// A debugfs file read in a private mount namespace (debugfs is never
+    /// mounted for others).
+    fn read_debugfs(&self, rel: &str) -> Result<String>;
+    /// A debugfs file written the same way.
+    fn write_debugfs(&self, rel: &str, value: &str) -> Result<()>;
     /// Can a thread take SCHED_DEADLINE? None when it cannot be tried here.
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>>;
 }
@@ -190,8 +212,35 @@ impl Host {
     /// A debugfs file (e.g. "sched/preempt"), read in a private mount
     /// namespace so nothing is mounted for others; None when unreadable.
     pub fn read_debugfs(&self, rel: &str) -> Option<String> {
-        self.read_opt(format!("/sys/kernel/debug/{rel}"))
-            .or_else(|| self.kernel.read_debugfs(rel))
+        self.try_read_debugfs(rel).ok()
+    }
+
+    /// A debugfs file, or why it cannot be read (EPERM when the kernel refuses
+    /// debugfs, ENOENT when the file does not exist).
+    pub fn try_read_debugfs(&self, rel: &str) -> Result<String> {
+        let abs = Path::new("/sys/kernel/debug").join(rel);
+        if self.exists(&abs) {
+            return self.read(&abs);
+        }
+        self.kernel.read_debugfs(rel)
+    }
+
+    /// Write a debugfs file (e.g. "sched/preempt"), in a private mount
+    /// namespace when debugfs is not mounted here.
+    pub fn write_debugfs(&self, rel: &str, value: &str) -> Result<()> {
+        let abs = Path::new("/sys/kernel/debug").join(rel);
+        if self.exists(&abs) {
+            return self.write(&abs, value);
+        }
+        self.kernel.write_debugfs(rel, value)
+    }
+
+    /// Where a symlink chain leads (sysfs device links), as a machine path;
+    /// None when it does not resolve inside this host's root.
+    pub fn canonical(&self, abs: impl AsRef<Path>) -> Option<PathBuf> {
+        let real = std::fs::canonicalize(self.path(abs)).ok()?;
+        let root = std::fs::canonicalize(&self.root).ok()?;
+        Some(Path::new("/").join(real.strip_prefix(&root).ok()?))
     }
 
     /// Can a thread take SCHED_DEADLINE here? None when it cannot be tried.

@@ -1,6 +1,6 @@
 //! The running kernel behind `Host`: control files are written in one
 //! write(2), scheduling calls go to the kernel, debugfs is read in a private
-//! mount namespace.
+//! mount namespace of a thread.
 
 use super::{io_err, task_err, Host, Kernel, Result};
 use crate::sched;
@@ -57,23 +57,46 @@ impl Kernel for RealKernel {
         sched::is_root()
     }
 
-    fn read_debugfs(&self, rel: &str) -> Option<String> {
-        if !sched::is_root() {
-            return None;
-        }
-        let script = format!(
-            "mount -t debugfs none /sys/kernel/debug 2>/dev/null && cat /sys/kernel/debug/{rel}"
-        );
-        let out = std::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    fn read_debugfs(&self, rel: &str) -> Result<String> {
+        in_private_debugfs(rel, |p| std::fs::read_to_string(p))
+    }
+
+    fn write_debugfs(&self, rel: &str, value: &str) -> Result<()> {
+        in_private_debugfs(rel, |p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)?
+                .write_all(value.as_bytes())
+        })
     }
 
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         Some(sched::deadline_available())
     }
+}
+
+const DEBUGFS: &str = "/sys/kernel/debug";
+
+/// Do `f` on the debugfs file `rel` in a thread of its own with debugfs
+/// mounted in a private mount namespace (rtmgr_sys::ns): nothing is mounted
+/// for others, and the mount goes away with the thread.
+fn in_private_debugfs<T: Send>(
+    rel: &str,
+    f: impl FnOnce(&Path) -> std::io::Result<T> + Send,
+) -> Result<T> {
+    let path = Path::new(DEBUGFS).join(rel);
+    if !sched::is_root() {
+        let eperm = std::io::Error::from_raw_os_error(libc::EPERM);
+        return Err(io_err("debugfs", &path, eperm));
+    }
+    let run = || {
+        rtmgr_sys::ns::private_mounts_for_this_thread().map_err(|e| io_err("unshare", &path, e))?;
+        rtmgr_sys::ns::mount_debugfs(Path::new(DEBUGFS))
+            .map_err(|e| io_err("mount debugfs", &path, e))?;
+        f(&path).map_err(|e| io_err("debugfs", &path, e))
+    };
+    std::thread::scope(|s| s.spawn(run).join()).unwrap_or_else(|_| {
+        let panicked = std::io::Error::other("debugfs thread panicked");
+        Err(io_err("debugfs", &path, panicked))
+    })
 }

@@ -3,26 +3,63 @@
 //! load balancing across the root; v2 makes `rtmgr-rt` an isolated (or root)
 //! partition. Undo empties and removes them and disables what it enabled.
 
-use super::knob::{ApplyCx, Knob, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
 use super::Result;
 use crate::cgroup::{self, Layout};
 use crate::host::HostError;
 use crate::journal::Record;
 use crate::Host;
+use rtmgr_core::partition::{KnobId, KnobReport};
 use std::path::{Path, PathBuf};
 
 pub(super) struct Cpusets;
 
 impl Knob for Cpusets {
-    fn name(&self) -> &'static str {
-        "cgroups"
+    fn id(&self) -> KnobId {
+        KnobId::Cgroups
+    }
+
+    fn explain(&self) -> &'static str {
+        "The partition itself (ARTiS §2.1: RT CPUs kept for RT tasks; what `cset shield` does). \
+         cgroup v1: an `rtmgr-nrt` cpuset for everything else and a CPU-exclusive `rtmgr-rt`, with \
+         load balancing off across the root so the scheduler never pulls work onto the RT CPUs. \
+         cgroup v2: `rtmgr-rt` becomes an isolated partition, which also takes the RT CPUs out of \
+         the scheduler's load-balancing domains. Reset empties and removes them."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let (rt, nrt) = (&cx.plan.rt, &cx.plan.nrt);
+        match cx.layout {
+            None => cx.unavailable(self.id(), "no cpuset controller: apply would refuse"),
+            Some(Layout::V1(m)) => cx.report(
+                self.id(),
+                vec![
+                    format!("create {}/rtmgr-nrt with CPUs {nrt}", m.display()),
+                    format!(
+                        "create {}/rtmgr-rt, CPU-exclusive, with CPUs {rt}",
+                        m.display()
+                    ),
+                    "cpuset.sched_load_balance of the root -> 0".into(),
+                ],
+            ),
+            Some(Layout::V2(m)) => cx.report(
+                self.id(),
+                vec![format!(
+                    "create {}/rtmgr-rt as an isolated partition with CPUs {rt}",
+                    m.display()
+                )],
+            ),
+        }
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
         match cx.layout {
-            Layout::V1(mount) => apply_v1(cx, &mount.clone()),
-            Layout::V2(mount) => apply_v2(cx, &mount.clone()),
+            Layout::V1(mount) => apply_v1(cx, &mount.clone())?,
+            Layout::V2(mount) => apply_v2(cx, &mount.clone())?,
         }
+        let line = format!("RT cpuset {} with CPUs {}", cx.rt_dir.display(), cx.plan.rt);
+        cx.say(line);
+        Ok(())
     }
 
     fn undo(&self, cx: &mut UndoCx<'_>) {

@@ -1,42 +1,46 @@
-//! The defaults knob (McKenney §2.1): where new interrupts and unbound kernel
-//! work go — `/proc/irq/default_smp_affinity` and the unbound-workqueue
-//! cpumask — to the NRT CPUs. Plain control files: journalled, restored verbatim.
+//! The defaults knob (McKenney §2.1): where new interrupts go —
+//! `/proc/irq/default_smp_affinity` — to the NRT CPUs. A plain control file:
+//! journalled, restored verbatim. (The unbound-workqueue cpumask it also set
+//! before knobs were selectable is the workqueues knob's now; older journals
+//! name it under this knob, and its undo still restores it.)
 
-use super::knob::{ApplyCx, Knob};
+use super::knob::{ApplyCx, Knob, PreviewCx};
 use super::Result;
-use crate::{cpus, irq};
+use crate::irq;
+use rtmgr_core::partition::{KnobId, KnobReport};
 use std::path::Path;
 
 pub(super) struct Defaults;
 
 impl Knob for Defaults {
-    fn name(&self) -> &'static str {
-        "defaults"
+    fn id(&self) -> KnobId {
+        KnobId::Defaults
+    }
+
+    fn explain(&self) -> &'static str {
+        "Where interrupts requested from now on start, `/proc/irq/default_smp_affinity`, goes \
+         to the NRT CPUs (McKenney §2.1; tuned's scheduler plugin does the same), so a device \
+         plugged in or a driver loaded during the partition does not land on an RT CPU. Reset \
+         writes the old mask back."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let old = irq::default_affinity_raw(cx.host).unwrap_or_default();
+        let lines = vec![format!(
+            "default_smp_affinity: {old} -> {}",
+            cx.plan.nrt.to_mask(old.split(',').count())
+        )];
+        cx.report(self.id(), lines)
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let nrt = cx.plan.nrt.clone();
-        let as_mask = |old: &str| nrt.to_mask(old.split(',').count());
         // Every kernel has it: its absence is an error, not a note.
-        irq::default_affinity_raw(cx.host)?;
-        if let Some(written) =
-            cx.set_file(self.name(), Path::new(irq::DEFAULT_AFFINITY), as_mask)?
-        {
+        let old = irq::default_affinity_raw(cx.host)?;
+        let new = cx.plan.nrt.to_mask(old.split(',').count());
+        let path = Path::new(irq::DEFAULT_AFFINITY);
+        if let Some(written) = cx.set_file(self.name(), path, |_| new.clone())? {
             written?;
-        }
-        if !cx.plan.workqueues {
-            return Ok(());
-        }
-        match cx.set_file(self.name(), Path::new(cpus::WORKQUEUE_CPUMASK), as_mask)? {
-            Some(Err(e)) => cx
-                .report
-                .notes
-                .push(format!("unbound workqueues not steered: {e}")),
-            Some(Ok(())) => {}
-            None => cx
-                .report
-                .notes
-                .push("no unbound-workqueue cpumask on this kernel".into()),
+            cx.say(format!("default_smp_affinity: {old} -> {new}"));
         }
         Ok(())
     }

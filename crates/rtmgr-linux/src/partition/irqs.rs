@@ -4,18 +4,54 @@
 //! managed and per-CPU interrupts; those are reported. Undo writes the raw
 //! masks back.
 
-use super::knob::{ApplyCx, Knob, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
 use super::{crash_point, Result};
 use crate::irq;
 use crate::journal::Record;
-use rtmgr_core::partition::irq_target;
+use rtmgr_core::partition::{irq_target, KnobId, KnobReport};
 use rtmgr_core::CpuSet;
 
 pub(super) struct Irqs;
 
 impl Knob for Irqs {
-    fn name(&self) -> &'static str {
-        "irqs"
+    fn id(&self) -> KnobId {
+        KnobId::Irqs
+    }
+
+    fn explain(&self) -> &'static str {
+        "Every interrupt's affinity goes to the NRT CPUs (McKenney §2.1: steer interrupts away \
+         from the real-time CPU; DROPS §4.1: the resource manager owns interrupts), except those \
+         the config leaves alone (`irq.leave`) or sends to the RT CPUs (`irq.rt`, e.g. the \
+         device an RT task serves). The kernel refuses kernel-managed and per-CPU interrupts: \
+         those are reported with the boot option that would move them. Reset writes every \
+         raw mask back."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let all = irq::numbers(cx.host).unwrap_or_default();
+        let mut moving = Vec::new();
+        let mut left = Vec::new();
+        for n in &all {
+            let Ok(aff) = irq::affinity(cx.host, *n) else {
+                continue;
+            };
+            match irq_target(cx.plan, *n) {
+                None => left.push(n.to_string()),
+                Some(t) if &aff != t => moving.push(n.to_string()),
+                Some(_) => {}
+            }
+        }
+        let mut lines = vec![format!(
+            "{} of {} IRQs steered to CPUs {} (those the kernel refuses are reported): {}",
+            moving.len(),
+            all.len(),
+            cx.plan.nrt,
+            moving.join(" ")
+        )];
+        if !left.is_empty() {
+            lines.push(format!("left alone (irq.leave): {}", left.join(" ")));
+        }
+        cx.report(self.id(), lines)
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -53,6 +89,12 @@ impl Knob for Irqs {
                 ),
             }
         }
+        let line = format!(
+            "{} of {} IRQs on the CPUs the config wants",
+            cx.report.irqs_moved.len(),
+            masks.len()
+        );
+        cx.say(line);
         Ok(())
     }
 

@@ -2,13 +2,14 @@
 //! one plugin per knob (ARTiS §2.1, McKenney §2.1: what must be moved off a
 //! real-time CPU). A knob journals the old state before each change; `undo`
 //! puts it back from the journal, also after a `kill -9` of the applier.
+//! `explain` says what it is for; `preview` what it would do here (read-only).
 
 use super::{ResetReport, Result};
 use crate::cgroup::Layout;
 use crate::journal::{Journal, Record};
 use crate::Host;
-use rtmgr_core::partition::{ApplyReport, PartitionPlan};
-use std::path::Path;
+use rtmgr_core::partition::{ApplyReport, KnobId, KnobReport, PartitionPlan};
+use std::path::{Path, PathBuf};
 
 /// What a knob's `apply` works with.
 pub(super) struct ApplyCx<'a> {
@@ -23,6 +24,21 @@ pub(super) struct ApplyCx<'a> {
 }
 
 impl ApplyCx<'_> {
+    /// Add a line to the running knob's report.
+    pub fn say(&mut self, line: impl Into<String>) {
+        if let Some(k) = self.report.knobs.last_mut() {
+            k.lines.push(line.into());
+        }
+    }
+
+    /// The running knob finds nothing to set on this machine: say why.
+    pub fn unavailable(&mut self, why: impl Into<String>) {
+        if let Some(k) = self.report.knobs.last_mut() {
+            k.available = false;
+            k.lines.push(why.into());
+        }
+    }
+
     /// Journal a control file's old content under `knob`, then write `new(old)`.
     /// Ok(None) when the file does not exist here; the write's error otherwise.
     pub fn set_file(
@@ -75,9 +91,42 @@ impl UndoCx<'_> {
     }
 }
 
+/// What a knob's `preview` works with: read-only.
+pub(super) struct PreviewCx<'a> {
+    pub host: &'a Host,
+    pub plan: &'a PartitionPlan,
+    /// None when the machine has no cpuset controller.
+    pub layout: Option<&'a Layout>,
+}
+
+impl PreviewCx<'_> {
+    pub fn report(&self, knob: KnobId, lines: Vec<String>) -> KnobReport {
+        KnobReport {
+            knob,
+            available: true,
+            lines,
+        }
+    }
+
+    pub fn unavailable(&self, knob: KnobId, why: impl Into<String>) -> KnobReport {
+        KnobReport {
+            knob,
+            available: false,
+            lines: vec![why.into()],
+        }
+    }
+}
+
 pub(super) trait Knob: Sync {
-    /// Its name in the journal (and the crash test's point after it).
-    fn name(&self) -> &'static str;
+    fn id(&self) -> KnobId;
+    /// Its name in configs and the journal (and the crash test's point after it).
+    fn name(&self) -> &'static str {
+        self.id().name()
+    }
+    /// What it is for, one paragraph (which seed or tuned reason).
+    fn explain(&self) -> &'static str;
+    /// What `apply` would do on this machine; changes nothing.
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport;
     /// Journal, then change.
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()>;
     /// Put back what `apply` changed (reset runs the knobs in reverse).
@@ -87,4 +136,9 @@ pub(super) trait Knob: Sync {
     /// After every knob's undo: what the kernel itself resets when cpusets
     /// change or go (task affinities).
     fn settle(&self, _cx: &mut UndoCx<'_>) {}
+    /// The control files this knob may change on this machine, for any
+    /// partition (snapshots compare them before and after).
+    fn watched(&self, _host: &Host) -> Vec<PathBuf> {
+        Vec::new()
+    }
 }

@@ -8,25 +8,37 @@
 //! Each thing a partition changes is one knob (`knob.rs`), applied in the
 //! order of `KNOBS` and undone in reverse by `reset`.
 
+mod block;
+mod cpufreq;
+mod cpuidle;
 mod cpusets;
 mod defaults;
+mod files;
 mod guard;
 mod irqs;
 mod knob;
 mod members;
 mod orphans;
+mod preempt;
 mod reset;
+mod rps;
+mod stat_interval;
+mod sysctl;
 mod tasks;
+mod timer_migration;
+mod watchdog;
+mod workqueues;
 
 pub use guard::PartitionGuard;
 pub use members::{enter, enter_thread, membership_file, place_process, record_entered, role_of};
+pub use preempt::switchable as preempt_switchable;
 pub use reset::reset;
 
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
 use crate::journal::{self, Journal, Record};
-use knob::{ApplyCx, Knob};
-use rtmgr_core::partition::{ApplyReport, PartitionPlan};
+use knob::{ApplyCx, Knob, PreviewCx};
+use rtmgr_core::partition::{boot, ApplyReport, KnobId, KnobReport, PartitionPlan};
 use std::path::{Path, PathBuf};
 
 /// The knobs of a partition, in the order `apply` runs them (`reset` undoes
@@ -36,6 +48,15 @@ const KNOBS: &[&dyn Knob] = &[
     &tasks::Tasks,
     &irqs::Irqs,
     &defaults::Defaults,
+    &workqueues::Workqueues,
+    &rps::Rps,
+    &block::Block,
+    &timer_migration::TIMER_MIGRATION,
+    &stat_interval::STAT_INTERVAL,
+    &watchdog::WATCHDOG,
+    &cpuidle::Cpuidle,
+    &cpufreq::Cpufreq,
+    &preempt::Preempt,
 ];
 
 pub const CGROUP_PREFIX: &str = "rtmgr";
@@ -202,16 +223,71 @@ fn apply_journalled(
         nrt_dir: nrt_dir.as_deref(),
         report: &mut report,
     };
-    for knob in KNOBS {
+    for knob in KNOBS.iter().filter(|k| plan.enabled(k.id())) {
+        cx.report.knobs.push(KnobReport {
+            knob: knob.id(),
+            available: true,
+            lines: Vec::new(),
+        });
         knob.apply(&mut cx)?;
         crash_point(knob.name());
     }
+    say_what_stays(host, plan, &mut report);
     j.record(&Record::Applied {
         report: report.clone(),
     })?;
     let applied = current(host, &opts.journal)?
         .ok_or_else(|| PartitionError::BadJournal(opts.journal.clone()))?;
     Ok((applied, report))
+}
+
+/// One knob as `apply --explain` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KnobExplained {
+    pub knob: KnobId,
+    /// Selected by the plan (the config's `knobs`).
+    pub enabled: bool,
+    /// What it is for.
+    pub explain: &'static str,
+    /// What it would do on this machine.
+    pub here: KnobReport,
+}
+
+/// What every knob is for and what it would do here under `plan`; changes nothing.
+pub fn explain(host: &Host, plan: &PartitionPlan) -> Vec<KnobExplained> {
+    let layout = layout(host).ok();
+    let cx = PreviewCx {
+        host,
+        plan,
+        layout: layout.as_ref(),
+    };
+    KNOBS
+        .iter()
+        .map(|k| KnobExplained {
+            knob: k.id(),
+            enabled: plan.enabled(k.id()),
+            explain: k.explain(),
+            here: k.preview(&cx),
+        })
+        .collect()
+}
+
+/// Every control file a knob may change on this machine, for snapshots.
+pub fn watched_files(host: &Host) -> Vec<PathBuf> {
+    KNOBS.iter().flat_map(|k| k.watched(host)).collect()
+}
+
+/// What no knob can move off the RT CPUs (kernel-managed interrupts, the
+/// tick), with since-boot rates, and the boot options that would finish the job.
+fn say_what_stays(host: &Host, plan: &PartitionPlan, report: &mut ApplyReport) {
+    let hits = crate::unmovable::unmovable_irqs(host, std::time::Duration::ZERO);
+    report.unmovable_irqs = hits
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|h| plan.rt.contains(h.cpu))
+        .collect();
+    let cmdline = host.read_opt("/proc/cmdline").unwrap_or_default();
+    report.boot = boot::boot_options(&plan.rt, &plan.nrt, &cmdline);
 }
 
 /// The partition recorded in a journal, if any.
@@ -252,5 +328,24 @@ pub fn current(host: &Host, journal_path: &Path) -> Result<Option<Applied>> {
         Some(a) => Ok(Some(a)),
         None if records.is_empty() => Ok(None),
         None => Err(PartitionError::BadJournal(journal_path.to_path_buf())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_knob_once_in_the_core_order_with_an_explanation() {
+        let ids: Vec<KnobId> = KNOBS.iter().map(|k| k.id()).collect();
+        assert_eq!(ids, KnobId::all());
+        for k in KNOBS {
+            assert_eq!(k.name(), k.id().name());
+            assert!(
+                k.explain().len() > 200,
+                "{}: explain in a paragraph",
+                k.name()
+            );
+        }
     }
 }

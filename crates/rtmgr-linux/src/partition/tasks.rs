@@ -3,14 +3,14 @@
 //! narrow affinities — in passes until no new task appears. Undo puts tasks
 //! back in their cgroups, and (after the cpusets are gone) their affinities.
 
-use super::knob::{ApplyCx, Knob, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
 use super::{crash_point, Result};
 use crate::cgroup::{self, Layout};
 use crate::host::HostError;
 use crate::journal::{Record, TaskBefore};
 use crate::tasks;
 use crate::Host;
-use rtmgr_core::partition::KthreadPolicy;
+use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy};
 use rtmgr_core::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,8 +21,50 @@ const MAX_TASK_PASSES: usize = 8;
 pub(super) struct Tasks;
 
 impl Knob for Tasks {
-    fn name(&self) -> &'static str {
-        "tasks"
+    fn id(&self) -> KnobId {
+        KnobId::Tasks
+    }
+
+    fn explain(&self) -> &'static str {
+        "Every movable task leaves the RT CPUs (ARTiS §2.1: Linux tasks run on the NRT CPUs; \
+         McKenney §2.1: kernel daemons are pinned away from the real-time CPU). cgroup v1 moves \
+         the root cpuset's tasks into `rtmgr-nrt`; both layouts narrow every affinity that \
+         includes an RT CPU, unbound kernel threads too unless `kernel_threads = \"leave\"`. \
+         Per-CPU kernel threads cannot move: they are reported. Reset restores every cpuset \
+         and affinity from the journal."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let (host, plan) = (cx.host, cx.plan);
+        let all = tasks::all(host).unwrap_or_default();
+        let on_rt = |t: &&tasks::TaskInfo| {
+            host.get_affinity(t.tid)
+                .is_ok_and(|a| !a.is_disjoint(&plan.rt))
+        };
+        let pinned = all
+            .iter()
+            .filter(|t| t.no_setaffinity)
+            .filter(on_rt)
+            .count();
+        let kthreads_left = plan.kernel_threads == KthreadPolicy::Leave;
+        let movable = all
+            .iter()
+            .filter(|t| !(t.no_setaffinity || (t.kthread && kthreads_left)))
+            .filter(on_rt)
+            .count();
+        let mut lines = vec![format!(
+            "{movable} of {} tasks may run on RT CPUs {}: narrowed to the NRT CPUs {}",
+            all.len(),
+            plan.rt,
+            plan.nrt
+        )];
+        lines.push(format!(
+            "{pinned} per-CPU kernel threads stay (the kernel forbids moving them)"
+        ));
+        if kthreads_left {
+            lines.push("unbound kernel threads left alone (kernel_threads = \"leave\")".into());
+        }
+        cx.report(self.id(), lines)
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -33,6 +75,11 @@ impl Knob for Tasks {
                 .filter(|t| !seen.contains(&(t.tid, t.start_time)))
                 .collect();
             if fresh.is_empty() {
+                let line = format!(
+                    "{} tasks narrowed to the NRT CPUs {}",
+                    cx.report.tasks_moved, cx.plan.nrt
+                );
+                cx.say(line);
                 return Ok(());
             }
             seen.extend(fresh.iter().map(|t| (t.tid, t.start_time)));

@@ -28,7 +28,9 @@ pub struct EvaluateArgs {
     /// Rounds (each runs every configuration once; default 4, or 2 with --quick).
     #[arg(long)]
     pub rounds: Option<u32>,
-    /// The RT CPU (default: the last online CPU).
+    /// The RT CPU (default: the CPU with the least unmovable work — kernel-managed
+    /// interrupts by rate, per-CPU kernel threads, CPU 0's housekeeping — as
+    /// `partition apply --rt-cpus auto` chooses it; the reason is printed and recorded).
     #[arg(long)]
     pub rt_cpu: Option<u32>,
     /// The load (default: all five ARTiS loads).
@@ -93,6 +95,12 @@ fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
         if mlocked { "" } else { ", memory NOT locked" },
         if dma { "" } else { ", cpu_dma_latency unavailable" },
     );
+    if let Some(why) = &run.rt_choice {
+        println!("RT CPU {} chosen automatically: {why}\n", run.rt_cpus);
+    }
+    for s in &run.skipped {
+        println!("skipped: {s}\n");
+    }
     print!("{}", evaluate_table(run));
     println!();
     for v in &run.verdicts {

@@ -5,10 +5,13 @@
 
 use super::{bad_input, host, machine_lock, require_root, Outcome};
 use anyhow::Context;
-use rtmgr_core::partition::{check_irqs, validate, ApplyReport, PartitionConfig, PartitionPlan};
-use rtmgr_core::CpuSet;
+use rtmgr_core::partition::placement::RtChoice;
+use rtmgr_core::partition::{
+    boot, check_irqs, validate, ApplyReport, PartitionConfig, PartitionPlan, PreemptMode, RtCpusArg,
+};
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionError};
+use rtmgr_linux::unmovable::{self, ChoiceError};
 use rtmgr_linux::{cpus, irq, Host};
 use std::path::PathBuf;
 
@@ -24,8 +27,11 @@ pub enum PartitionCmd {
 
 #[derive(clap::Args)]
 pub struct ApplyArgs {
-    /// RT CPUs in the kernel's list syntax, e.g. `1` or `2-3,6` (overrides the config file).
-    #[arg(long, value_name = "LIST")]
+    /// RT CPUs in the kernel's list syntax, e.g. `1` or `2-3,6` (overrides the
+    /// config file), or `auto[:N]`: the N CPUs (default 1) with the least
+    /// unmovable work — kernel-managed interrupts by rate, per-CPU kernel
+    /// threads, CPU 0's housekeeping — said with the reason.
+    #[arg(long, value_name = "LIST|auto[:N]")]
     pub rt_cpus: Option<String>,
     /// A TOML partition description (see README, "partition").
     #[arg(long, value_name = "FILE")]
@@ -33,6 +39,13 @@ pub struct ApplyArgs {
     /// Reset an applied partition first instead of refusing.
     #[arg(long)]
     pub replace: bool,
+    /// Set this PREEMPT_DYNAMIC model for the partition's lifetime (where the
+    /// kernel lets debugfs `sched/preempt` be written; else said once and skipped).
+    #[arg(long, value_name = "full|lazy")]
+    pub preempt: Option<String>,
+    /// Print what each knob is for and what it would do here, and change nothing.
+    #[arg(long)]
+    pub explain: bool,
     #[command(flatten)]
     pub journal: JournalArgs,
 }
@@ -56,17 +69,22 @@ pub fn run(cmd: PartitionCmd) -> anyhow::Result<Outcome> {
     }
 }
 
-/// Validate the user's request into a plan without touching the machine.
+/// Validate the user's request into a plan without touching the machine;
+/// with `--rt-cpus auto[:N]`, also how the RT CPUs were chosen.
 pub fn plan_from_args(
     host: &Host,
     rt_cpus: Option<&str>,
     config: Option<&PathBuf>,
-) -> anyhow::Result<PartitionPlan> {
-    let rt = match rt_cpus {
-        Some(text) => match CpuSet::parse_list(text) {
-            Ok(set) => Some(set),
-            Err(e) => return bad_input(format!("--rt-cpus: {e}")),
-        },
+    preempt: Option<&str>,
+) -> anyhow::Result<(PartitionPlan, Option<RtChoice>)> {
+    let rt = match rt_cpus.map(RtCpusArg::parse) {
+        Some(Ok(arg)) => Some(arg),
+        Some(Err(e)) => return bad_input(format!("--rt-cpus: {e}")),
+        None => None,
+    };
+    let preempt = match preempt.map(str::parse::<PreemptMode>) {
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => return bad_input(format!("--preempt: {e}")),
         None => None,
     };
     let cfg = match config {
@@ -82,23 +100,60 @@ pub fn plan_from_args(
         }
         None => PartitionConfig::default(),
     };
+    let cfg = PartitionConfig {
+        preempt: preempt.or(cfg.preempt),
+        ..cfg
+    };
     let online = cpus::online(host).context("reading online CPUs")?;
+    let (rt, choice) = match rt {
+        Some(RtCpusArg::Auto(n)) => {
+            match unmovable::choose_rt_cpus(host, n, unmovable::SAMPLE_WINDOW) {
+                Ok(c) => (Some(c.rt.clone()), Some(c)),
+                Err(ChoiceError::Input(e)) => return bad_input(e.to_string()),
+                Err(e) => return Err(e).context("choosing the RT CPUs"),
+            }
+        }
+        Some(RtCpusArg::List(set)) => (Some(set), None),
+        None => (None, None),
+    };
     let plan = match validate(&cfg, rt.as_ref(), &online) {
         Ok(p) => p,
         Err(e) => return bad_input(e.to_string()),
     };
     if plan.irq_rt.is_empty() && plan.irq_leave.is_empty() {
-        return Ok(plan);
+        return Ok((plan, choice));
     }
     let irqs = irq::numbers(host).context("listing /proc/irq")?;
     match check_irqs(&plan, &irqs) {
-        Ok(()) => Ok(plan),
+        Ok(()) => Ok((plan, choice)),
         Err(e) => bad_input(e.to_string()),
     }
 }
 
 fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
-    let plan = plan_from_args(host, a.rt_cpus.as_deref(), a.config.as_ref())?;
+    let (plan, choice) = plan_from_args(
+        host,
+        a.rt_cpus.as_deref(),
+        a.config.as_ref(),
+        a.preempt.as_deref(),
+    )?;
+    if let (Some(c), false) = (&choice, a.journal.json) {
+        println!("RT CPUs chosen: {} — {}", c.rt, c.reason);
+        if !host.privileged() {
+            println!(
+                "(not root: kernel-managed interrupts cannot be told apart and were not counted)"
+            );
+        }
+    }
+    if a.explain {
+        let knobs = partition::explain(host, &plan);
+        if a.journal.json {
+            println!("{}", serde_json::to_string_pretty(&knobs)?);
+        } else {
+            print_explain(&plan, &knobs);
+        }
+        return Ok(Outcome::Ok);
+    }
     require_root(host, "rtmgr partition apply")?;
     let opts = ApplyOptions {
         journal: a.journal.journal.clone(),
@@ -116,6 +171,10 @@ fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
             | PartitionError::CgroupExists(_)),
         ) => return bad_input(e.to_string()),
         Err(e) => return Err(e).context("apply failed; everything done so far was rolled back"),
+    };
+    let report = ApplyReport {
+        rt_choice: choice,
+        ..report
     };
     if a.journal.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -149,6 +208,9 @@ fn print_apply(plan: &PartitionPlan, r: &ApplyReport) {
         r.irqs_moved.len()
     );
     println!("  latency bound: {} µs", plan.latency_bound_us);
+    for k in &r.knobs {
+        print_knob_lines(&k.knob.to_string(), k.available, &k.lines);
+    }
     for (reason, items) in &r.not_moved {
         let shown: Vec<&str> = items.iter().take(6).map(String::as_str).collect();
         let more = if items.len() > shown.len() {
@@ -161,7 +223,96 @@ fn print_apply(plan: &PartitionPlan, r: &ApplyReport) {
     for n in &r.notes {
         println!("  note: {n}");
     }
+    print_what_stays(plan, r);
     println!("undo with: rtmgr partition reset");
+}
+
+/// The unmovable interrupts on the RT CPUs and the boot line that would
+/// finish the isolation.
+fn print_what_stays(plan: &PartitionPlan, r: &ApplyReport) {
+    let mut hits: Vec<_> = r.unmovable_irqs.iter().filter(|h| h.per_s > 0.0).collect();
+    hits.sort_by(|a, b| b.per_s.total_cmp(&a.per_s));
+    if !hits.is_empty() {
+        println!("  still on the RT CPUs (user space cannot move them):");
+    }
+    for h in hits {
+        println!(
+            "    CPU {}: {} — {:.0}/s, {} since boot; boot option: {}",
+            h.cpu,
+            h.label(),
+            h.per_s,
+            h.since_boot,
+            h.boot_option(&plan.rt)
+        );
+    }
+    let missing: Vec<&boot::BootOption> = r.boot.iter().filter(|o| !o.present).collect();
+    if !missing.is_empty() {
+        println!(
+            "  to finish the isolation at the next boot, add to the kernel command line:\n    {}",
+            boot::cmdline(&r.boot)
+        );
+        for o in missing {
+            println!("    {} — {}", o.option, o.adds);
+        }
+    }
+}
+
+/// At most six lines of a knob, then how many more.
+fn print_knob_lines(name: &str, available: bool, lines: &[String]) {
+    let more = lines.len().saturating_sub(6);
+    for (i, l) in lines.iter().take(6).enumerate() {
+        let head = if i == 0 { name } else { "" };
+        let tag = if available { "" } else { "not available: " };
+        println!("  {head:<16} {tag}{l}");
+    }
+    if lines.is_empty() {
+        println!("  {name:<16} nothing to do");
+    }
+    if more > 0 {
+        println!("  {:<16} … and {more} more (--json lists them all)", "");
+    }
+}
+
+fn print_explain(plan: &PartitionPlan, knobs: &[partition::KnobExplained]) {
+    println!(
+        "partition RT CPUs {} / NRT CPUs {}: each knob, what it is for and what it would do here (nothing changed)\n",
+        plan.rt, plan.nrt
+    );
+    for k in knobs {
+        println!(
+            "{}{}",
+            k.knob,
+            if k.enabled {
+                ""
+            } else {
+                "  [off in this config]"
+            }
+        );
+        for l in textwrap(k.explain, 88) {
+            println!("    {l}");
+        }
+        print_knob_lines("  here:", k.here.available, &k.here.lines);
+        println!();
+    }
+}
+
+/// Wrap a paragraph at `width` columns on spaces.
+fn textwrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::new();
+    for w in text.split_whitespace() {
+        if !cur.is_empty() && cur.chars().count() + 1 + w.chars().count() > width {
+            lines.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(w);
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
 }
 
 fn reset(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {

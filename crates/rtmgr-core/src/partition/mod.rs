@@ -2,7 +2,15 @@
 //! a resource manager configured by a script). A `PartitionConfig` is what the
 //! user asks for (TOML file and/or `--rt-cpus`); `validate` checks it against
 //! the facts of the machine and yields a `PartitionPlan` before anything on the
-//! machine is touched.
+//! machine is touched. `knobs` names what a partition may change,
+//! `placement` chooses the RT CPUs (`--rt-cpus auto`), `boot` the kernel
+//! command line that would finish the isolation.
+
+pub mod boot;
+pub mod knobs;
+pub mod placement;
+
+pub use knobs::{KnobId, PreemptMode};
 
 use crate::cpuset::{CpuSet, CpuSetError};
 use serde::{Deserialize, Serialize};
@@ -48,8 +56,14 @@ pub struct PartitionConfig {
     pub irq: IrqConfig,
     /// Latency bound of the RT CPUs in µs, used by the latency guard and `evaluate`.
     pub latency_bound_us: Option<u64>,
-    /// Steer the unbound-workqueue cpumask to the NRT CPUs (default true).
+    /// Steer the workqueue cpumasks to the NRT CPUs (default true); false
+    /// leaves out the `workqueues` knob.
     pub workqueues: Option<bool>,
+    /// The knobs to apply, by name (default: all of them). `cgroups` is the
+    /// partition itself and cannot be left out.
+    pub knobs: Option<Vec<KnobId>>,
+    /// A PREEMPT_DYNAMIC model to set for the partition's lifetime.
+    pub preempt: Option<PreemptMode>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -78,6 +92,14 @@ pub enum ConfigError {
     ZeroBound,
     #[error("IRQ {irq} in [irq] {list} does not exist on this machine (see /proc/irq or `rtmgr status --verbose`)")]
     NoSuchIrq { irq: u32, list: &'static str },
+    #[error("knobs must include \"cgroups\": the cpusets are the partition itself")]
+    NoCgroupsKnob,
+    #[error("preempt = {0} needs the \"preempt\" knob, which the knobs list leaves out")]
+    PreemptKnobOff(PreemptMode),
+    #[error("{0:?}: expected a CPU list (e.g. 1 or 2-3), auto, or auto:N with N >= 1")]
+    BadAuto(String),
+    #[error("--rt-cpus auto:{0}: {1} CPUs are online and at least one must stay NRT (at most auto:{max})", max = .1 - 1)]
+    AutoTooMany(u32, u32),
 }
 
 impl PartitionConfig {
@@ -100,7 +122,19 @@ pub struct PartitionPlan {
     pub irq_leave: Vec<u32>,
     pub irq_rt: Vec<u32>,
     pub latency_bound_us: u64,
-    pub workqueues: bool,
+    /// The knobs to apply, in apply order (journals written before knobs were
+    /// selectable applied them all).
+    #[serde(default = "KnobId::all")]
+    pub knobs: Vec<KnobId>,
+    #[serde(default)]
+    pub preempt: Option<PreemptMode>,
+}
+
+impl PartitionPlan {
+    /// Does this plan apply the knob?
+    pub fn enabled(&self, knob: KnobId) -> bool {
+        self.knobs.contains(&knob)
+    }
 }
 
 /// Merge command line and file (the command line wins) and check against the
@@ -151,6 +185,7 @@ pub fn validate(
     if bound == 0 {
         return Err(ConfigError::ZeroBound);
     }
+    let knobs = enabled_knobs(config)?;
     Ok(PartitionPlan {
         rt,
         nrt,
@@ -158,7 +193,8 @@ pub fn validate(
         irq_leave: config.irq.leave.clone(),
         irq_rt: config.irq.rt.clone(),
         latency_bound_us: bound,
-        workqueues: config.workqueues.unwrap_or(true),
+        knobs,
+        preempt: config.preempt,
     })
 }
 
@@ -174,6 +210,49 @@ pub fn check_irqs(plan: &PartitionPlan, existing: &[u32]) -> Result<(), ConfigEr
     Ok(())
 }
 
+/// The knobs a config selects, in apply order.
+fn enabled_knobs(config: &PartitionConfig) -> Result<Vec<KnobId>, ConfigError> {
+    let listed = config.knobs.clone().unwrap_or_else(KnobId::all);
+    if !listed.contains(&KnobId::Cgroups) {
+        return Err(ConfigError::NoCgroupsKnob);
+    }
+    let knobs: Vec<KnobId> = KnobId::ALL
+        .into_iter()
+        .filter(|k| listed.contains(k))
+        .filter(|k| *k != KnobId::Workqueues || config.workqueues != Some(false))
+        .collect();
+    if let Some(mode) = config.preempt {
+        if !knobs.contains(&KnobId::Preempt) {
+            return Err(ConfigError::PreemptKnobOff(mode));
+        }
+    }
+    Ok(knobs)
+}
+
+/// What `--rt-cpus` asks for: a list, or the N CPUs with the least unmovable
+/// disturbance (`auto` = `auto:1`, see `placement`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RtCpusArg {
+    List(CpuSet),
+    Auto(u32),
+}
+
+impl RtCpusArg {
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let t = text.trim();
+        if t == "auto" {
+            return Ok(RtCpusArg::Auto(1));
+        }
+        if let Some(n) = t.strip_prefix("auto:") {
+            return match n.parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(RtCpusArg::Auto(n)),
+                _ => Err(ConfigError::BadAuto(text.to_string())),
+            };
+        }
+        Ok(RtCpusArg::List(CpuSet::parse_list(t)?))
+    }
+}
+
 /// Where an IRQ should go under a plan, or None to leave it alone.
 pub fn irq_target(plan: &PartitionPlan, irq: u32) -> Option<&CpuSet> {
     if plan.irq_leave.contains(&irq) {
@@ -186,7 +265,7 @@ pub fn irq_target(plan: &PartitionPlan, irq: u32) -> Option<&CpuSet> {
 }
 
 /// Counts of what `apply` did and could not do, with reasons.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApplyReport {
     pub layout: String,
     pub rt_cgroup: String,
@@ -197,6 +276,29 @@ pub struct ApplyReport {
     /// Things left where they were, with the reason: key = reason, value = items.
     pub not_moved: BTreeMap<String, Vec<String>>,
     pub notes: Vec<String>,
+    /// What each enabled knob did here, in apply order (empty in journals
+    /// written before knobs reported).
+    #[serde(default)]
+    pub knobs: Vec<KnobReport>,
+    /// Interrupts user space cannot move that will still hit the RT CPUs,
+    /// with their rates and the boot option that would move each.
+    #[serde(default)]
+    pub unmovable_irqs: Vec<placement::IrqHit>,
+    /// The boot options that would finish the isolation at the next boot.
+    #[serde(default)]
+    pub boot: Vec<boot::BootOption>,
+    /// How `--rt-cpus auto` chose the RT CPUs, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rt_choice: Option<placement::RtChoice>,
+}
+
+/// What one knob did (or, for `--explain`, would do) on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnobReport {
+    pub knob: KnobId,
+    /// False when this machine lacks what the knob sets (then `lines` says what).
+    pub available: bool,
+    pub lines: Vec<String>,
 }
 
 impl ApplyReport {
@@ -237,7 +339,59 @@ mod tests {
         assert_eq!(irq_target(&plan, 9), None);
         assert_eq!(irq_target(&plan, 41), Some(&plan.rt));
         assert_eq!(irq_target(&plan, 5), Some(&plan.nrt));
-        assert!(!plan.workqueues);
+        assert!(!plan.enabled(KnobId::Workqueues));
+        assert_eq!(plan.knobs.len(), KnobId::ALL.len() - 1);
+    }
+
+    #[test]
+    fn knobs_are_selectable_and_kept_in_apply_order() {
+        let o = online();
+        let cfg = PartitionConfig::from_toml(
+            "rt_cpus = \"1\"\nknobs = [\"rps\", \"cgroups\", \"irqs\"]\npreempt = \"full\"",
+        );
+        assert!(matches!(
+            validate(&cfg.unwrap(), None, &o),
+            Err(ConfigError::PreemptKnobOff(PreemptMode::Full))
+        ));
+        let cfg = PartitionConfig::from_toml(
+            "rt_cpus = \"1\"\nknobs = [\"rps\", \"cgroups\", \"irqs\", \"preempt\"]\npreempt = \"lazy\"",
+        )
+        .unwrap();
+        let plan = validate(&cfg, None, &o).unwrap();
+        assert_eq!(
+            plan.knobs,
+            vec![KnobId::Cgroups, KnobId::Irqs, KnobId::Rps, KnobId::Preempt]
+        );
+        assert_eq!(plan.preempt, Some(PreemptMode::Lazy));
+        let all = validate(&PartitionConfig::default(), Some(&CpuSet::single(1)), &o).unwrap();
+        assert_eq!(all.knobs, KnobId::all());
+        assert_eq!(all.preempt, None);
+        let no_cg = PartitionConfig::from_toml("rt_cpus = \"1\"\nknobs = [\"tasks\"]").unwrap();
+        assert_eq!(validate(&no_cg, None, &o), Err(ConfigError::NoCgroupsKnob));
+        let err = PartitionConfig::from_toml("knobs = [\"cgroups\", \"frobnicate\"]").unwrap_err();
+        assert!(err.to_string().contains("frobnicate"), "{err}");
+        assert!(PartitionConfig::from_toml("preempt = \"none\"").is_err());
+    }
+
+    #[test]
+    fn plans_of_older_journals_still_read() {
+        let old = r#"{"rt":"1","nrt":"0","kernel_threads":"move","irq_leave":[],"irq_rt":[],"latency_bound_us":300,"workqueues":true}"#;
+        let plan: PartitionPlan = serde_json::from_str(old).unwrap();
+        assert_eq!(plan.knobs, KnobId::all());
+        assert_eq!(plan.preempt, None);
+    }
+
+    #[test]
+    fn rt_cpus_argument() {
+        assert_eq!(RtCpusArg::parse("auto"), Ok(RtCpusArg::Auto(1)));
+        assert_eq!(RtCpusArg::parse("auto:3"), Ok(RtCpusArg::Auto(3)));
+        assert_eq!(
+            RtCpusArg::parse("2-3"),
+            Ok(RtCpusArg::List(CpuSet::parse_list("2-3").unwrap()))
+        );
+        for bad in ["auto:0", "auto:", "auto:x", "auto:-1", "automatic"] {
+            assert!(RtCpusArg::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! A fake machine for tests: a temporary directory laid out like /proc, /sys
 //! and a cgroup v1 or v2 tree, with tasks, IRQs and CPUs. `Host::fake` on it
 //! emulates the kernel's side effects rtmgr depends on (host/fake.rs). Feature `fake`.
+//! `knobs.rs` adds the files of the run-time partition knobs.
+
+mod knobs;
 
 use crate::host::Host;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,9 @@ pub struct FakeBuilder {
     cgroup: FakeCgroup,
     tasks: Vec<FakeTask>,
     irqs: Vec<(u32, &'static str)>,
+    /// Kernel-managed IRQs: (irq, the CPU of its effective affinity, count there).
+    managed: Vec<(u32, u32, u64)>,
+    knob_files: knobs::KnobFiles,
 }
 
 pub struct FakeMachine {
@@ -47,6 +53,8 @@ impl FakeMachine {
             cgroup: FakeCgroup::V1,
             tasks: Vec::new(),
             irqs: vec![(24, "ACPI:Ged"), (36, "virtio1-req.0"), (41, "virtio3-rx")],
+            managed: Vec::new(),
+            knob_files: knobs::KnobFiles::default(),
         }
     }
 
@@ -88,6 +96,32 @@ impl FakeBuilder {
             affinity: all,
             cgroup: "/".into(),
         });
+        self
+    }
+
+    /// Make an IRQ kernel-managed (writes to its affinity are refused), with
+    /// its effective affinity on `cpu`, where it fired `count` times since boot.
+    pub fn managed_irq(mut self, irq: u32, cpu: u32, count: u64) -> Self {
+        self.managed.push((irq, cpu, count));
+        self
+    }
+
+    /// Per-CPU cpuidle states POLL, C1 (2 µs) and C6 (170 µs).
+    pub fn cpuidle(mut self) -> Self {
+        self.knob_files.cpuidle = true;
+        self
+    }
+
+    /// A cpufreq governor (powersave) on every CPU, performance available.
+    pub fn cpufreq(mut self) -> Self {
+        self.knob_files.cpufreq = true;
+        self
+    }
+
+    /// A PREEMPT_DYNAMIC kernel's debugfs `sched/preempt` (mode voluntary);
+    /// `writable = false` emulates a kernel that refuses it (EPERM).
+    pub fn preempt_dynamic(mut self, writable: bool) -> Self {
+        self.knob_files.preempt = Some(writable);
         self
     }
 
@@ -160,13 +194,32 @@ impl FakeBuilder {
                 &format!("/proc/irq/{n}/smp_affinity_list"),
                 &format!("{all}\n"),
             );
-            w(&format!("/proc/irq/{n}/effective_affinity_list"), "0\n");
-            interrupts.push_str(&format!(
-                "{n:>3}: {}  PCI-MSIX {name}\n",
-                " 5".repeat(self.ncpu as usize)
-            ));
+            let managed = self.managed.iter().find(|m| m.0 == *n);
+            let counts: String = match managed {
+                Some(&(_, cpu, count)) => {
+                    w(
+                        &format!("/proc/irq/{n}/{}", crate::host::FAKE_IRQ_MANAGED),
+                        "",
+                    );
+                    w(
+                        &format!("/proc/irq/{n}/effective_affinity_list"),
+                        &format!("{cpu}\n"),
+                    );
+                    (0..self.ncpu)
+                        .map(|c| format!(" {}", if c == cpu { count } else { 0 }))
+                        .collect()
+                }
+                None => {
+                    w(&format!("/proc/irq/{n}/effective_affinity_list"), "0\n");
+                    " 5".repeat(self.ncpu as usize)
+                }
+            };
+            interrupts.push_str(&format!("{n:>3}: {counts}  PCI-MSIX {name}\n"));
         }
+        let loc: String = (0..self.ncpu).map(|_| " 1000").collect();
+        interrupts.push_str(&format!("LOC: {loc}  Local timer interrupts\n"));
         w("/proc/interrupts", &interrupts);
+        knobs::write(r, self.ncpu, &w, self.knob_files);
         let (mountinfo, cgline): (String, fn(&str) -> String) = match self.cgroup {
             FakeCgroup::V1 => (
                 "30 25 0:26 / /sys/fs/cgroup/cpuset rw,relatime shared:9 - cgroup cgroup rw,cpuset\n\

@@ -1,0 +1,171 @@
+//! The names of the things a partition changes (one knob each, as tuned has one
+//! plugin per knob), stable in configs, journals and reports, so a partition can
+//! be applied with any subset of them (ARTiS §2.1, McKenney §2.1: what must be
+//! moved off or shut down on a real-time CPU; tuned's realtime profile).
+
+use serde::{Deserialize, Serialize};
+
+/// One knob of a partition. The order is the order `apply` runs them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KnobId {
+    /// The RT and NRT cpusets (the partition itself).
+    Cgroups,
+    /// Movable tasks (and kernel threads, per `kernel_threads`) off the RT CPUs.
+    Tasks,
+    /// Every IRQ's affinity to the NRT CPUs.
+    Irqs,
+    /// Where new IRQs go (`/proc/irq/default_smp_affinity`).
+    Defaults,
+    /// Every workqueue cpumask: the unbound one, each per-queue one, writeback.
+    Workqueues,
+    /// Receive and transmit packet steering of every network interface.
+    Rps,
+    /// Where block I/O completions run (`rq_affinity`).
+    Block,
+    /// `kernel.timer_migration = 0`.
+    TimerMigration,
+    /// `vm.stat_interval` as tuned's realtime profile sets it.
+    StatInterval,
+    /// `kernel.watchdog_cpumask` = the NRT CPUs.
+    Watchdog,
+    /// Deep idle states of the RT CPUs disabled.
+    Cpuidle,
+    /// The `performance` frequency governor on the RT CPUs.
+    Cpufreq,
+    /// The PREEMPT_DYNAMIC model (`--preempt`), for the partition's lifetime.
+    Preempt,
+}
+
+impl KnobId {
+    /// Every knob, in apply order.
+    pub const ALL: [KnobId; 13] = [
+        KnobId::Cgroups,
+        KnobId::Tasks,
+        KnobId::Irqs,
+        KnobId::Defaults,
+        KnobId::Workqueues,
+        KnobId::Rps,
+        KnobId::Block,
+        KnobId::TimerMigration,
+        KnobId::StatInterval,
+        KnobId::Watchdog,
+        KnobId::Cpuidle,
+        KnobId::Cpufreq,
+        KnobId::Preempt,
+    ];
+
+    /// The stable name (config, journal, crash-test point, report).
+    pub fn name(self) -> &'static str {
+        match self {
+            KnobId::Cgroups => "cgroups",
+            KnobId::Tasks => "tasks",
+            KnobId::Irqs => "irqs",
+            KnobId::Defaults => "defaults",
+            KnobId::Workqueues => "workqueues",
+            KnobId::Rps => "rps",
+            KnobId::Block => "block",
+            KnobId::TimerMigration => "timer_migration",
+            KnobId::StatInterval => "stat_interval",
+            KnobId::Watchdog => "watchdog",
+            KnobId::Cpuidle => "cpuidle",
+            KnobId::Cpufreq => "cpufreq",
+            KnobId::Preempt => "preempt",
+        }
+    }
+
+    pub fn all() -> Vec<KnobId> {
+        Self::ALL.to_vec()
+    }
+}
+
+impl std::fmt::Display for KnobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A PREEMPT_DYNAMIC preemption model rtmgr may set for a partition's lifetime
+/// (ARTiS §3.1 Table 1, "Linux with preemption").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptMode {
+    /// Kernel code is preemptible everywhere except in non-preemptible sections.
+    Full,
+    /// Like full for RT tasks; ordinary tasks are preempted at the next tick.
+    Lazy,
+}
+
+impl PreemptMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            PreemptMode::Full => "full",
+            PreemptMode::Lazy => "lazy",
+        }
+    }
+}
+
+impl std::str::FromStr for PreemptMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "full" => Ok(PreemptMode::Full),
+            "lazy" => Ok(PreemptMode::Lazy),
+            _ => Err(format!("unknown preemption model {s:?}: full or lazy")),
+        }
+    }
+}
+
+impl std::fmt::Display for PreemptMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The models a PREEMPT_DYNAMIC kernel offers in debugfs `sched/preempt`
+/// ("none voluntary (full) lazy") and the selected one, in parentheses.
+pub fn preempt_models(text: &str) -> (Vec<&str>, Option<&str>) {
+    let mut offered = Vec::new();
+    let mut selected = None;
+    for w in text.split_whitespace() {
+        let bare = w.trim_matches(|c| c == '(' || c == ')');
+        if w.starts_with('(') && w.ends_with(')') {
+            selected = Some(bare);
+        }
+        offered.push(bare);
+    }
+    (offered, selected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_serde_names_and_unique() {
+        let mut seen = std::collections::BTreeSet::new();
+        for k in KnobId::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.name()));
+            assert!(seen.insert(k.name()), "{k} twice");
+        }
+        let mut sorted = KnobId::ALL;
+        sorted.sort();
+        assert_eq!(sorted, KnobId::ALL, "ALL is in apply (declaration) order");
+    }
+
+    #[test]
+    fn debugfs_preempt_text() {
+        let (offered, selected) = preempt_models("none voluntary (full) lazy\n");
+        assert_eq!(offered, vec!["none", "voluntary", "full", "lazy"]);
+        assert_eq!(selected, Some("full"));
+        assert_eq!(preempt_models("").1, None);
+    }
+
+    #[test]
+    fn preempt_modes_parse() {
+        assert_eq!("full".parse::<PreemptMode>(), Ok(PreemptMode::Full));
+        assert_eq!("lazy".parse::<PreemptMode>(), Ok(PreemptMode::Lazy));
+        assert!("none".parse::<PreemptMode>().is_err());
+    }
+}
