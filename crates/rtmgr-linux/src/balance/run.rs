@@ -73,7 +73,16 @@ pub fn run_balancer(
     );
     observer.set_scan_every(cfg.scan_every);
     observer.set_hot_ns(cfg.period_ns / 100);
-    observer.set_switch_floor(cfg.policy.switch_rate_max / 4.0);
+    // Below the floor, switch-ins stand for voluntary switches (an upper
+    // bound); the user-mode prediction needs them exact near its own limit.
+    let switch_limit = if cfg.policy.predict_user_mode {
+        cfg.policy
+            .switch_rate_max
+            .min(cfg.policy.lend_switch_rate_max)
+    } else {
+        cfg.policy.switch_rate_max
+    };
+    observer.set_switch_floor(switch_limit / 4.0);
     let mut policy = Balancer::new(cfg.policy.clone());
     let mut refused: BTreeSet<u64> = BTreeSet::new();
     let (t0, cpu0) = (mono_ns(), thread_cpu_ns());
