@@ -23,7 +23,7 @@ for i in $(seq 1 "$RUNS"); do
     def cfg($n): .configs[] | select(.name == $n);
     def geo($t): ($t | map(.ops_per_s | log) | add / length | exp);
     (cfg("shield")) as $s | (cfg("balanced")) as $b |
-    "run \($run): RT CPU \(.rt_cpus) (\(.rt_choice.reason // "fixed")), load engine \(.load_engine); " +
+    "run \($run): RT CPU \(.rt_cpus) (\(.rt_choice // "given" | .[0:60])…), load engine \(.load_engine); " +
     "balanced/shield p99.9 \(($b.result.summary.p99_9_ns / $s.result.summary.p99_9_ns * 100 | round) / 100)x (goal <= 1.2), " +
     "max \(($b.result.summary.max_ns / $s.result.summary.max_ns * 100 | round) / 100)x (goal <= 1.5), " +
     "throughput \((geo($b.throughput) / geo($s.throughput) * 100 | round) / 100)x (goal >= 1.25)",

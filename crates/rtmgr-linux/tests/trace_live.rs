@@ -111,9 +111,7 @@ fn the_tail_tracer_explains_an_offered_sample() {
         "{a:?}"
     );
     let busy_named = a.parts.iter().any(|(c, _)| match c {
-        Cause::Syscall { comm, .. } | Cause::User { comm } | Cause::InterruptLate { comm } => {
-            comm == "trace-busy"
-        }
+        Cause::Syscall { comm, .. } | Cause::Stalled { comm } => comm == "trace-busy",
         _ => false,
     });
     assert!(busy_named, "the busy thread held the CPU: {a:?}");

@@ -39,14 +39,12 @@ pub enum Cause {
     Syscall { comm: String, syscall: String },
     /// A task in the kernel outside a system call (page fault, kernel thread).
     Kernel { comm: String },
-    /// A task in user mode after the probe was woken (its preemption came
-    /// late).
-    User { comm: String },
-    /// A task ran in user mode and no interrupt came before the probe's
-    /// wake-up: user mode cannot hold off the timer interrupt due at the
-    /// release, so the vCPU did not run (or the host delivered the interrupt
-    /// late) — the hypervisor, with the task that had the vCPU named.
-    InterruptLate { comm: String },
+    /// A task had the CPU in user mode and no event came: user mode can
+    /// neither hold off the timer interrupt due at the release nor keep the
+    /// CPU once the probe is woken (the return to user mode switches at
+    /// once), so the vCPU did not run — the hypervisor, with the task that
+    /// had the vCPU named.
+    Stalled { comm: String },
     /// A workqueue item (kworker).
     Work { function: String },
     /// The CPU was idle until the wake-up: the timer or the vCPU woke late.
@@ -67,10 +65,9 @@ impl fmt::Display for Cause {
             Cause::Vector { name } => write!(f, "vector {name}"),
             Cause::Syscall { comm, syscall } => write!(f, "{comm} in {syscall}()"),
             Cause::Kernel { comm } => write!(f, "{comm} in the kernel (no system call)"),
-            Cause::User { comm } => write!(f, "{comm} in user mode"),
-            Cause::InterruptLate { comm } => write!(
+            Cause::Stalled { comm } => write!(
                 f,
-                "interrupt late while {comm} ran in user mode (hypervisor)"
+                "vCPU stalled while {comm} had it in user mode (hypervisor)"
             ),
             Cause::Work { function } => write!(f, "workqueue {function}"),
             Cause::IdleWakeup => f.write_str("idle CPU woke late (timer, vCPU wake-up)"),
@@ -164,11 +161,7 @@ impl Replay {
         if self.faulting == Some(self.pid) || comm.starts_with("kworker") {
             return Cause::Kernel { comm };
         }
-        if self.woken {
-            Cause::User { comm }
-        } else {
-            Cause::InterruptLate { comm }
-        }
+        Cause::Stalled { comm }
     }
 
     fn apply(&mut self, e: &Event, probe: u32) {
@@ -332,7 +325,7 @@ pub fn attribute<'a>(
     let mut add_gap = |c: Cause, ns: u64| {
         let busy = !matches!(
             c,
-            Cause::IdleWakeup | Cause::TraceLost | Cause::Unexplained | Cause::InterruptLate { .. }
+            Cause::IdleWakeup | Cause::TraceLost | Cause::Unexplained | Cause::Stalled { .. }
         );
         if busy && ns > 2 * tick_ns {
             add(Cause::Unexplained, ns - tick_ns);
