@@ -19,7 +19,7 @@
 //! the other's index, so the shared index lines move only when one side
 //! catches up with the other. Measured with
 //! `cargo bench -p rtmgr-rt --bench fifo_xproc -- --rt` (pinned threads on
-//! two CPUs, u64 values, capacity 1024, 2 vCPU VM; README section `fifo`):
+//! two CPUs, u64 values, capacity 1024, 2 vCPU VM; docs/fifo.md):
 //! the ring moves 2.1–2.4× as many values per second as the list in every run;
 //! hand-off latency p50 is the same (~100 ns). The ring is what
 //! [`ring::channel`] and [`shm`] use.

@@ -35,7 +35,7 @@ pub struct BudgetArgs {
     /// §4.1: run time per configuration, ms.
     #[arg(long, default_value_t = 2000)]
     overhead_ms: u64,
-    /// §4.2 task set file (TOML, `[[task]]` tables; see README section `budget`).
+    /// §4.2 task set file (TOML, `[[task]]` tables; see docs/budget.md).
     #[arg(long)]
     taskset: Option<PathBuf>,
     /// Interleave the modes in this many rounds (the run time is split).

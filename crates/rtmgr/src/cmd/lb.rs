@@ -17,7 +17,7 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct LbArgs {
-    /// The scenario file (README "balance": format, units, extensions).
+    /// The scenario file (docs/balance.md: format, units, extensions).
     pub scenario: PathBuf,
     /// Balancer(s) to run, comma-separated or repeated; several give an A/B comparison.
     #[arg(long, value_delimiter = ',', default_value = "rtmgr")]

@@ -33,7 +33,7 @@ pub struct ApplyArgs {
     /// threads, CPU 0's housekeeping — said with the reason.
     #[arg(long, value_name = "LIST|auto[:N]")]
     pub rt_cpus: Option<String>,
-    /// A TOML partition description (see README, "partition").
+    /// A TOML partition description (see docs/partition.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Reset an applied partition first instead of refusing.
