@@ -12,7 +12,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -47,6 +47,11 @@ enum Command {
     /// (internal) A built-in load process, started by rtmgr itself.
     #[command(name = rtmgr_linux::measure::builtin::WORKER_COMMAND, hide = true)]
     LoadWorker(cmd::load_worker::LoadWorkerArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::manuals::CompletionsArgs),
+    /// (internal) Write the man pages into a directory, for packaging.
+    #[command(name = cmd::manuals::GEN_MAN_COMMAND, hide = true)]
+    GenMan(cmd::manuals::GenManArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
         Command::Lb(a) => cmd::lb::run(a),
         Command::Balance(a) => cmd::balance::run(a),
         Command::LoadWorker(a) => cmd::load_worker::run(a),
+        Command::Completions(a) => cmd::manuals::completions(a, Cli::command()),
+        Command::GenMan(a) => cmd::manuals::gen_man(a, Cli::command()),
     };
     cmd::finish(result)
 }

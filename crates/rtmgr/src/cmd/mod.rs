@@ -6,6 +6,7 @@ pub mod budget;
 pub mod evaluate;
 pub mod lb;
 pub mod load_worker;
+pub mod manuals;
 pub mod measure;
 pub mod output;
 pub mod partition;
