@@ -31,6 +31,7 @@ pub mod partition;
 pub mod plot;
 pub mod procstat;
 pub mod proctext;
+pub mod protocol;
 pub mod report;
 pub mod stats;
 pub mod trace;
