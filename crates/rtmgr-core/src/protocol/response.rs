@@ -49,7 +49,7 @@ impl Response {
 pub enum Reply {
     /// The reservation is in effect.
     Granted {
-        reservation: ReservationInfo,
+        reservation: Box<ReservationInfo>,
     },
     /// Nothing was changed, for this reason.
     Refused {
@@ -69,7 +69,7 @@ pub enum Reply {
         reservations: Vec<ReservationInfo>,
     },
     Status {
-        status: StatusInfo,
+        status: Box<StatusInfo>,
     },
     /// The request could not be handled; nothing was changed.
     Error {
