@@ -155,7 +155,7 @@ pub fn apply(
                 cgroup::attach(host, layout, dir, t.tid)?;
             }
             host.set_affinity(t.tid, &one)?;
-            host.set_attr(t.tid, &attr)?;
+            set_attr_when_moved(host, t.tid, &attr)?;
         }
         if set_limits {
             for c in &g.limits {
@@ -172,6 +172,29 @@ pub fn apply(
         Err(e) => {
             revoke(host, layout, g, set_limits);
             Err(e)
+        }
+    }
+}
+
+/// The kernel checks a SCHED_DEADLINE request against the root domain of
+/// the runqueue the thread is on now; a thread asleep since its affinity
+/// changed is still on its old CPU (it moves when it next runs), and the
+/// kernel answers EPERM. The client library keeps its thread runnable while
+/// it waits for the answer, so it moves within a scheduler tick: retry for
+/// up to 200 ms.
+fn set_attr_when_moved(host: &Host, tid: u32, attr: &SchedAttr) -> Result<(), HostError> {
+    let mut tries = 0;
+    loop {
+        match host.set_attr(tid, attr) {
+            Err(e)
+                if e.errno() == Some(libc::EPERM)
+                    && attr.policy == SCHED_DEADLINE
+                    && tries < 400 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            r => return r,
         }
     }
 }

@@ -174,5 +174,13 @@ pub fn reset_machine(
         journal::remove(host, &gj)?;
     }
     let r = partition::reset(host, partition_journal)?;
+    // A killed daemon's socket: removed when nobody listens on it.
+    let sock = host.path(partition_journal.with_file_name("rtmgr.sock"));
+    if std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        let _ = std::fs::remove_file(&sock);
+    }
+    if let Some(dir) = host.path(partition_journal).parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
     Ok((revoked, r))
 }

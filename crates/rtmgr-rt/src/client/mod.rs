@@ -77,16 +77,38 @@ impl Client {
         Ok(Client { reader, stream })
     }
 
-    /// Send one request, read its response.
+    /// Send one request, read its response. While waiting the thread stays
+    /// runnable (yielding) for up to 200 ms: a SCHED_DEADLINE grant needs it
+    /// to move to its RT CPU, which an asleep thread does only when it next
+    /// runs (see the daemon's grant.rs); then it blocks.
     pub fn request(&mut self, op: Op) -> Result<Response, ClientError> {
         self.stream
             .write_all(Request::new(op).to_line().as_bytes())?;
         let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(ClientError::Protocol(
-                "the daemon closed the connection".into(),
-            ));
-        }
+        let spin_until = rtmgr_sys::time::mono_ns() + 200_000_000;
+        self.stream.set_nonblocking(true)?;
+        let r = loop {
+            match self.reader.read_line(&mut line) {
+                Ok(0) if line.is_empty() => {
+                    break Err(ClientError::Protocol(
+                        "the daemon closed the connection".into(),
+                    ))
+                }
+                Ok(_) if line.ends_with('\n') => break Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if rtmgr_sys::time::mono_ns() < spin_until {
+                        rtmgr_sys::sched::yield_now();
+                    } else {
+                        self.stream.set_nonblocking(false)?;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e.into()),
+            }
+        };
+        let _ = self.stream.set_nonblocking(false);
+        r?;
         parse_response(line.as_bytes()).map_err(ClientError::Protocol)
     }
 

@@ -68,11 +68,11 @@ pub struct ReleaseArgs {
 }
 
 /// A refusal is not an error of rtmgr: one line and exit code 1.
-fn client_err<T>(e: ClientError) -> anyhow::Result<T> {
+fn client_err(e: ClientError) -> anyhow::Result<Outcome> {
     match e {
         ClientError::Refused { .. } | ClientError::NoDaemon { .. } => {
             eprintln!("rtmgr: {e}");
-            Err(anyhow::anyhow!("not granted"))
+            Ok(Outcome::Code(1))
         }
         e => Err(e.into()),
     }
