@@ -69,41 +69,51 @@ pub fn limit_changes(
     memlock_bytes: u64,
 ) -> Result<Vec<LimitChange>, HostError> {
     let mut out = Vec::new();
+    // prlimit on another user's process needs CAP_SYS_RESOURCE (a
+    // container's root may lack it): such limits are left as they are, and
+    // the grant shows it (its rttime_us / memlock_bytes are 0).
+    let get = |kind| match host.get_limit(pid, kind) {
+        Err(e) if e.errno() == Some(libc::EPERM) => Ok(None),
+        r => r.map(Some),
+    };
     let min = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
     if let Kind::Soft { priority } = d.kind {
-        let old = host.get_limit(pid, LimitKind::RtTime)?;
+        if let Some(old) = get(LimitKind::RtTime)? {
+            let new = Limit {
+                soft: min(old.soft, rttime_us),
+                hard: min(old.hard, rttime_us.saturating_mul(2)),
+            };
+            out.push(LimitChange {
+                kind: LimitKind::RtTime,
+                old,
+                new,
+            });
+        }
+        if let Some(old) = get(LimitKind::RtPrio)? {
+            let p = u64::from(priority);
+            let new = Limit {
+                soft: min(old.soft, p),
+                hard: min(old.hard, p),
+            };
+            out.push(LimitChange {
+                kind: LimitKind::RtPrio,
+                old,
+                new,
+            });
+        }
+    }
+    if let Some(old) = get(LimitKind::MemLock)? {
+        let max = |a: Option<u64>| a.map(|a| a.max(memlock_bytes));
         let new = Limit {
-            soft: min(old.soft, rttime_us),
-            hard: min(old.hard, rttime_us.saturating_mul(2)),
+            soft: max(old.soft),
+            hard: max(old.hard),
         };
         out.push(LimitChange {
-            kind: LimitKind::RtTime,
-            old,
-            new,
-        });
-        let old = host.get_limit(pid, LimitKind::RtPrio)?;
-        let p = u64::from(priority);
-        let new = Limit {
-            soft: min(old.soft, p),
-            hard: min(old.hard, p),
-        };
-        out.push(LimitChange {
-            kind: LimitKind::RtPrio,
+            kind: LimitKind::MemLock,
             old,
             new,
         });
     }
-    let old = host.get_limit(pid, LimitKind::MemLock)?;
-    let max = |a: Option<u64>| a.map(|a| a.max(memlock_bytes));
-    let new = Limit {
-        soft: max(old.soft),
-        hard: max(old.hard),
-    };
-    out.push(LimitChange {
-        kind: LimitKind::MemLock,
-        old,
-        new,
-    });
     out.retain(|c| c.old != c.new);
     Ok(out)
 }

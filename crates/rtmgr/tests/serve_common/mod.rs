@@ -137,6 +137,27 @@ impl Drop for Live {
     }
 }
 
+/// Child processes killed when the test ends, also when it fails.
+#[derive(Default)]
+pub struct Children(pub Vec<Child>);
+
+impl Children {
+    pub fn add(&mut self, c: Child) -> u32 {
+        let id = c.id();
+        self.0.push(c);
+        id
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A daemon process.
 pub struct Daemon {
     pub child: Child,
