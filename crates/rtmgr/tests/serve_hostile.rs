@@ -160,9 +160,10 @@ fn hostile_lines(me: u32, other_pid: u32) -> Vec<(String, Vec<u8>)> {
 fn hostile_input_gets_refusals_or_errors_and_changes_nothing() {
     let Some(live) = Live::new() else { return };
     let d = live.start("");
-    let mut other = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut kids = Children::default();
+    let other = kids.add(Command::new("sleep").arg("30").spawn().unwrap());
     let me = rtmgr_sys::sched::gettid();
-    let lines = hostile_lines(me, other.id());
+    let lines = hostile_lines(me, other);
     let mut conn = connect(&live);
     let (mut refused, mut errors) = (0, 0);
     for (what, line) in &lines {
@@ -239,8 +240,7 @@ fn hostile_input_gets_refusals_or_errors_and_changes_nothing() {
     let status = c.status().unwrap();
     assert_eq!(status.reservations, 0);
     assert_eq!(policy_of(me), Some(SCHED_OTHER));
-    other.kill().unwrap();
-    other.wait().unwrap();
+    drop(kids);
     assert!(d.stop().success());
     live.assert_restored("after hostile input");
 }

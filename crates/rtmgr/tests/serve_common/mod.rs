@@ -91,18 +91,21 @@ impl Live {
     }
 
     /// `rtmgr reserve ARGS -- CMD` as a child (its own process: the client).
+    /// It dies with the thread that spawned it (a failed test leaves none).
     pub fn reserve_child(&self, args: &[&str], cmd: &[&str]) -> Child {
-        Command::new(BIN)
-            .arg("reserve")
+        let mut c = Command::new(BIN);
+        c.arg("reserve")
             .args(args)
             .arg("--socket")
             .arg(self.socket())
             .arg("--")
             .args(cmd)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .stderr(Stdio::piped());
+        rtmgr_sys::child::ChildSetup::new()
+            .kill_with_parent()
+            .install(&mut c);
+        c.spawn().unwrap()
     }
 
     /// The machine must be as before the test (partition, IRQs, every task).
@@ -158,27 +161,32 @@ impl Drop for Children {
     }
 }
 
-/// A daemon process.
+/// A daemon process. A test that fails or panics stops it on the way out
+/// (SIGTERM, then SIGKILL if it does not end; `Live` then resets what it
+/// left), and a test process killed outright makes the kernel send it SIGTERM.
 pub struct Daemon {
-    pub child: Child,
+    child: Option<Child>,
 }
 
 impl Daemon {
     pub fn start(cfg: &Path, socket: &Path, dir: &Path) -> Daemon {
         let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-        let child = Command::new(BIN)
-            .arg("serve")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
             .arg("--config")
             .arg(cfg)
             .env("RTMGR_LOCK_HELD", "1")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut d = Daemon { child };
+            .stderr(log);
+        // A test killed outright (timeout, SIGKILL) still stops its daemon.
+        rtmgr_sys::child::ChildSetup::new()
+            .term_with_parent()
+            .install(&mut cmd);
+        let child = cmd.spawn().unwrap();
+        let mut d = Daemon { child: Some(child) };
         let t0 = Instant::now();
         while Client::connect_to(socket).is_err() {
-            if let Ok(Some(st)) = d.child.try_wait() {
+            if let Ok(Some(st)) = d.child.as_mut().unwrap().try_wait() {
                 panic!(
                     "daemon exited at start ({st}): {}",
                     std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
@@ -194,18 +202,39 @@ impl Daemon {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.as_ref().unwrap().id()
     }
 
     /// SIGTERM; the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
-        rtmgr_sys::process::kill(self.pid() as i32, libc::SIGTERM).unwrap();
-        self.child.wait().unwrap()
+        let mut c = self.child.take().unwrap();
+        rtmgr_sys::process::kill(c.id() as i32, libc::SIGTERM).unwrap();
+        c.wait().unwrap()
     }
 
     pub fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut c = self.child.take().unwrap();
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = rtmgr_sys::process::kill(c.id() as i32, libc::SIGTERM);
+        let t0 = Instant::now();
+        while matches!(c.try_wait(), Ok(None)) {
+            if t0.elapsed() > Duration::from_secs(20) {
+                eprintln!("daemon {} ignored SIGTERM: SIGKILL", c.id());
+                let _ = c.kill();
+                let _ = c.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
