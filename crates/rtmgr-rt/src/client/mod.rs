@@ -80,12 +80,22 @@ impl Client {
     /// Send one request, read its response. While waiting the thread stays
     /// runnable (yielding) for up to 200 ms: a SCHED_DEADLINE grant needs it
     /// to move to its RT CPU, which an asleep thread does only when it next
-    /// runs (see the daemon's grant.rs); then it blocks.
+    /// runs (see the daemon's grant.rs), and a release needs it runnable to
+    /// get the bandwidth back; then it blocks.
     pub fn request(&mut self, op: Op) -> Result<Response, ClientError> {
         self.stream
             .write_all(Request::new(op).to_line().as_bytes())?;
         let mut line = String::new();
-        let spin_until = rtmgr_sys::time::mono_ns() + 200_000_000;
+        // A SCHED_FIFO/RR thread blocks (which also restarts its
+        // RLIMIT_RTTIME count). A SCHED_DEADLINE one stays runnable too: the
+        // kernel (6.x) returns the bandwidth of a thread leaving
+        // SCHED_DEADLINE only if it is runnable then (asleep past its 0-lag
+        // time, the bandwidth stays booked in its RT CPU's root domain).
+        let fixed_priority = rtmgr_sys::sched::get_attr(0).is_ok_and(|a| {
+            a.policy == rtmgr_sys::sched::SCHED_FIFO || a.policy == rtmgr_sys::sched::SCHED_RR
+        });
+        let spin_ns = if fixed_priority { 0 } else { 200_000_000 };
+        let spin_until = rtmgr_sys::time::mono_ns() + spin_ns;
         self.stream.set_nonblocking(true)?;
         let r = loop {
             match self.reader.read_line(&mut line) {
