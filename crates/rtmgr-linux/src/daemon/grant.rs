@@ -61,12 +61,17 @@ fn gone(tid: u32) -> HostError {
 /// The limits a grant sets: RLIMIT_RTTIME for SCHED_FIFO grants (rtkit: a
 /// runaway RT thread gets SIGXCPU, then SIGKILL), RLIMIT_RTPRIO no higher
 /// than the granted priority, RLIMIT_MEMLOCK at least the policy's allowance.
+/// `enforce` (unprivileged clients): hard limits too, so the client cannot
+/// raise them back; for root only the soft RLIMIT_RTTIME (root may raise its
+/// limits anyway, and a lowered hard limit may not come back without
+/// CAP_SYS_RESOURCE).
 pub fn limit_changes(
     host: &Host,
     pid: u32,
     d: &Demand,
     rttime_us: u64,
     memlock_bytes: u64,
+    enforce: bool,
 ) -> Result<Vec<LimitChange>, HostError> {
     let mut out = Vec::new();
     // prlimit on another user's process needs CAP_SYS_RESOURCE (a
@@ -79,9 +84,14 @@ pub fn limit_changes(
     let min = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
     if let Kind::Soft { priority } = d.kind {
         if let Some(old) = get(LimitKind::RtTime)? {
+            let hard = if enforce {
+                min(old.hard, rttime_us.saturating_mul(2))
+            } else {
+                old.hard
+            };
             let new = Limit {
-                soft: min(old.soft, rttime_us),
-                hard: min(old.hard, rttime_us.saturating_mul(2)),
+                soft: min(old.soft.min(hard), rttime_us),
+                hard,
             };
             out.push(LimitChange {
                 kind: LimitKind::RtTime,
@@ -89,7 +99,7 @@ pub fn limit_changes(
                 new,
             });
         }
-        if let Some(old) = get(LimitKind::RtPrio)? {
+        if let Some(old) = get(LimitKind::RtPrio)?.filter(|_| enforce) {
             let p = u64::from(priority);
             let new = Limit {
                 soft: min(old.soft, p),
@@ -213,23 +223,55 @@ fn set_attr_when_moved(host: &Host, tid: u32, attr: &SchedAttr) -> Result<(), Ho
 /// get their policy, cpuset and affinity back; the process (if it is still
 /// the same) its limits; the IRQ its mask. Returns what could not be undone.
 pub fn revoke(host: &Host, layout: &Layout, g: &Grant, restore_limits: bool) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut note = |what: String, r: Result<(), HostError>| {
-        if let Err(e) = r {
-            if !e.is_gone() {
-                problems.push(format!("{what}: {e}"));
-            }
+    let mut problems = revoke_policy(host, g);
+    problems.extend(revoke_placement(host, layout, g, restore_limits));
+    problems
+}
+
+fn note(problems: &mut Vec<String>, what: String, r: Result<(), HostError>) {
+    if let Err(e) = r {
+        if !e.is_gone() {
+            problems.push(format!("{what}: {e}"));
         }
-    };
+    }
+}
+
+/// First half of a revocation: the threads' old policies. A thread leaving
+/// SCHED_DEADLINE keeps its bandwidth in its CPU's root domain until its
+/// 0-lag time (at most a period later), and the kernel then returns it to
+/// the root domain of the CPU the thread is on: so a live deadline thread
+/// must stay on its RT CPU for a period before `revoke_placement` moves it.
+pub fn revoke_policy(host: &Host, g: &Grant) -> Vec<String> {
+    let mut problems = Vec::new();
+    for t in &g.threads {
+        if tasks::same_task(host, t.tid, t.start_time) {
+            let r = host.set_attr(t.tid, &SchedAttr::from(t.attr));
+            note(&mut problems, format!("thread {} policy", t.tid), r);
+        }
+    }
+    problems
+}
+
+/// Does this grant have to wait a period between its two halves?
+pub fn must_wait(host: &Host, g: &Grant) -> bool {
+    g.demand.is_hard()
+        && g.threads
+            .iter()
+            .any(|t| tasks::same_task(host, t.tid, t.start_time))
+}
+
+/// Second half: cpuset, affinity, limits, IRQ mask.
+pub fn revoke_placement(
+    host: &Host,
+    layout: &Layout,
+    g: &Grant,
+    restore_limits: bool,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     for t in &g.threads {
         if !tasks::same_task(host, t.tid, t.start_time) {
             continue;
         }
-        // Policy first: a SCHED_DEADLINE thread changes cpuset under bandwidth checks.
-        note(
-            format!("thread {} policy", t.tid),
-            host.set_attr(t.tid, &SchedAttr::from(t.attr)),
-        );
         if let (Layout::V1(_), Some(_)) = (layout, &g.cgroup) {
             let back = t
                 .cgroup
@@ -237,15 +279,11 @@ pub fn revoke(host: &Host, layout: &Layout, g: &Grant, restore_limits: bool) -> 
                 .map(|rel| layout.dir(rel))
                 .filter(|d| host.exists(d))
                 .unwrap_or_else(|| layout.mount().to_path_buf());
-            note(
-                format!("thread {} cpuset", t.tid),
-                cgroup::attach(host, layout, &back, t.tid),
-            );
+            let r = cgroup::attach(host, layout, &back, t.tid);
+            note(&mut problems, format!("thread {} cpuset", t.tid), r);
         }
-        note(
-            format!("thread {} affinity", t.tid),
-            host.set_affinity(t.tid, &t.affinity),
-        );
+        let r = host.set_affinity(t.tid, &t.affinity);
+        note(&mut problems, format!("thread {} affinity", t.tid), r);
     }
     if restore_limits && tasks::same_task(host, g.pid, g.pid_start) {
         for c in g.limits.iter().rev() {
@@ -261,15 +299,13 @@ pub fn revoke(host: &Host, layout: &Layout, g: &Grant, restore_limits: bool) -> 
                 ),
                 r => r,
             };
-            note(format!("process {} {:?}", g.pid, c.kind), r);
+            note(&mut problems, format!("process {} {:?}", g.pid, c.kind), r);
         }
     }
     if let Some((irq, old)) = &g.irq {
         if host.exists(format!("/proc/irq/{irq}")) {
-            note(
-                format!("IRQ {irq} mask"),
-                crate::irq::write_raw_mask(host, *irq, old),
-            );
+            let r = crate::irq::write_raw_mask(host, *irq, old);
+            note(&mut problems, format!("IRQ {irq} mask"), r);
         }
     }
     problems

@@ -111,7 +111,10 @@ pub enum Record {
     Owned { inode: u64 },
     /// A grant about to take effect.
     Grant(Box<Grant>),
-    /// A grant about to be revoked.
+    /// A grant whose policies were given back; its placement follows a
+    /// period later (see `grant::revoke_policy`).
+    Revoking { id: u64 },
+    /// A grant about to be revoked (or fully revoked after `Revoking`).
     Release { id: u64 },
 }
 
@@ -123,8 +126,19 @@ pub struct JournalState {
     pub owned_inode: Option<u64>,
     /// Grants not released, oldest first.
     pub live: Vec<Grant>,
+    /// Grants half revoked (policies given back, placement not yet).
+    pub releasing: Vec<Grant>,
     pub released: usize,
     pub max_id: u64,
+}
+
+impl JournalState {
+    /// Every grant not fully released, oldest first.
+    pub fn all(&self) -> Vec<Grant> {
+        let mut v: Vec<Grant> = self.live.iter().chain(&self.releasing).cloned().collect();
+        v.sort_by_key(|g| g.id);
+        v
+    }
 }
 
 /// Append-only writer.
@@ -181,22 +195,33 @@ impl GrantJournal {
     /// Compact when enough released grants accumulated: rewrite the file
     /// with `header` and `live` only (a new file renamed over the old one,
     /// so a crash leaves either the old or the new, never half).
-    pub fn maybe_compact(&mut self, header: &[Record], live: &[&Grant]) -> Result<bool> {
+    pub fn maybe_compact(
+        &mut self,
+        header: &[Record],
+        live: &[&Grant],
+        releasing: &[&Grant],
+    ) -> Result<bool> {
         if self.released < COMPACT_AFTER {
             return Ok(false);
         }
-        self.rewrite(header, live)?;
+        self.rewrite(header, live, releasing)?;
         Ok(true)
     }
 
-    pub fn rewrite(&mut self, header: &[Record], live: &[&Grant]) -> Result<()> {
+    pub fn rewrite(
+        &mut self,
+        header: &[Record],
+        live: &[&Grant],
+        releasing: &[&Grant],
+    ) -> Result<()> {
         let tmp = self.real.with_extension("jsonl.tmp");
         let mut text = String::new();
-        for r in header
+        let grants = live
             .iter()
-            .cloned()
-            .chain(live.iter().map(|g| Record::Grant(Box::new((*g).clone()))))
-        {
+            .chain(releasing)
+            .map(|g| Record::Grant(Box::new((*g).clone())));
+        let half = releasing.iter().map(|g| Record::Revoking { id: g.id });
+        for r in header.iter().cloned().chain(grants).chain(half) {
             text.push_str(&serde_json::to_string(&r).expect("records serialize"));
             text.push('\n');
         }
@@ -248,8 +273,14 @@ pub fn read(host: &Host, path: &Path) -> Result<Option<JournalState>> {
                 st.max_id = st.max_id.max(g.id);
                 st.live.push(*g);
             }
+            Record::Revoking { id } => {
+                if let Some(i) = st.live.iter().position(|g| g.id == id) {
+                    st.releasing.push(st.live.remove(i));
+                }
+            }
             Record::Release { id } => {
                 st.live.retain(|g| g.id != id);
+                st.releasing.retain(|g| g.id != id);
                 st.released += 1;
             }
         }
@@ -323,7 +354,7 @@ mod tests {
         assert_eq!(st.live.len(), 1);
         assert_eq!((st.max_id, st.released, st.owned_inode), (70, 69, Some(77)));
         let keep = st.live[0].clone();
-        assert!(j.maybe_compact(&header, &[&keep]).unwrap());
+        assert!(j.maybe_compact(&header, &[&keep], &[]).unwrap());
         let text = std::fs::read_to_string(host.path(path)).unwrap();
         assert_eq!(text.lines().count(), 3);
         // A torn record after compaction: ignored.

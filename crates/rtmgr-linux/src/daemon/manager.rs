@@ -47,7 +47,11 @@ pub struct Manager {
     pub(super) admission: Admission,
     pub(super) grants: BTreeMap<u64, Grant>,
     pub(super) watched: BTreeMap<u32, Watched>,
-    journal: GrantJournal,
+    /// Half-revoked deadline grants waiting out their last period.
+    pub(super) deferred: Vec<super::release::Deferred>,
+    /// Threads that left SCHED_DEADLINE: when they may leave their RT CPU.
+    pub(super) leaving: BTreeMap<u32, u64>,
+    pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
     bursts: BTreeMap<u32, Burst>,
@@ -83,6 +87,8 @@ impl Manager {
             admission: adm,
             grants: BTreeMap::new(),
             watched: BTreeMap::new(),
+            deferred: Vec::new(),
+            leaving: BTreeMap::new(),
             journal,
             header,
             next_id: next_id.max(1),
@@ -225,11 +231,21 @@ impl Manager {
         };
         let mut threads = Vec::new();
         for &tid in &tids {
-            threads.push(grant::snapshot_thread(&self.host, &layout, pid, tid).map_err(gone)?);
+            // A thread still leaving an earlier grant keeps that grant's before-state.
+            let t = match self.take_deferred_thread(tid) {
+                Some(t) => t,
+                None => grant::snapshot_thread(&self.host, &layout, pid, tid).map_err(gone)?,
+            };
+            threads.push(t);
         }
         // Limits are per process: the first grant of a process sets them,
         // later ones carry the same record, the last one to go restores them.
-        let limits = match self.grants.values().find(|g| g.pid == pid) {
+        let limits = match self
+            .grants
+            .values()
+            .chain(self.deferred.iter().map(|d| &d.grant))
+            .find(|g| g.pid == pid)
+        {
             Some(g) => g.limits.clone(),
             None => grant::limit_changes(
                 &self.host,
@@ -237,10 +253,11 @@ impl Manager {
                 &v.demand,
                 allow.rttime_us,
                 allow.memlock_bytes,
+                client.cred.uid != 0,
             )
             .map_err(gone)?,
         };
-        let first_of_pid = !self.grants.values().any(|g| g.pid == pid);
+        let first_of_pid = !self.pid_busy(pid);
         let irq = match irq {
             Some(n) => Some((n, crate::irq::raw_mask(&self.host, n).map_err(gone)?)),
             None => None,
@@ -381,22 +398,41 @@ impl Manager {
         Response::new(Reply::Released { id })
     }
 
-    /// Revoke one grant: journal first, then undo, then forget.
+    /// Revoke one grant: journal first, then undo, then forget. A live
+    /// thread that was SCHED_DEADLINE (in this grant or one it took over)
+    /// gets its policy back now and its placement a period later (`release.rs`).
     pub fn revoke_id(&mut self, id: u64) -> Vec<String> {
         let Some(g) = self.grants.remove(&id) else {
             return Vec::new();
         };
-        let _ = self.journal.record(&Record::Release { id });
-        let last_of_pid = !self.grants.values().any(|x| x.pid == g.pid);
-        let problems = self.revoke(id, &g, last_of_pid);
-        if last_of_pid {
-            self.watched.remove(&g.pid);
+        self.admission.remove(id);
+        let problems = if let Some(due_ns) = self.placement_due(&g) {
+            let _ = self.journal.record(&Record::Revoking { id });
+            let problems = grant::revoke_policy(&self.host, &g);
+            self.defer(g, due_ns);
+            problems
+        } else {
+            let _ = self.journal.record(&Record::Release { id });
+            let last_of_pid = !self.pid_busy(g.pid);
+            let problems = grant::revoke(&self.host, &self.applied.layout, &g, last_of_pid);
+            if last_of_pid {
+                self.watched.remove(&g.pid);
+            }
+            problems
+        };
+        for p in &problems {
+            tracing::warn!("reservation {id}: could not undo {p}");
         }
+        self.compact();
+        problems
+    }
+
+    pub(super) fn compact(&mut self) {
         let live: Vec<&Grant> = self.grants.values().collect();
-        if let Err(e) = self.journal.maybe_compact(&self.header, &live) {
+        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
+        if let Err(e) = self.journal.maybe_compact(&self.header, &live, &releasing) {
             tracing::warn!("grants journal compaction: {e}");
         }
-        problems
     }
 
     fn revoke(&mut self, id: u64, g: &Grant, restore_limits: bool) -> Vec<String> {
@@ -442,11 +478,14 @@ impl Manager {
             .collect()
     }
 
-    /// Stop granting; revoke every grant (SIGTERM). Returns what could not be undone.
+    /// Stop granting; revoke every grant (SIGTERM), waiting out the
+    /// deadline threads' last period. Returns what could not be undone.
     pub fn revoke_all(&mut self) -> Vec<String> {
         self.stopping = true;
         let ids: Vec<u64> = self.grants.keys().rev().copied().collect();
-        ids.into_iter().flat_map(|id| self.revoke_id(id)).collect()
+        let mut problems: Vec<String> = ids.into_iter().flat_map(|id| self.revoke_id(id)).collect();
+        problems.extend(self.finish_all_deferred());
+        problems
     }
 
     pub fn grants(&self) -> impl Iterator<Item = &Grant> {
@@ -456,7 +495,8 @@ impl Manager {
     /// Rewrite the journal: header and the live grants only.
     pub(super) fn rewrite_journal(&mut self) -> Result<(), HostError> {
         let live: Vec<&Grant> = self.grants.values().collect();
-        self.journal.rewrite(&self.header, &live)
+        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
+        self.journal.rewrite(&self.header, &live, &releasing)
     }
 
     fn list(&self, client: &Client) -> Response {

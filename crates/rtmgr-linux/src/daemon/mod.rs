@@ -8,7 +8,8 @@
 //! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
 //! `manager.rs` (requests → grants: the API every front end calls),
 //! `grant.rs` (what a grant changes and its undo), `journal.rs` (grants
-//! journalled before they take effect), `peer.rs` (who the client is),
+//! journalled before they take effect), `release.rs` (a deadline grant's
+//! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
 //! (systemd).
 
@@ -20,6 +21,7 @@ pub mod manager;
 mod notify;
 pub mod peer;
 pub mod reconcile;
+mod release;
 pub mod server;
 pub mod startup;
 

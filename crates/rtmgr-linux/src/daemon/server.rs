@@ -59,6 +59,7 @@ pub fn run(
         for pid in exited {
             m.client_exited(pid);
         }
+        m.finish_deferred();
         for (c, r) in conns.iter_mut().zip(&ready[1..]) {
             if *r {
                 serve_conn(m, c);

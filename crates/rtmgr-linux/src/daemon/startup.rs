@@ -34,7 +34,7 @@ pub fn decide(host: &Host, cfg: &ServeConfig, plan: &PartitionPlan) -> Result<St
         (None, None) => Ok(Start::Fresh),
         (None, Some(st)) => {
             // The partition is gone (reset by hand): its grants mean nothing.
-            revoke_journalled(host, None, &st.live);
+            revoke_journalled(host, None, &st.all());
             journal::remove(host, &gj)?;
             Ok(Start::Fresh)
         }
@@ -55,10 +55,15 @@ pub fn decide(host: &Host, cfg: &ServeConfig, plan: &PartitionPlan) -> Result<St
             }
             if !a.complete || a.plan != *plan {
                 tracing::warn!("the partition left by the previous daemon is incomplete or differs from the config: resetting it");
-                revoke_journalled(host, Some(&a.layout), &st.live);
+                revoke_journalled(host, Some(&a.layout), &st.all());
                 partition::reset(host, &pj)?;
                 journal::remove(host, &gj)?;
                 return Ok(Start::Fresh);
+            }
+            // Half-revoked grants: finish them (their period has long passed).
+            for g in &st.releasing {
+                let restore = !st.live.iter().any(|l| l.pid == g.pid);
+                grant::revoke(host, &a.layout, g, restore);
             }
             Ok(Start::Adopt(Box::new(a), st))
         }
@@ -166,11 +171,12 @@ pub fn reset_machine(
     let mut revoked = 0;
     if let Some(st) = journal::read(host, &gj)? {
         let layout = partition::current(host, partition_journal)?.map(|a| a.layout);
-        let problems = revoke_journalled(host, layout.as_ref(), &st.live);
+        let all = st.all();
+        let problems = revoke_journalled(host, layout.as_ref(), &all);
         if !problems.is_empty() {
             return Err(ServeError::Incomplete(problems.join("; ")));
         }
-        revoked = st.live.len();
+        revoked = all.len();
         journal::remove(host, &gj)?;
     }
     let r = partition::reset(host, partition_journal)?;
