@@ -57,6 +57,47 @@
 #define SCHED_FLAG_DL_OVERRUN 4
 
 /**
+ * Result of `rtmgr_reserve` / `rtmgr_release`.
+ */
+enum RtmgrReserveStatus
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Granted (or released).
+   */
+  RTMGR_RESERVE_OK = 0,
+  /**
+   * Refused: admission, policy, rate, not served; the message has the numbers.
+   */
+  RTMGR_RESERVE_REFUSED = 1,
+  /**
+   * Bad argument (NULL `out`, unknown class, ...).
+   */
+  RTMGR_RESERVE_EINVAL = -1,
+  /**
+   * No daemon listens on the socket ($RTMGR_SOCKET or /run/rtmgr/rtmgr.sock).
+   */
+  RTMGR_RESERVE_ENODAEMON = -2,
+  /**
+   * The daemon answered with an error (bad request, a thread exited, ...).
+   */
+  RTMGR_RESERVE_EDAEMON = -3,
+  /**
+   * Talking to the daemon failed.
+   */
+  RTMGR_RESERVE_EIO = -4,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RtmgrReserveStatus RtmgrReserveStatus;
+#else
+typedef int32_t RtmgrReserveStatus;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Result of every `rtf_*` call: 0 is success, positive values are normal
  * outcomes (full, empty, timed out), negative values are errors.
  */
@@ -218,6 +259,28 @@ typedef struct RtmgrTask RtmgrTask;
 typedef struct RtmgrTaskGroup RtmgrTaskGroup;
 
 /**
+ * A granted reservation.
+ */
+typedef struct RtmgrReservation {
+  /**
+   * Give it to `rtmgr_release`.
+   */
+  uint64_t id;
+  /**
+   * The RT CPU the thread now runs on.
+   */
+  uint32_t cpu;
+  /**
+   * 1: SCHED_DEADLINE (hard); 0: SCHED_FIFO at `priority` (soft).
+   */
+  int32_t hard;
+  int32_t priority;
+  uint64_t period_ns;
+  uint64_t budget_ns;
+  uint64_t deadline_ns;
+} RtmgrReservation;
+
+/**
  * One period of a task, as kept in its statistics ring (times in ns).
  */
 typedef struct RtmgrTaskPeriod {
@@ -303,6 +366,33 @@ typedef struct RtmgrTaskStats {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * The message of the calling thread's last refusal or error (never NULL;
+ * valid until its next `rtmgr_reserve`/`rtmgr_release` call).
+ */
+const char *rtmgr_reserve_last_error(void);
+
+/**
+ * Reserve `budget_ns` every `period_ns` for the calling thread, done within
+ * `deadline_ns` of each release (0: the period). `class`: "rt0" (hard,
+ * SCHED_DEADLINE; NULL means this) or "rt1[:PRIO]" (soft, SCHED_FIFO).
+ * `cpu`: an RT CPU, or -1 for any. On success fills `*out`.
+ *
+ * # Safety
+ * `class` is NULL or a NUL-terminated string; `out` points to writable memory.
+ */
+RtmgrReserveStatus rtmgr_reserve(uint64_t period_ns,
+                                 uint64_t budget_ns,
+                                 uint64_t deadline_ns,
+                                 const char *class_,
+                                 int32_t cpu,
+                                 struct RtmgrReservation *out);
+
+/**
+ * Give a reservation back.
+ */
+RtmgrReserveStatus rtmgr_release(uint64_t id);
 
 /**
  * Create the shared-memory FIFO `name` (`"/x"` or `"x"`, one path component;

@@ -20,6 +20,7 @@
 //! policy runs unchanged live (rtmgr-linux) and in the deterministic simulator
 //! (rtmgr-sim), and is property-tested without a machine.
 
+pub mod admission;
 pub mod balance;
 pub mod budget;
 pub mod cgroupfs;
@@ -30,6 +31,7 @@ pub mod partition;
 pub mod plot;
 pub mod procstat;
 pub mod proctext;
+pub mod protocol;
 pub mod report;
 pub mod stats;
 pub mod trace;

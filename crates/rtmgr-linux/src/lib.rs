@@ -24,6 +24,7 @@ pub mod balance;
 pub mod cgroup;
 pub mod classify;
 pub mod cpus;
+pub mod daemon;
 pub mod experiment;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;

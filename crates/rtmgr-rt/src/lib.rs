@@ -16,5 +16,6 @@
 //! clock; this crate only reads clocks, arms timers and handles signals.
 //! Syscalls go through rtmgr-sys; `unsafe` stays in the signal/timer code,
 //! the lock-free structures and the C ABI.
+pub mod client;
 pub mod fifo;
 pub mod periodic;

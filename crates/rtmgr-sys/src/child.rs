@@ -30,6 +30,7 @@ pub struct ChildSetup {
     cgroup: Option<CString>,
     affinity: Option<CpuMask>,
     policy: Option<ChildPolicy>,
+    parent_death_signal: Option<rustix::process::Signal>,
 }
 
 impl ChildSetup {
@@ -69,11 +70,25 @@ impl ChildSetup {
         self
     }
 
+    /// Have the kernel send SIGTERM to the child when the thread that spawned
+    /// it ends (a test's daemon must not outlive a killed test: on SIGTERM
+    /// it gives the machine back).
+    pub fn term_with_parent(mut self) -> Self {
+        self.parent_death_signal = Some(rustix::process::Signal::TERM);
+        self
+    }
+
+    /// The same with SIGKILL (a test's client processes).
+    pub fn kill_with_parent(mut self) -> Self {
+        self.parent_death_signal = Some(rustix::process::Signal::KILL);
+        self
+    }
+
     /// Run the steps in the child of `cmd`, between fork and exec.
     pub fn install(self, cmd: &mut Command) {
         // SAFETY: the closure runs in the forked child. It only makes system
         // calls (open, write, close, sched_setaffinity, sched_setattr or
-        // sched_setscheduler) on data prepared before the fork, allocates
+        // sched_setscheduler, prctl) on data prepared before the fork, allocates
         // nothing (errors are built from raw errno values or error kinds) and
         // takes no locks.
         unsafe {
@@ -82,6 +97,9 @@ impl ChildSetup {
     }
 
     fn run_in_child(&self) -> io::Result<()> {
+        if let Some(sig) = self.parent_death_signal {
+            rustix::process::set_parent_process_death_signal(Some(sig)).map_err(io_err)?;
+        }
         if let Some(path) = &self.cgroup {
             let fd = rustix::fs::open(
                 path.as_c_str(),

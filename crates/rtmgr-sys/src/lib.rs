@@ -21,6 +21,7 @@ pub mod futex;
 pub mod lock;
 pub mod mem;
 pub mod ns;
+pub mod pidfd;
 pub mod process;
 pub mod sched;
 pub mod time;

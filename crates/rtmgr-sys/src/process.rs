@@ -176,6 +176,28 @@ mod tests {
     }
 
     #[test]
+    fn limits_of_a_child_are_read_and_set() {
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id();
+        let before = get_limit(pid, LimitKind::RtTime).unwrap();
+        let new = Limit {
+            soft: Some(100_000),
+            hard: Some(200_000),
+        };
+        set_limit(pid, LimitKind::RtTime, new).unwrap();
+        assert_eq!(get_limit(pid, LimitKind::RtTime).unwrap(), new);
+        // Raising a hard limit back needs CAP_SYS_RESOURCE (a container's
+        // root may lack it): then only lowering works.
+        match set_limit(pid, LimitKind::RtTime, before) {
+            Ok(()) => assert_eq!(get_limit(pid, LimitKind::RtTime).unwrap(), before),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM)),
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(get_limit(u32::MAX >> 1, LimitKind::MemLock).is_err());
+    }
+
+    #[test]
     fn ids_limits_and_switches() {
         assert_eq!(pid() as u32, std::process::id());
         let _ = is_root();
@@ -184,4 +206,81 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert!(thread_switches().0 > v0, "a sleep is a voluntary switch");
     }
+}
+
+/// The resource limits a grant sets on a client (rtkit's RLIMIT_RTTIME; the
+/// priority and locked-memory allowances).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum LimitKind {
+    RtPrio,
+    MemLock,
+    RtTime,
+}
+
+impl LimitKind {
+    fn resource(self) -> (Resource, libc::__rlimit_resource_t) {
+        match self {
+            LimitKind::RtPrio => (Resource::Rtprio, libc::RLIMIT_RTPRIO),
+            LimitKind::MemLock => (Resource::Memlock, libc::RLIMIT_MEMLOCK),
+            LimitKind::RtTime => (Resource::Rttime, libc::RLIMIT_RTTIME),
+        }
+    }
+}
+
+/// A soft and a hard limit; None = unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Limit {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+fn from_raw(v: libc::rlim_t) -> Option<u64> {
+    (v != libc::RLIM_INFINITY).then_some(v)
+}
+
+/// `prlimit(pid, kind)`: read a process's limit.
+pub fn get_limit(pid: u32, kind: LimitKind) -> io::Result<Limit> {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reads no new limit (null) and writes `old`.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            kind.resource().1,
+            std::ptr::null(),
+            &mut old,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Limit {
+        soft: from_raw(old.rlim_cur),
+        hard: from_raw(old.rlim_max),
+    })
+}
+
+/// `prlimit(pid, kind, new)`: set a process's limit (raising a hard limit
+/// needs CAP_SYS_RESOURCE).
+pub fn set_limit(pid: u32, kind: LimitKind, new: Limit) -> io::Result<()> {
+    let raw = i32::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let target = Pid::from_raw(raw);
+    rustix::process::prlimit(
+        target,
+        kind.resource().0,
+        Rlimit {
+            current: new.soft,
+            maximum: new.hard,
+        },
+    )
+    .map(|_| ())
+    .map_err(io_err)
 }

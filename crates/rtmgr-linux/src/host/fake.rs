@@ -264,6 +264,22 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
+    fn get_attr(&self, _tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
+        Ok(rtmgr_sys::sched::SchedAttr::default())
+    }
+
+    fn set_attr(&self, _tid: u32, _attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
+        Ok(())
+    }
+
+    fn get_limit(&self, _pid: u32, _kind: super::LimitKind) -> Result<super::Limit> {
+        Ok(super::Limit::default())
+    }
+
+    fn set_limit(&self, _pid: u32, _kind: super::LimitKind, _limit: super::Limit) -> Result<()> {
+        Ok(())
+    }
+
     fn privileged(&self) -> bool {
         true
     }

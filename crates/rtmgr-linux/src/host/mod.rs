@@ -9,6 +9,7 @@ mod fake;
 mod real;
 
 use rtmgr_core::CpuSet;
+pub use rtmgr_sys::process::{Limit, LimitKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -77,6 +78,12 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn set_affinity(&self, host: &Host, tid: u32, cpus: &CpuSet) -> Result<()>;
     fn get_policy(&self, tid: u32) -> Result<crate::sched::Policy>;
     fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()>;
+    /// A thread's full scheduling attributes (sched_getattr / sched_setattr).
+    fn get_attr(&self, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr>;
+    fn set_attr(&self, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()>;
+    /// A process's resource limit (prlimit).
+    fn get_limit(&self, pid: u32, kind: LimitKind) -> Result<Limit>;
+    fn set_limit(&self, pid: u32, kind: LimitKind, limit: Limit) -> Result<()>;
     /// May this process change the machine (root)?
     fn privileged(&self) -> bool;
     /// A debugfs file read in a private mount namespace (debugfs is never
@@ -131,6 +138,26 @@ impl Host {
     /// May this process change the machine? Root on the real machine; always in a fake tree.
     pub fn privileged(&self) -> bool {
         self.kernel.privileged()
+    }
+
+    /// A thread's scheduling attributes (a fake tree: SCHED_OTHER, nice 0).
+    pub fn get_attr(&self, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
+        self.kernel.get_attr(tid)
+    }
+
+    /// Set a thread's scheduling attributes, flags included (a fake tree: accepted).
+    pub fn set_attr(&self, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
+        self.kernel.set_attr(tid, attr)
+    }
+
+    /// A process's resource limit (a fake tree: unlimited).
+    pub fn get_limit(&self, pid: u32, kind: LimitKind) -> Result<Limit> {
+        self.kernel.get_limit(pid, kind)
+    }
+
+    /// Set a process's resource limit (a fake tree: accepted).
+    pub fn set_limit(&self, pid: u32, kind: LimitKind, limit: Limit) -> Result<()> {
+        self.kernel.set_limit(pid, kind, limit)
     }
 
     pub fn root(&self) -> &Path {

@@ -53,6 +53,22 @@ impl Kernel for RealKernel {
         sched::set_policy(tid, policy).map_err(|e| task_err("sched_setattr", tid, e))
     }
 
+    fn get_attr(&self, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
+        rtmgr_sys::sched::get_attr(tid).map_err(|e| task_err("sched_getattr", tid, e))
+    }
+
+    fn set_attr(&self, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
+        rtmgr_sys::sched::set_attr(tid, attr).map_err(|e| task_err("sched_setattr", tid, e))
+    }
+
+    fn get_limit(&self, pid: u32, kind: super::LimitKind) -> Result<super::Limit> {
+        rtmgr_sys::process::get_limit(pid, kind).map_err(|e| task_err("prlimit", pid, e))
+    }
+
+    fn set_limit(&self, pid: u32, kind: super::LimitKind, limit: super::Limit) -> Result<()> {
+        rtmgr_sys::process::set_limit(pid, kind, limit).map_err(|e| task_err("prlimit", pid, e))
+    }
+
     fn privileged(&self) -> bool {
         sched::is_root()
     }

@@ -72,7 +72,7 @@ fn fail(e: TaskError) -> RtmgrTaskStatus {
         TaskError::Invalid(_) | TaskError::Budget(_) => RTMGR_TASK_EINVAL,
         TaskError::NotPeriodic => RTMGR_TASK_ENOTPERIODIC,
         TaskError::AlreadyPeriodic => RTMGR_TASK_EPERIODIC,
-        TaskError::Admission { .. } => RTMGR_TASK_EBUSY,
+        TaskError::Admission { .. } | TaskError::Daemon(_) => RTMGR_TASK_EBUSY,
         TaskError::WrongThread { .. } => RTMGR_TASK_ETHREAD,
         TaskError::DeadlineAffinity { .. } => {
             rtmgr_sys::errno::set(libc::EPERM);

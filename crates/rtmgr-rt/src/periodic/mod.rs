@@ -95,6 +95,9 @@ pub enum TaskError {
          (an rtmgr partition's RT cpuset) instead of narrowing its affinity"
     )]
     DeadlineAffinity { affinity: String, online: u32 },
+    /// `rtmgr serve` runs and did not grant the reservation.
+    #[error("the rtmgr daemon did not grant the reservation: {0}")]
+    Daemon(String),
     #[error("{what}: {source}")]
     Os {
         what: &'static str,

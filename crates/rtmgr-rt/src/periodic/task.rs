@@ -29,6 +29,10 @@ use std::sync::Arc;
 pub struct Task {
     tid: Tid,
     cfg: TaskConfig,
+    /// `rtmgr serve` runs: it sets the policy when it grants (P, W).
+    via_daemon: bool,
+    /// The daemon's reservation, released on delete.
+    reservation: Option<u64>,
     saved: SavedSched,
     pub(super) shared: Arc<TaskShared>,
     inner: Option<Box<Inner>>,
@@ -71,18 +75,11 @@ impl Task {
             }
         }
         let saved = SavedSched::save().map_err(os("sched_getscheduler"))?;
+        // With a daemon, the policy waits for its grant (make_periodic_budget).
+        let via_daemon = cfg.class.fifo_priority().is_some() && crate::client::daemon_running();
         let apply = || -> Result<(), TaskError> {
-            if let Some(cpu) = cfg.cpu {
-                pin_to(cpu).map_err(os("sched_setaffinity"))?;
-            }
-            if let Some(p) = cfg.class.fifo_priority() {
-                let fifo = SchedAttr {
-                    policy: SCHED_FIFO,
-                    flags: SCHED_FLAG_RESET_ON_FORK,
-                    priority: p as u32,
-                    ..SchedAttr::default()
-                };
-                set_attr(0, &fifo).map_err(os("sched_setattr(SCHED_FIFO)"))?;
+            if !via_daemon {
+                apply_class(&cfg)?;
             }
             if cfg.lock_memory {
                 mlockall().map_err(os("mlockall"))?;
@@ -101,6 +98,8 @@ impl Task {
         Ok(Task {
             tid: gettid(),
             cfg,
+            via_daemon,
+            reservation: None,
             saved,
             shared,
             inner: None,
@@ -155,6 +154,11 @@ impl Task {
         }
         let res = Reservation::new(Self::resolve_start(start_ns), period_ns, None, None)?;
         let acct = BudgetAccount::new(res, Enforcer::None, self.cfg.if_wait_cap)?;
+        if self.via_daemon {
+            // No budget to reserve: the class's policy, set here as without a daemon.
+            apply_class(&self.cfg)?;
+            self.via_daemon = false;
+        }
         let inner = self.new_inner(acct, Kind::Plain, 0, 0);
         sleep_until(res.start_ns);
         // SAFETY: no timer exists: main-line is the only accessor.
@@ -202,6 +206,9 @@ impl Task {
                 let signo = self.budget_signal(signal)?;
                 let res = Reservation::new(start, period_ns, Some(budget_ns), None)?;
                 let acct = BudgetAccount::new(res, Enforcer::Soft(variant), self.cfg.if_wait_cap)?;
+                if self.via_daemon {
+                    self.reserve(period_ns, budget_ns, None, false)?;
+                }
                 ensure_handler(signo, on_budget_signal)?;
                 let mut inner = self.new_inner(acct, Kind::Soft, signo, 0);
                 let ptr = &*inner as *const Inner as *mut libc::c_void;
@@ -224,7 +231,7 @@ impl Task {
             BudgetMode::Hard { deadline_ns } => {
                 // Validate before touching anything.
                 Reservation::new(start, period_ns, Some(budget_ns), deadline_ns)?;
-                if self.cfg.cpu.is_some() {
+                if self.cfg.cpu.is_some() && !self.via_daemon {
                     return Err(TaskError::Invalid(
                         "hard mode (SCHED_DEADLINE) needs a thread allowed on all CPUs of its \
                          root domain: create the task without a CPU pin (use an exclusive \
@@ -253,18 +260,25 @@ impl Task {
                     period: period_ns,
                     ..SchedAttr::default()
                 };
-                if let Err(e) = set_attr(0, &reservation) {
-                    CURRENT.with(|c| c.set(std::ptr::null()));
-                    return Err(if e.raw_os_error() == Some(libc::EBUSY) {
-                        self.admission_error(budget_ns, period_ns)
-                    } else if e.raw_os_error() == Some(libc::EPERM) && is_narrowed() {
-                        deadline_affinity_error()
-                    } else {
-                        TaskError::Os {
-                            what: "sched_setattr(SCHED_DEADLINE)",
-                            source: e,
+                let granted = if self.via_daemon {
+                    self.reserve(period_ns, budget_ns, deadline_ns, true)
+                } else {
+                    set_attr(0, &reservation).map_err(|e| {
+                        if e.raw_os_error() == Some(libc::EBUSY) {
+                            self.admission_error(budget_ns, period_ns)
+                        } else if e.raw_os_error() == Some(libc::EPERM) && is_narrowed() {
+                            deadline_affinity_error()
+                        } else {
+                            TaskError::Os {
+                                what: "sched_setattr(SCHED_DEADLINE)",
+                                source: e,
+                            }
                         }
-                    });
+                    })
+                };
+                if let Err(e) = granted {
+                    CURRENT.with(|c| c.set(std::ptr::null()));
+                    return Err(e);
                 }
                 DL_HELD_PPM.fetch_add(ppm, Relaxed);
                 {
@@ -438,10 +452,59 @@ impl Task {
             }
             let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
         }
+        if let Some(id) = self.reservation.take() {
+            // The daemon gives the policy, cpuset and limits back.
+            if let Err(e) = crate::client::Client::connect().and_then(|mut c| c.release(id)) {
+                return Err(TaskError::Daemon(e.to_string()));
+            }
+        }
         self.saved
             .restore()
             .map_err(os("restore scheduling policy"))
     }
+
+    /// Ask the daemon for (P, W[, D]) for this thread: hard (SCHED_DEADLINE)
+    /// or soft (SCHED_FIFO at the class's priority, at most 98).
+    fn reserve(
+        &mut self,
+        period_ns: u64,
+        budget_ns: u64,
+        deadline_ns: Option<u64>,
+        hard: bool,
+    ) -> Result<(), TaskError> {
+        let mut r = crate::client::ReserveRequest::new(period_ns, budget_ns);
+        r.deadline_ns = deadline_ns;
+        r.cpu = self.cfg.cpu;
+        r.name = Some(self.cfg.name.clone());
+        r.class = if hard {
+            "rt0".into()
+        } else {
+            let p = self.cfg.class.fifo_priority().unwrap_or(50);
+            format!("rt1:{}", p.min(rtmgr_core::class::RT1_MAX_PRIORITY))
+        };
+        let g = crate::client::Client::connect()
+            .and_then(|mut c| c.reserve(r))
+            .map_err(|e| TaskError::Daemon(e.to_string()))?;
+        self.reservation = Some(g.id);
+        Ok(())
+    }
+}
+
+/// The class's policy and CPU pin, set by the task itself (no daemon).
+fn apply_class(cfg: &TaskConfig) -> Result<(), TaskError> {
+    if let Some(cpu) = cfg.cpu {
+        pin_to(cpu).map_err(os("sched_setaffinity"))?;
+    }
+    if let Some(p) = cfg.class.fifo_priority() {
+        let fifo = SchedAttr {
+            policy: SCHED_FIFO,
+            flags: SCHED_FLAG_RESET_ON_FORK,
+            priority: p as u32,
+            ..SchedAttr::default()
+        };
+        set_attr(0, &fifo).map_err(os("sched_setattr(SCHED_FIFO)"))?;
+    }
+    Ok(())
 }
 
 impl Drop for Task {

@@ -1,6 +1,7 @@
 //! Subcommands and what they share: logging set-up, and the mapping of errors
 //! to exit codes (2 = bad input, nothing changed; 1 = failure while running).
 
+pub mod admit;
 pub mod balance;
 pub mod budget;
 pub mod evaluate;
@@ -10,7 +11,9 @@ pub mod manuals;
 pub mod measure;
 pub mod output;
 pub mod partition;
+pub mod reserve;
 pub mod run;
+pub mod serve;
 pub mod status;
 
 use std::process::ExitCode;

@@ -318,7 +318,11 @@ fn textwrap(text: &str, width: usize) -> Vec<String> {
 fn reset(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {
     require_root(host, "rtmgr partition reset")?;
     let _lock = machine_lock(host)?;
-    let r = partition::reset(host, &a.journal)?;
+    // A daemon killed with -9 leaves grants: revoke them (grants journal) first.
+    let (revoked, r) = rtmgr_linux::daemon::reset_machine(host, &a.journal)?;
+    if revoked > 0 && !a.json {
+        println!("revoked {revoked} grant(s) left by rtmgr serve");
+    }
     // Tracer instances of an rtmgr killed before it could remove them.
     match rtmgr_linux::trace::remove_stale_instances() {
         Ok(gone) if !gone.is_empty() => {

@@ -1,0 +1,137 @@
+//! The daemon's wire protocol (DROPS §4.1: resources are given to tasks on
+//! request through a protocol): newline-delimited JSON over a Unix stream
+//! socket, one request line → one response line, every message carrying the
+//! protocol version `v`. Documented in docs/protocol.md. Pure: parsing and
+//! validation here, sockets in rtmgr-linux (daemon) and rtmgr-rt (client).
+//!
+//! Every request gets a grant, a refusal with its reason and numbers, or an
+//! error; the parser never panics on any input (fuzzed: fuzz/).
+
+mod reserve;
+mod response;
+#[cfg(test)]
+mod tests;
+
+pub use reserve::{Invalid, IrqRef, ReserveRequest, ValidReserve, MAX_NAME, MAX_THREADS};
+pub use response::{
+    CpuStatus, ErrorCode, RefusalKind, Reply, ReservationInfo, Response, StatusInfo,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+/// Longest request line accepted (bytes, without the newline).
+pub const MAX_MESSAGE: usize = 64 * 1024;
+/// Where the daemon listens by default.
+pub const DEFAULT_SOCKET: &str = "/run/rtmgr/rtmgr.sock";
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    Reserve(ReserveRequest),
+    Release { id: u64 },
+    List,
+    Status,
+}
+
+/// A request line: `{"v":1,"op":…,…}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub v: u32,
+    pub op: Op,
+}
+
+impl Request {
+    pub fn new(op: Op) -> Self {
+        Request { v: VERSION, op }
+    }
+
+    /// One line of JSON with its newline.
+    pub fn to_line(&self) -> String {
+        let mut v = serde_json::to_value(&self.op).expect("requests serialize");
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("v".into(), self.v.into());
+        }
+        let mut s = v.to_string();
+        s.push('\n');
+        s
+    }
+}
+
+/// Why a line is not a request: an error response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtoError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ProtoError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ProtoError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+/// Parse one request line (without its newline). Never panics.
+pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
+    if line.len() > MAX_MESSAGE {
+        return Err(ProtoError::new(
+            ErrorCode::TooLarge,
+            format!("request of {} bytes > {MAX_MESSAGE}", line.len()),
+        ));
+    }
+    let text = std::str::from_utf8(line)
+        .map_err(|e| ProtoError::new(ErrorCode::BadJson, format!("not UTF-8: {e}")))?;
+    let mut value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| ProtoError::new(ErrorCode::BadJson, e.to_string()))?;
+    let obj = value
+        .as_object_mut()
+        .ok_or_else(|| ProtoError::new(ErrorCode::BadJson, "a request is a JSON object"))?;
+    let v = match obj.remove("v") {
+        None => {
+            return Err(ProtoError::new(
+                ErrorCode::UnsupportedVersion,
+                format!("no protocol version \"v\" (this daemon speaks {VERSION})"),
+            ))
+        }
+        Some(serde_json::Value::Number(n)) if n.as_u64() == Some(u64::from(VERSION)) => VERSION,
+        Some(other) => {
+            return Err(ProtoError::new(
+                ErrorCode::UnsupportedVersion,
+                format!("protocol version {other} is not supported (this daemon speaks {VERSION})"),
+            ))
+        }
+    };
+    let op_name = obj
+        .get("op")
+        .and_then(|o| o.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| ProtoError::new(ErrorCode::BadRequest, "no \"op\" string"))?;
+    if !["reserve", "release", "list", "status"].contains(&op_name.as_str()) {
+        return Err(ProtoError::new(
+            ErrorCode::UnknownOp,
+            format!(
+                "unknown op {:?}: expected reserve, release, list or status",
+                op_name.chars().take(40).collect::<String>()
+            ),
+        ));
+    }
+    let op: Op = serde_json::from_value(value)
+        .map_err(|e| ProtoError::new(ErrorCode::BadRequest, format!("{op_name}: {e}")))?;
+    Ok(Request { v, op })
+}
+
+/// Parse a response line (clients).
+pub fn parse_response(line: &[u8]) -> Result<Response, String> {
+    serde_json::from_slice(line).map_err(|e| format!("bad response from the daemon: {e}"))
+}

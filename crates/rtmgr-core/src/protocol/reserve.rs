@@ -1,0 +1,173 @@
+//! The reserve request (DROPS §4.1: CPU time, interrupts, memory, I/O and
+//! cache are given on request; budget-based RTAI §3: W every P): its fields,
+//! and their validation into an admission demand. Locked memory, I/O class
+//! and cache share are in the schema already; this version refuses them as
+//! "not served yet" (issue 13 serves them).
+
+use super::{ErrorCode, ProtoError, RefusalKind};
+use crate::admission::{taskset::kind_of_class, Demand};
+use crate::class::TaskClass;
+use serde::{Deserialize, Serialize};
+
+/// Most threads one reservation may name.
+pub const MAX_THREADS: usize = 64;
+/// Longest reservation name.
+pub const MAX_NAME: usize = 64;
+
+/// An IRQ by number or by the name /proc/interrupts shows (e.g. "virtio3-rx").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IrqRef {
+    Number(u32),
+    Name(String),
+}
+
+/// `{"v":1,"op":"reserve",…}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRequest {
+    pub period_ns: u64,
+    pub budget_ns: u64,
+    /// D ≤ P; default P.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ns: Option<u64>,
+    /// "rt0" (hard: SCHED_DEADLINE) or "rt1[:PRIO]" (soft: SCHED_FIFO).
+    #[serde(default = "default_class")]
+    pub class: String,
+    /// An RT CPU, or none for any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    /// Thread ids of the calling process; empty = its main thread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<u32>,
+    /// A label shown by `rtmgr reservations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An IRQ to steer to the reservation's CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<IrqRef>,
+    /// Locked memory the client needs, bytes (not served yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memlock_bytes: Option<u64>,
+    /// I/O class, "rt" or "be" (not served yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_class: Option<String>,
+    /// Share of the last-level cache, 0..1 (not served yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_share: Option<f64>,
+}
+
+fn default_class() -> String {
+    "rt0".into()
+}
+
+impl ReserveRequest {
+    /// A request for the calling thread with D = P, class rt0.
+    pub fn new(period_ns: u64, budget_ns: u64) -> Self {
+        ReserveRequest {
+            period_ns,
+            budget_ns,
+            deadline_ns: None,
+            class: default_class(),
+            cpu: None,
+            threads: Vec::new(),
+            name: None,
+            irq: None,
+            memlock_bytes: None,
+            io_class: None,
+            cache_share: None,
+        }
+    }
+}
+
+/// A reserve request that passed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidReserve {
+    pub demand: Demand,
+    pub class: TaskClass,
+    pub cpu: Option<u32>,
+    /// Empty = the caller's main thread.
+    pub threads: Vec<u32>,
+    pub name: Option<String>,
+    pub irq: Option<IrqRef>,
+}
+
+/// Either an error (the request is malformed) or a refusal (well-formed,
+/// but asks what this daemon does not serve).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Invalid {
+    Error(ProtoError),
+    Refused(RefusalKind, String),
+}
+
+impl ReserveRequest {
+    /// Check everything that needs no machine state.
+    pub fn validate(&self) -> Result<ValidReserve, Invalid> {
+        let bad = |m: String| Invalid::Error(ProtoError::new(ErrorCode::InvalidRequest, m));
+        let class: TaskClass = self.class.parse().map_err(|e| bad(format!("class: {e}")))?;
+        let kind = kind_of_class(class).map_err(bad)?;
+        let demand = Demand::new(self.period_ns, self.budget_ns, self.deadline_ns, kind)
+            .map_err(|e| bad(e.to_string()))?;
+        if self.threads.len() > MAX_THREADS {
+            return Err(bad(format!(
+                "{} threads named; at most {MAX_THREADS} per reservation",
+                self.threads.len()
+            )));
+        }
+        let mut seen = self.threads.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != self.threads.len() {
+            return Err(bad("a thread is named twice".into()));
+        }
+        if seen.contains(&0) || seen.iter().any(|&t| t > i32::MAX as u32) {
+            return Err(bad("thread ids are positive kernel thread ids".into()));
+        }
+        if let Some(n) = &self.name {
+            if n.chars().count() > MAX_NAME || n.chars().any(char::is_control) {
+                return Err(bad(format!(
+                    "name: at most {MAX_NAME} characters, no control characters"
+                )));
+            }
+        }
+        if let Some(IrqRef::Name(n)) = &self.irq {
+            if n.is_empty() || n.len() > MAX_NAME || n.chars().any(char::is_control) {
+                return Err(bad(
+                    "irq name: 1..64 characters, no control characters".into()
+                ));
+            }
+        }
+        if let Some(s) = self.cache_share {
+            if !(s.is_finite() && (0.0..=1.0).contains(&s)) {
+                return Err(bad(format!("cache_share {s} is not within 0..1")));
+            }
+        }
+        let not_served = |what: &str| {
+            Invalid::Refused(
+                RefusalKind::NotServed,
+                format!(
+                    "{what} is not served yet: this rtmgr grants CPU reservations and IRQ steering; \
+                     locked memory, I/O classes and cache shares come with the next version. \
+                     Nothing was reserved; ask again without it"
+                ),
+            )
+        };
+        if self.memlock_bytes.is_some() {
+            return Err(not_served("a locked-memory allowance (memlock_bytes)"));
+        }
+        if self.io_class.is_some() {
+            return Err(not_served("an I/O class (io_class)"));
+        }
+        if self.cache_share.is_some() {
+            return Err(not_served("a cache share (cache_share)"));
+        }
+        Ok(ValidReserve {
+            demand,
+            class,
+            cpu: self.cpu,
+            threads: self.threads.clone(),
+            name: self.name.clone(),
+            irq: self.irq.clone(),
+        })
+    }
+}

@@ -1,0 +1,175 @@
+//! Responses: a grant, a refusal with its reason and numbers, an error, or
+//! the answer to release/list/status. `{"v":1,"result":…,…}`.
+
+use crate::admission::CpuRefusal;
+use serde::{Deserialize, Serialize};
+
+/// A response line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub v: u32,
+    #[serde(flatten)]
+    pub reply: Reply,
+}
+
+impl Response {
+    pub fn new(reply: Reply) -> Self {
+        Response {
+            v: super::VERSION,
+            reply,
+        }
+    }
+
+    /// One line of JSON with its newline.
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("responses serialize");
+        s.push('\n');
+        s
+    }
+
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Response::new(Reply::Error {
+            code,
+            message: message.into(),
+        })
+    }
+
+    pub fn refused(reason: RefusalKind, message: impl Into<String>) -> Self {
+        Response::new(Reply::Refused {
+            reason,
+            message: message.into(),
+            cpus: Vec::new(),
+            retry_after_ms: None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Reply {
+    /// The reservation is in effect.
+    Granted {
+        reservation: Box<ReservationInfo>,
+    },
+    /// Nothing was changed, for this reason.
+    Refused {
+        reason: RefusalKind,
+        message: String,
+        /// Admission refusals: why each CPU tried said no, with the numbers.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cpus: Vec<CpuRefusal>,
+        /// Rate refusals: when to ask again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+    },
+    Released {
+        id: u64,
+    },
+    List {
+        reservations: Vec<ReservationInfo>,
+    },
+    Status {
+        status: Box<StatusInfo>,
+    },
+    /// The request could not be handled; nothing was changed.
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalKind {
+    /// Admission control: the RT CPUs cannot take it (`cpus` has the numbers).
+    Admission,
+    /// The daemon's [[client]] policy does not allow it.
+    Policy,
+    /// Too many requests in this burst.
+    Rate,
+    /// Part of the request is not served by this version.
+    NotServed,
+    /// A named thread is not the caller's.
+    Permission,
+    /// An IRQ that cannot be steered (unknown, left alone by the partition, taken).
+    Irq,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadJson,
+    TooLarge,
+    UnsupportedVersion,
+    UnknownOp,
+    BadRequest,
+    InvalidRequest,
+    NotFound,
+    /// A named thread or the caller exited during the grant.
+    Gone,
+    /// The daemon is stopping.
+    ShuttingDown,
+    /// The kernel refused a step of the grant; everything was undone.
+    Os,
+}
+
+/// A reservation as `list` and a grant show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReservationInfo {
+    pub id: u64,
+    pub pid: u32,
+    pub uid: u32,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub cpu: u32,
+    /// "rt0" or "rt1:PRIO".
+    pub class: String,
+    /// "SCHED_DEADLINE" or "SCHED_FIFO".
+    pub policy: String,
+    pub period_ns: u64,
+    pub budget_ns: u64,
+    pub deadline_ns: u64,
+    pub threads: Vec<u32>,
+    #[serde(default)]
+    pub irq: Option<u32>,
+    /// Soft reservations: worst-case response time found by admission.
+    #[serde(default)]
+    pub response_ns: Option<u64>,
+    /// RLIMIT_RTTIME (µs) and RLIMIT_MEMLOCK (bytes) set on the client.
+    pub rttime_us: u64,
+    pub memlock_bytes: u64,
+}
+
+/// One RT CPU in `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuStatus {
+    pub cpu: u32,
+    pub online: bool,
+    pub utilisation: f64,
+    pub deadline_utilisation: f64,
+    pub reservations: usize,
+}
+
+/// `status`: what the daemon owns and what it has done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StatusInfo {
+    pub daemon_pid: u32,
+    pub uptime_s: f64,
+    pub rt_cpus: String,
+    pub nrt_cpus: String,
+    pub layout: String,
+    /// "per-cpu" when each RT CPU is its own root domain, else why not.
+    pub root_domains: String,
+    pub cap: f64,
+    pub deadline_share: f64,
+    pub placement: String,
+    pub cpus: Vec<CpuStatus>,
+    pub reservations: usize,
+    pub requests: u64,
+    pub granted: u64,
+    pub refused: u64,
+    pub errors: u64,
+    pub balancer: String,
+    /// Drift repaired since start: name → count.
+    pub drift: std::collections::BTreeMap<String, u64>,
+}

@@ -1,0 +1,167 @@
+//! The parser: round trips, one error per kind of malformed input, and
+//! (proptest) no input makes it panic.
+
+use super::*;
+use proptest::prelude::*;
+
+fn reserve() -> ReserveRequest {
+    let mut r = ReserveRequest::new(4_000_000, 1_000_000);
+    r.class = "rt1:40".into();
+    r.cpu = Some(1);
+    r.threads = vec![123, 124];
+    r.irq = Some(IrqRef::Name("virtio3-rx".into()));
+    r
+}
+
+#[test]
+fn requests_round_trip() {
+    for op in [
+        Op::Reserve(reserve()),
+        Op::Release { id: 7 },
+        Op::List,
+        Op::Status,
+    ] {
+        let line = Request::new(op.clone()).to_line();
+        assert!(line.ends_with('\n') && line.contains("\"v\":1"), "{line}");
+        let back = parse_request(line.trim_end().as_bytes()).unwrap();
+        assert_eq!(back.op, op);
+    }
+}
+
+#[test]
+fn each_kind_of_bad_input_has_its_code() {
+    let code = |s: &str| parse_request(s.as_bytes()).unwrap_err().code;
+    assert_eq!(code("{\"v\":1,\"op\":\"list\""), ErrorCode::BadJson);
+    assert_eq!(code("[1,2]"), ErrorCode::BadJson);
+    assert_eq!(code("{\"op\":\"list\"}"), ErrorCode::UnsupportedVersion);
+    assert_eq!(
+        code("{\"v\":2,\"op\":\"list\"}"),
+        ErrorCode::UnsupportedVersion
+    );
+    assert_eq!(
+        code("{\"v\":\"1\",\"op\":\"list\"}"),
+        ErrorCode::UnsupportedVersion
+    );
+    assert_eq!(
+        code("{\"v\":1,\"op\":\"format_disk\"}"),
+        ErrorCode::UnknownOp
+    );
+    assert_eq!(code("{\"v\":1}"), ErrorCode::BadRequest);
+    assert_eq!(
+        code("{\"v\":1,\"op\":\"reserve\",\"period_ns\":\"4ms\",\"budget_ns\":1}"),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        code("{\"v\":1,\"op\":\"reserve\",\"period_ns\":4,\"budget_ns\":1,\"evil\":true}"),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        code("{\"v\":1,\"op\":\"release\",\"id\":-1}"),
+        ErrorCode::BadRequest
+    );
+    let big = format!(
+        "{{\"v\":1,\"op\":\"list\",\"x\":\"{}\"}}",
+        "a".repeat(MAX_MESSAGE)
+    );
+    assert_eq!(code(&big), ErrorCode::TooLarge);
+    assert_eq!(
+        parse_request(&[0xff, 0xfe]).unwrap_err().code,
+        ErrorCode::BadJson
+    );
+}
+
+#[test]
+fn validation_errors_and_not_served_refusals() {
+    let mut r = reserve();
+    assert!(r.validate().is_ok());
+    r.deadline_ns = Some(5_000_000);
+    assert!(matches!(r.validate(), Err(reserve::Invalid::Error(_))));
+    let mut r = reserve();
+    r.class = "linux".into();
+    assert!(matches!(r.validate(), Err(reserve::Invalid::Error(_))));
+    let mut r = reserve();
+    r.threads = vec![5, 5];
+    assert!(matches!(r.validate(), Err(reserve::Invalid::Error(_))));
+    for f in [
+        |r: &mut ReserveRequest| r.memlock_bytes = Some(1 << 20),
+        |r: &mut ReserveRequest| r.io_class = Some("rt".into()),
+        |r: &mut ReserveRequest| r.cache_share = Some(0.25),
+    ] {
+        let mut r = reserve();
+        f(&mut r);
+        match r.validate() {
+            Err(reserve::Invalid::Refused(RefusalKind::NotServed, m)) => {
+                assert!(m.contains("not served yet"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn responses_round_trip() {
+    let r = Response::refused(RefusalKind::Rate, "slow down");
+    let back = parse_response(r.to_line().as_bytes()).unwrap();
+    assert_eq!(back, r);
+    let e = Response::error(ErrorCode::TooLarge, "x");
+    assert!(e.to_line().contains("\"result\":\"error\""));
+}
+
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<u64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(serde_json::Value::from),
+        ".{0,12}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            proptest::collection::btree_map(
+                prop_oneof![
+                    Just("v".to_string()),
+                    Just("op".to_string()),
+                    Just("period_ns".to_string()),
+                    Just("budget_ns".to_string()),
+                    Just("threads".to_string()),
+                    Just("class".to_string()),
+                    Just("irq".to_string()),
+                    "[a-z_]{1,8}"
+                ],
+                inner,
+                0..6
+            )
+            .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = parse_request(&bytes);
+    }
+
+    /// Structured garbage with the right keys: parse and validate never
+    /// panic, and whatever parses serializes back to the same request.
+    #[test]
+    fn arbitrary_json_never_panics_and_round_trips(mut v in json_value(), op in 0..5usize) {
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("v".into(), 1.into());
+            let ops = ["reserve", "release", "list", "status", "x"];
+            m.insert("op".into(), ops[op].into());
+        }
+        let line = v.to_string();
+        if let Ok(req) = parse_request(line.as_bytes()) {
+            if let Op::Reserve(r) = &req.op {
+                let _ = r.validate();
+            }
+            let again = parse_request(req.to_line().trim_end().as_bytes()).unwrap();
+            prop_assert_eq!(again, req);
+        }
+    }
+}

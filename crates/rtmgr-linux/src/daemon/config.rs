@@ -1,0 +1,237 @@
+//! The daemon's configuration file (DROPS §4.1: the resource manager is
+//! configured by a script): the partition keys of `rtmgr partition apply
+//! --config` at the top level, plus `[serve]` (where state lives, what runs
+//! beside the socket), `[admission]` (cap per RT CPU, placement), `[policy]`
+//! and `[[client]]` rules (who may reserve what). Unknown keys are errors.
+
+use rtmgr_core::admission::policy::{ClientPolicy, ClientRule};
+use rtmgr_core::admission::{Placement, DEFAULT_CAP};
+use rtmgr_core::partition::PartitionConfig;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Where the daemon keeps its state by default (tmpfs: a reboot forgets).
+pub const DEFAULT_STATE_DIR: &str = "/run/rtmgr";
+pub const DEFAULT_CONFIG: &str = "/etc/rtmgr/rtmgr.toml";
+
+/// `[serve]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    /// Partition journal, grants journal and socket live here.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// The socket (default: state_dir/rtmgr.sock).
+    pub socket: Option<PathBuf>,
+    /// How often drift is looked for and repaired.
+    #[serde(default = "default_reconcile_ms")]
+    pub reconcile_ms: u64,
+    /// Run the live balancer (ARTiS §2.3) beside the socket.
+    #[serde(default = "yes")]
+    pub balancer: bool,
+    /// Run its latency guard.
+    #[serde(default = "yes")]
+    pub guard: bool,
+    #[serde(default = "default_balance_ms")]
+    pub balance_period_ms: u64,
+    /// Connections served at once (more wait in the listen queue).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_STATE_DIR)
+}
+fn default_reconcile_ms() -> u64 {
+    1000
+}
+fn default_balance_ms() -> u64 {
+    50
+}
+fn default_max_connections() -> usize {
+    128
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for ServeSection {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+/// `[admission]`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSection {
+    #[serde(default = "default_cap")]
+    pub cap: f64,
+    #[serde(default)]
+    pub placement: Placement,
+}
+
+fn default_cap() -> f64 {
+    DEFAULT_CAP
+}
+
+impl Default for AdmissionSection {
+    fn default() -> Self {
+        AdmissionSection {
+            cap: DEFAULT_CAP,
+            placement: Placement::default(),
+        }
+    }
+}
+
+/// `[policy]` (the rules themselves are `[[client]]`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicySection {
+    max_total_utilisation: Option<f64>,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServeConfig {
+    pub partition: PartitionConfig,
+    pub serve: ServeSection,
+    pub admission: AdmissionSection,
+    pub policy: ClientPolicy,
+}
+
+impl ServeConfig {
+    /// Parse the file: daemon sections out, the rest is a partition config.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let one_line = |e: &dyn std::fmt::Display| {
+            e.to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| one_line(&e))?;
+        let mut take = |key: &str| table.remove(key);
+        let serve: ServeSection = match take("serve") {
+            Some(v) => v
+                .try_into()
+                .map_err(|e| format!("[serve]: {}", one_line(&e)))?,
+            None => ServeSection::default(),
+        };
+        let admission: AdmissionSection = match take("admission") {
+            Some(v) => v
+                .try_into()
+                .map_err(|e| format!("[admission]: {}", one_line(&e)))?,
+            None => AdmissionSection::default(),
+        };
+        let policy: PolicySection = match take("policy") {
+            Some(v) => v
+                .try_into()
+                .map_err(|e| format!("[policy]: {}", one_line(&e)))?,
+            None => PolicySection::default(),
+        };
+        let rules: Option<Vec<ClientRule>> = match take("client") {
+            Some(v) => Some(
+                v.try_into()
+                    .map_err(|e| format!("[[client]]: {}", one_line(&e)))?,
+            ),
+            None => None,
+        };
+        let rest = toml::to_string(&table).map_err(|e| one_line(&e))?;
+        let partition = PartitionConfig::from_toml(&rest).map_err(|e| e.to_string())?;
+        let mut pol = ClientPolicy::default();
+        if let Some(rules) = rules {
+            pol.rules = rules;
+        }
+        pol.max_total_utilisation = policy.max_total_utilisation;
+        let cfg = ServeConfig {
+            partition,
+            serve,
+            admission,
+            policy: pol,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !(self.admission.cap > 0.0 && self.admission.cap <= 1.0) {
+            return Err(format!(
+                "[admission] cap {} must be within (0, 1]",
+                self.admission.cap
+            ));
+        }
+        if self.serve.reconcile_ms == 0 || self.serve.balance_period_ms == 0 {
+            return Err("[serve] reconcile_ms and balance_period_ms must be > 0".into());
+        }
+        if self.serve.max_connections == 0 {
+            return Err("[serve] max_connections must be > 0".into());
+        }
+        self.policy.validate()
+    }
+
+    pub fn partition_journal(&self) -> PathBuf {
+        self.serve.state_dir.join("journal.jsonl")
+    }
+
+    pub fn grants_journal(&self) -> PathBuf {
+        grants_journal_beside(&self.partition_journal())
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.serve
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.serve.state_dir.join("rtmgr.sock"))
+    }
+}
+
+/// The grants journal that belongs with a partition journal (same directory).
+pub fn grants_journal_beside(partition_journal: &std::path::Path) -> PathBuf {
+    partition_journal.with_file_name("grants.jsonl")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_split_from_the_partition_keys() {
+        let text = r#"
+rt_cpus = "1"
+latency_bound_us = 200
+[irq]
+leave = [9]
+[serve]
+state_dir = "/tmp/x"
+balancer = false
+[admission]
+cap = 0.8
+placement = "first-fit"
+[policy]
+max_total_utilisation = 1.5
+[[client]]
+users = ["root"]
+[[client]]
+groups = ["audio"]
+max_utilisation = 0.5
+max_priority = 40
+hard = false
+"#;
+        let c = ServeConfig::from_toml(text).unwrap();
+        assert_eq!(c.partition.latency_bound_us, Some(200));
+        assert_eq!(c.partition.irq.leave, vec![9]);
+        assert!(!c.serve.balancer);
+        assert_eq!(c.socket(), PathBuf::from("/tmp/x/rtmgr.sock"));
+        assert_eq!(c.grants_journal(), PathBuf::from("/tmp/x/grants.jsonl"));
+        assert_eq!(c.admission.placement, Placement::FirstFit);
+        assert_eq!(c.policy.rules.len(), 2);
+        assert_eq!(c.policy.max_total_utilisation, Some(1.5));
+        assert!(ServeConfig::from_toml("rt_cpus = \"1\"\nbogus = 1\n").is_err());
+        assert!(ServeConfig::from_toml("[serve]\nbogus = 1\n").is_err());
+        assert!(ServeConfig::from_toml("[admission]\ncap = 1.5\n").is_err());
+        assert!(ServeConfig::from_toml("[[client]]\nmax_priority = 10\n").is_err());
+        let d = ServeConfig::from_toml("").unwrap();
+        assert_eq!(d.policy, ClientPolicy::default());
+        assert_eq!(d.socket(), PathBuf::from("/run/rtmgr/rtmgr.sock"));
+    }
+}

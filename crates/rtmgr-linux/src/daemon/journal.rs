@@ -1,0 +1,372 @@
+//! The grants journal (DESIGN.md: every change is journalled before it is
+//! made; DROPS §4.1: the manager knows everything it handed out): one JSON
+//! record per line, fsync'd before the grant it describes takes effect, with
+//! the old value of everything a grant changes (policy, cpuset, affinity,
+//! limits, IRQ mask). After a `kill -9` the next daemon (or `rtmgr partition
+//! reset`) reads it to re-adopt or revoke. It lives beside the partition
+//! journal and is compacted so that released grants do not pile up.
+
+use crate::host::{Host, HostError, Limit, LimitKind, Result};
+use rtmgr_core::admission::Demand;
+use rtmgr_core::CpuSet;
+use rtmgr_sys::sched::SchedAttr;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const GRANTS_VERSION: u32 = 1;
+/// Compact the file once this many released grants are in it.
+const COMPACT_AFTER: usize = 64;
+
+/// A thread's scheduling attributes as journalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SavedAttr {
+    pub policy: u32,
+    pub flags: u64,
+    pub nice: i32,
+    pub priority: u32,
+    pub runtime: u64,
+    pub deadline: u64,
+    pub period: u64,
+}
+
+impl From<SchedAttr> for SavedAttr {
+    fn from(a: SchedAttr) -> Self {
+        SavedAttr {
+            policy: a.policy,
+            flags: a.flags,
+            nice: a.nice,
+            priority: a.priority,
+            runtime: a.runtime,
+            deadline: a.deadline,
+            period: a.period,
+        }
+    }
+}
+
+impl From<SavedAttr> for SchedAttr {
+    fn from(a: SavedAttr) -> Self {
+        SchedAttr {
+            policy: a.policy,
+            flags: a.flags,
+            nice: a.nice,
+            priority: a.priority,
+            runtime: a.runtime,
+            deadline: a.deadline,
+            period: a.period,
+        }
+    }
+}
+
+/// One thread before its grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadBefore {
+    pub tid: u32,
+    pub start_time: u64,
+    pub attr: SavedAttr,
+    pub affinity: CpuSet,
+    /// Its cpuset cgroup, relative to the mount (None: unknown, or v2).
+    pub cgroup: Option<String>,
+}
+
+/// A limit before and after the grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitChange {
+    pub kind: LimitKind,
+    pub old: Limit,
+    pub new: Limit,
+}
+
+/// Everything one grant changes, with the old values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    pub id: u64,
+    pub pid: u32,
+    pub pid_start: u64,
+    pub uid: u32,
+    pub name: Option<String>,
+    pub cpu: u32,
+    /// "rt0" or "rt1:PRIO".
+    pub class: String,
+    pub demand: Demand,
+    pub threads: Vec<ThreadBefore>,
+    pub limits: Vec<LimitChange>,
+    /// (IRQ, its raw smp_affinity before).
+    pub irq: Option<(u32, String)>,
+    /// The cpuset the threads were put in (machine path), if any.
+    pub cgroup: Option<PathBuf>,
+    pub response_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Record {
+    /// First record: a daemon started and owns the partition of this journal.
+    Serve {
+        version: u32,
+        partition_journal: PathBuf,
+        started_unix_s: u64,
+    },
+    /// The partition journal it applied (its inode), written right after apply.
+    Owned { inode: u64 },
+    /// A grant about to take effect.
+    Grant(Box<Grant>),
+    /// A grant whose policies were given back; its placement follows a
+    /// period later (see `grant::revoke_policy`).
+    Revoking { id: u64 },
+    /// A grant about to be revoked (or fully revoked after `Revoking`).
+    Release { id: u64 },
+}
+
+/// What a grants journal says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JournalState {
+    /// The partition journal the writing daemon owned.
+    pub partition_journal: Option<PathBuf>,
+    pub owned_inode: Option<u64>,
+    /// Grants not released, oldest first.
+    pub live: Vec<Grant>,
+    /// Grants half revoked (policies given back, placement not yet).
+    pub releasing: Vec<Grant>,
+    pub released: usize,
+    pub max_id: u64,
+}
+
+impl JournalState {
+    /// Every grant not fully released, oldest first.
+    pub fn all(&self) -> Vec<Grant> {
+        let mut v: Vec<Grant> = self.live.iter().chain(&self.releasing).cloned().collect();
+        v.sort_by_key(|g| g.id);
+        v
+    }
+}
+
+/// Append-only writer.
+pub struct GrantJournal {
+    file: std::fs::File,
+    real: PathBuf,
+    released: usize,
+}
+
+fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
+    HostError::Io {
+        op,
+        path: p.display().to_string(),
+        source,
+    }
+}
+
+impl GrantJournal {
+    /// Open (creating if needed) to append.
+    pub fn open(host: &Host, path: &Path) -> Result<Self> {
+        let real = host.path(path);
+        if let Some(dir) = real.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io("mkdir", dir, e))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&real)
+            .map_err(|e| io("open", &real, e))?;
+        Ok(GrantJournal {
+            file,
+            real,
+            released: 0,
+        })
+    }
+
+    /// Write one record durably.
+    pub fn record(&mut self, rec: &Record) -> Result<()> {
+        let mut line = serde_json::to_string(rec).map_err(|e| HostError::Parse {
+            path: self.real.display().to_string(),
+            msg: e.to_string(),
+        })?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| io("write", &self.real, e))?;
+        if matches!(rec, Record::Release { .. }) {
+            self.released += 1;
+        }
+        Ok(())
+    }
+
+    /// Compact when enough released grants accumulated: rewrite the file
+    /// with `header` and `live` only (a new file renamed over the old one,
+    /// so a crash leaves either the old or the new, never half).
+    pub fn maybe_compact(
+        &mut self,
+        header: &[Record],
+        live: &[&Grant],
+        releasing: &[&Grant],
+    ) -> Result<bool> {
+        if self.released < COMPACT_AFTER {
+            return Ok(false);
+        }
+        self.rewrite(header, live, releasing)?;
+        Ok(true)
+    }
+
+    pub fn rewrite(
+        &mut self,
+        header: &[Record],
+        live: &[&Grant],
+        releasing: &[&Grant],
+    ) -> Result<()> {
+        let tmp = self.real.with_extension("jsonl.tmp");
+        let mut text = String::new();
+        let grants = live
+            .iter()
+            .chain(releasing)
+            .map(|g| Record::Grant(Box::new((*g).clone())));
+        let half = releasing.iter().map(|g| Record::Revoking { id: g.id });
+        for r in header.iter().cloned().chain(grants).chain(half) {
+            text.push_str(&serde_json::to_string(&r).expect("records serialize"));
+            text.push('\n');
+        }
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| io("write", &tmp, e))?;
+        std::fs::rename(&tmp, &self.real).map_err(|e| io("rename", &self.real, e))?;
+        self.file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.real)
+            .map_err(|e| io("open", &self.real, e))?;
+        self.released = 0;
+        Ok(())
+    }
+}
+
+/// Read a grants journal; None when there is none. A torn last line (the
+/// writer was killed mid-write) is ignored: its change was never made.
+pub fn read(host: &Host, path: &Path) -> Result<Option<JournalState>> {
+    let real = host.path(path);
+    let text = match std::fs::read_to_string(&real) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", &real, e)),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut st = JournalState::default();
+    for (i, line) in lines.iter().enumerate() {
+        let rec = match serde_json::from_str::<Record>(line) {
+            Ok(r) => r,
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
+            Err(e) => {
+                return Err(HostError::Parse {
+                    path: real.display().to_string(),
+                    msg: format!("line {}: {e}", i + 1),
+                })
+            }
+        };
+        match rec {
+            Record::Serve {
+                partition_journal, ..
+            } => {
+                st.partition_journal = Some(partition_journal);
+                st.owned_inode = None;
+            }
+            Record::Owned { inode } => st.owned_inode = Some(inode),
+            Record::Grant(g) => {
+                st.max_id = st.max_id.max(g.id);
+                st.live.push(*g);
+            }
+            Record::Revoking { id } => {
+                if let Some(i) = st.live.iter().position(|g| g.id == id) {
+                    st.releasing.push(st.live.remove(i));
+                }
+            }
+            Record::Release { id } => {
+                st.live.retain(|g| g.id != id);
+                st.releasing.retain(|g| g.id != id);
+                st.released += 1;
+            }
+        }
+    }
+    Ok(Some(st))
+}
+
+/// Remove the journal (a clean stop with nothing granted).
+pub fn remove(host: &Host, path: &Path) -> Result<()> {
+    let real = host.path(path);
+    match std::fs::remove_file(&real) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("remove", &real, e)),
+    }
+}
+
+/// The inode of a file (which partition journal a daemon applied).
+pub fn inode(host: &Host, path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(host.path(path)).ok().map(|m| m.ino())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rtmgr_core::admission::Kind;
+
+    pub(crate) fn grant(id: u64) -> Grant {
+        Grant {
+            id,
+            pid: 10,
+            pid_start: 5,
+            uid: 0,
+            name: None,
+            cpu: 1,
+            class: "rt0".into(),
+            demand: Demand::new(4_000_000, 1_000_000, None, Kind::Hard).unwrap(),
+            threads: vec![],
+            limits: vec![],
+            irq: Some((41, "3".into())),
+            cgroup: None,
+            response_ns: 0,
+        }
+    }
+
+    #[test]
+    fn grants_fold_compact_and_survive_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let path = Path::new("/run/rtmgr/grants.jsonl");
+        let mut j = GrantJournal::open(&host, path).unwrap();
+        let header = [
+            Record::Serve {
+                version: GRANTS_VERSION,
+                partition_journal: "/run/rtmgr/journal.jsonl".into(),
+                started_unix_s: 1,
+            },
+            Record::Owned { inode: 77 },
+        ];
+        for r in &header {
+            j.record(r).unwrap();
+        }
+        for id in 1..=70 {
+            j.record(&Record::Grant(Box::new(grant(id)))).unwrap();
+            if id != 70 {
+                j.record(&Record::Release { id }).unwrap();
+            }
+        }
+        let st = read(&host, path).unwrap().unwrap();
+        assert_eq!(st.live.len(), 1);
+        assert_eq!((st.max_id, st.released, st.owned_inode), (70, 69, Some(77)));
+        let keep = st.live[0].clone();
+        assert!(j.maybe_compact(&header, &[&keep], &[]).unwrap());
+        let text = std::fs::read_to_string(host.path(path)).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        // A torn record after compaction: ignored.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(host.path(path))
+            .unwrap()
+            .write_all(b"{\"op\":\"grant\",\"id\":")
+            .unwrap();
+        let st = read(&host, path).unwrap().unwrap();
+        assert_eq!(st.live, vec![keep]);
+        remove(&host, path).unwrap();
+        assert!(read(&host, path).unwrap().is_none());
+    }
+}

@@ -1,0 +1,255 @@
+//! `rtmgr serve`: the resource manager that owns the RT CPUs over time and
+//! grants reservations on request (DROPS §4.1: Rmgr owns the resources and
+//! gives them to tasks through a protocol, configured by a script; ARTiS §4:
+//! capacity and periodicity per RT task, EDF or RM per RT CPU; McKenney §5
+//! rule 2: a utilisation cap; budget-based RTAI §3: W every P).
+//!
+//! Files: `config.rs` (the TOML), `startup.rs` (ownership, adoption after a
+//! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
+//! `manager.rs` (requests → grants: the API every front end calls),
+//! `grant.rs` (what a grant changes and its undo), `journal.rs` (grants
+//! journalled before they take effect), `release.rs` (a deadline grant's
+//! placement given back a period after its policy), `peer.rs` (who the client is),
+//! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
+//! (systemd).
+
+pub mod config;
+mod domains;
+pub mod grant;
+pub mod journal;
+pub mod manager;
+mod notify;
+pub mod peer;
+pub mod reconcile;
+mod release;
+pub mod server;
+pub mod startup;
+
+pub use config::ServeConfig;
+pub use manager::Manager;
+pub use startup::reset_machine;
+
+use crate::balance::{run_balancer, LiveConfig};
+use crate::host::{Host, HostError};
+use crate::partition::{self, PartitionError};
+use rtmgr_core::admission::AdmissionConfig;
+use rtmgr_core::partition::validate;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("config: {0}")]
+    Config(String),
+    #[error("{0}")]
+    NotOwner(String),
+    #[error(
+        "could not undo every grant (grants journal kept; run `rtmgr partition reset` again): {0}"
+    )]
+    Incomplete(String),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("socket {path}: {source}")]
+    Socket {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ServeError {
+    /// Bad input, detected before anything changed (exit code 2).
+    pub fn is_input(&self) -> bool {
+        matches!(self, ServeError::Config(_) | ServeError::NotOwner(_))
+    }
+}
+
+/// What a run of the daemon did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct ServeReport {
+    pub adopted: usize,
+    pub dropped_at_start: usize,
+    pub requests: u64,
+    pub granted: u64,
+    pub refused: u64,
+    pub errors: u64,
+    pub revoked_at_stop: usize,
+    pub problems: Vec<String>,
+}
+
+fn rt_share(host: &Host) -> f64 {
+    let read = |p: &str| {
+        host.read_opt(p)
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(-1)
+    };
+    AdmissionConfig::dl_share_from(
+        read("/proc/sys/kernel/sched_rt_runtime_us"),
+        read("/proc/sys/kernel/sched_rt_period_us"),
+    )
+}
+
+/// Run the daemon until `stop` is set (SIGTERM): apply or adopt the
+/// partition, serve the socket, run the balancer beside it, reconcile drift;
+/// then revoke every grant and reset the partition exactly. The caller holds
+/// the machine lock.
+pub fn serve(
+    host: &Host,
+    cfg: &ServeConfig,
+    stop: Arc<AtomicBool>,
+) -> Result<ServeReport, ServeError> {
+    let online = crate::cpus::online(host)?;
+    let plan =
+        validate(&cfg.partition, None, &online).map_err(|e| ServeError::Config(e.to_string()))?;
+    let mut report = ServeReport::default();
+    let (applied, header, old) = match startup::decide(host, cfg, &plan)? {
+        startup::Start::Fresh => {
+            let (a, h) = startup::apply_fresh(host, cfg, &plan)?;
+            (a, h, Vec::new())
+        }
+        startup::Start::Adopt(a, st) => (*a, startup::adopted_header(host, cfg), st.live),
+    };
+    let result = run(host, cfg, &applied, header, old, &stop, &mut report);
+    // Whatever happened: the partition goes back exactly.
+    let reset = partition::reset(host, &applied.journal);
+    notify::status("stopped");
+    result?;
+    if let Err(e) = reset {
+        report.problems.push(format!("partition reset: {e}"));
+        return Err(e.into());
+    }
+    if report.problems.is_empty() {
+        journal::remove(host, &cfg.grants_journal())?;
+        let _ = std::fs::remove_dir(host.path(&cfg.serve.state_dir));
+    } else {
+        return Err(ServeError::Incomplete(report.problems.join("; ")));
+    }
+    Ok(report)
+}
+
+fn run(
+    host: &Host,
+    cfg: &ServeConfig,
+    applied: &partition::Applied,
+    header: Vec<journal::Record>,
+    old: Vec<journal::Grant>,
+    stop: &Arc<AtomicBool>,
+    report: &mut ServeReport,
+) -> Result<(), ServeError> {
+    let domains = domains::ensure(host, applied)?;
+    let (keep, dropped) = startup::split_live(host, &applied.layout, old);
+    report.dropped_at_start = dropped.len();
+    let journal = journal::GrantJournal::open(host, &cfg.grants_journal())?;
+    let admission = AdmissionConfig {
+        cap: cfg.admission.cap,
+        dl_share: rt_share(host),
+        placement: cfg.admission.placement,
+    };
+    let next_id = keep.iter().map(|g| g.id).max().unwrap_or(0) + 1;
+    let mut m = Manager::new(
+        host.clone(),
+        applied.clone(),
+        domains,
+        cfg.policy.clone(),
+        admission,
+        journal,
+        header,
+        next_id,
+    );
+    report.adopted = keep.len();
+    for g in keep {
+        m.adopt(g);
+    }
+    m.rewrite_journal()?;
+    let sock = cfg.socket();
+    let listener = bind(host, &sock)?;
+    let balancer = start_balancer(host, cfg, applied);
+    m.balancer = if balancer.is_some() {
+        "running".into()
+    } else {
+        "off".into()
+    };
+    notify::ready(&format!(
+        "RT CPUs {}, {} reservation(s) adopted; listening on {}",
+        applied.plan.rt,
+        report.adopted,
+        sock.display()
+    ));
+    let served = server::run(
+        &mut m,
+        &listener,
+        cfg.serve.max_connections,
+        cfg.serve.reconcile_ms,
+        stop,
+        reconcile::reconcile,
+    );
+    notify::stopping();
+    drop(listener);
+    let _ = std::fs::remove_file(host.path(&sock));
+    report.revoked_at_stop = m.grants().count();
+    report.problems.extend(m.revoke_all());
+    if let Some((bstop, handle)) = balancer {
+        bstop.store(true, Ordering::Relaxed);
+        match handle.join() {
+            Ok(Ok(r)) => report.problems.extend(r.restore_failures),
+            Ok(Err(e)) => report.problems.push(format!("balancer: {e}")),
+            Err(_) => report.problems.push("balancer thread panicked".into()),
+        }
+    }
+    report.requests = m.stats.requests;
+    report.granted = m.stats.granted;
+    report.refused = m.stats.refused;
+    report.errors = m.stats.errors;
+    served.map_err(|source| ServeError::Socket {
+        path: sock.display().to_string(),
+        source,
+    })
+}
+
+type BalancerThread = (
+    Arc<AtomicBool>,
+    std::thread::JoinHandle<Result<crate::balance::LiveReport, crate::balance::BalanceError>>,
+);
+
+/// The live balancer and its latency guard (ARTiS §2.3), as `rtmgr balance` runs them.
+fn start_balancer(
+    host: &Host,
+    cfg: &ServeConfig,
+    applied: &partition::Applied,
+) -> Option<BalancerThread> {
+    if !cfg.serve.balancer {
+        return None;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, a, s) = (host.clone(), applied.clone(), stop.clone());
+    let mut live = LiveConfig::new(applied);
+    live.period_ns = cfg.serve.balance_period_ms * 1_000_000;
+    live.guard = cfg.serve.guard;
+    let handle = std::thread::Builder::new()
+        .name("rtmgr-balance".into())
+        .spawn(move || run_balancer(&h, &a, &live, &s, |_, _| {}))
+        .ok()?;
+    Some((stop, handle))
+}
+
+/// Listen on the socket: any local user may connect (the policy decides).
+fn bind(
+    host: &Host,
+    sock: &std::path::Path,
+) -> Result<std::os::unix::net::UnixListener, ServeError> {
+    let real = host.path(sock);
+    let err = |source| ServeError::Socket {
+        path: sock.display().to_string(),
+        source,
+    };
+    if let Some(dir) = real.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let _ = std::fs::remove_file(&real);
+    let l = std::os::unix::net::UnixListener::bind(&real).map_err(err)?;
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+    Ok(l)
+}

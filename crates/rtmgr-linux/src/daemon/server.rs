@@ -1,0 +1,170 @@
+//! The Unix-socket front end of the Manager (DROPS §4.1's request protocol):
+//! one thread polling the listening socket, the connections, and the pidfds
+//! of clients holding grants (readable = the client exited: its grants go).
+//! Newline-delimited JSON, one response per request; a line longer than the
+//! protocol's maximum, bytes that are not a request, a peer that vanishes —
+//! each gets an error or is dropped, and the daemon goes on.
+
+use super::manager::Manager;
+use super::peer::{self, Client};
+use rtmgr_core::protocol::{parse_request, ErrorCode, Response, MAX_MESSAGE};
+use rtmgr_sys::pidfd::{peer_cred, peer_pidfd, poll_readable};
+use rtmgr_sys::time::mono_ns;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// A connection closes after this long without a complete request.
+const IDLE_NS: u64 = 30_000_000_000;
+
+struct Conn {
+    stream: UnixStream,
+    client: Client,
+    buf: Vec<u8>,
+    last_ns: u64,
+    closed: bool,
+}
+
+/// Serve until `stop` is set. `tick` runs every `tick_ms` (reconciliation).
+pub fn run(
+    m: &mut Manager,
+    listener: &UnixListener,
+    max_connections: usize,
+    tick_ms: u64,
+    stop: &AtomicBool,
+    mut tick: impl FnMut(&mut Manager),
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut next_tick = mono_ns() + tick_ms * 1_000_000;
+    while !stop.load(Ordering::Relaxed) {
+        let (ready, exited) = {
+            let pidfds = m.pidfds();
+            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + conns.len() + pidfds.len());
+            fds.push(listener.as_fd());
+            fds.extend(conns.iter().map(|c| c.stream.as_fd()));
+            fds.extend(pidfds.iter().map(|(_, fd)| *fd));
+            let wait = next_tick.saturating_sub(mono_ns()) / 1_000_000;
+            let ready = poll_readable(&fds, wait.min(100) as i32)?;
+            let exited: Vec<u32> = pidfds
+                .iter()
+                .zip(&ready[1 + conns.len()..])
+                .filter(|(_, r)| **r)
+                .map(|((pid, _), _)| *pid)
+                .collect();
+            (ready[..1 + conns.len()].to_vec(), exited)
+        };
+        for pid in exited {
+            m.client_exited(pid);
+        }
+        m.finish_deferred();
+        for (c, r) in conns.iter_mut().zip(&ready[1..]) {
+            if *r {
+                serve_conn(m, c);
+            }
+        }
+        if ready[0] {
+            accept(m, listener, &mut conns, max_connections);
+        }
+        let now = mono_ns();
+        conns.retain(|c| !c.closed && now.saturating_sub(c.last_ns) < IDLE_NS);
+        if now >= next_tick {
+            tick(m);
+            next_tick = now + tick_ms * 1_000_000;
+        }
+    }
+    Ok(())
+}
+
+fn accept(m: &mut Manager, listener: &UnixListener, conns: &mut Vec<Conn>, max: usize) {
+    for _ in 0..64 {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(_) => return,
+        };
+        if conns.len() >= max {
+            let _ = write_line(
+                &stream,
+                &Response::error(ErrorCode::Os, "too many connections; try again"),
+            );
+            continue;
+        }
+        let Ok(cred) = peer_cred(stream.as_fd()) else {
+            continue;
+        };
+        let pidfd = peer_pidfd(stream.as_fd()).ok().flatten();
+        // A peer that is gone already cannot be granted anything.
+        let Some(client) = peer::identify(&m.host, cred, pidfd) else {
+            continue;
+        };
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        conns.push(Conn {
+            stream,
+            client,
+            buf: Vec::new(),
+            last_ns: mono_ns(),
+            closed: false,
+        });
+    }
+}
+
+/// Read what is there (one read: poll said readable), answer every complete line.
+fn serve_conn(m: &mut Manager, c: &mut Conn) {
+    let mut chunk = [0u8; 16 * 1024];
+    let n = match (&c.stream).read(&mut chunk) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
+        Err(_) => {
+            c.closed = true;
+            return;
+        }
+    };
+    c.last_ns = mono_ns();
+    c.buf.extend_from_slice(&chunk[..n]);
+    while let Some(i) = c.buf.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = c.buf.drain(..=i).collect();
+        answer(m, c, &line[..line.len() - 1]);
+        if c.closed {
+            return;
+        }
+    }
+    if c.buf.len() > MAX_MESSAGE {
+        let resp = Response::error(
+            ErrorCode::TooLarge,
+            format!("no newline within {MAX_MESSAGE} bytes: the connection is closed"),
+        );
+        m.count(&resp);
+        let _ = write_line(&c.stream, &resp);
+        c.closed = true;
+        return;
+    }
+    if n == 0 {
+        // End of stream: an unterminated last line is answered as it is.
+        if !c.buf.is_empty() {
+            let line = std::mem::take(&mut c.buf);
+            answer(m, c, &line);
+        }
+        c.closed = true;
+    }
+}
+
+fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let resp = match parse_request(line) {
+        Ok(req) => m.handle(&c.client, req),
+        Err(e) => {
+            let r = Response::error(e.code, e.message);
+            m.count(&r);
+            r
+        }
+    };
+    if write_line(&c.stream, &resp).is_err() {
+        c.closed = true;
+    }
+}
+
+fn write_line(mut s: &UnixStream, r: &Response) -> std::io::Result<()> {
+    s.write_all(r.to_line().as_bytes())
+}

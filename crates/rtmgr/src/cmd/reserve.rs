@@ -1,0 +1,161 @@
+//! `rtmgr reserve … -- CMD`, `rtmgr reservations`, `rtmgr release ID`: the
+//! daemon's client on the command line (budget-based RTAI §3: W every P;
+//! DROPS §4.1: resources on request). `reserve` asks for the reservation for
+//! itself, then becomes CMD (exec): the reservation lives as long as CMD.
+
+use super::{bad_input, Outcome};
+use rtmgr_core::admission::{fmt_duration, parse_duration};
+use rtmgr_rt::client::{socket_path, Client, ClientError, IrqRef, ReservationInfo, ReserveRequest};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ReserveArgs {
+    /// Period P, e.g. 4ms.
+    #[arg(long, value_parser = parse_duration)]
+    pub period: u64,
+    /// Budget W per period, e.g. 1ms.
+    #[arg(long, value_parser = parse_duration)]
+    pub budget: u64,
+    /// Deadline D ≤ P (default P).
+    #[arg(long, value_parser = parse_duration)]
+    pub deadline: Option<u64>,
+    /// rt0 (hard: SCHED_DEADLINE) or rt1[:PRIO] (soft: SCHED_FIFO).
+    #[arg(long, default_value = "rt0")]
+    pub class: String,
+    /// An RT CPU (default: any).
+    #[arg(long)]
+    pub cpu: Option<u32>,
+    /// An IRQ (number or /proc/interrupts name) to steer to the reservation's CPU.
+    #[arg(long)]
+    pub irq: Option<String>,
+    /// A name shown by `rtmgr reservations`.
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub socket: SocketArg,
+    /// The program to run under the reservation.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct SocketArg {
+    /// The daemon's socket (default: $RTMGR_SOCKET or /run/rtmgr/rtmgr.sock).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn connect(&self) -> Result<Client, ClientError> {
+        Client::connect_to(&self.socket.clone().unwrap_or_else(socket_path))
+    }
+}
+
+#[derive(clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub socket: SocketArg,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ReleaseArgs {
+    pub id: u64,
+    #[command(flatten)]
+    pub socket: SocketArg,
+}
+
+/// A refusal is not an error of rtmgr: one line and exit code 1.
+fn client_err(e: ClientError) -> anyhow::Result<Outcome> {
+    match e {
+        ClientError::Refused { .. } | ClientError::NoDaemon { .. } => {
+            eprintln!("rtmgr: {e}");
+            Ok(Outcome::Code(1))
+        }
+        e => Err(e.into()),
+    }
+}
+
+pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
+    let mut r = ReserveRequest::new(a.period, a.budget);
+    r.deadline_ns = a.deadline;
+    r.class = a.class;
+    r.cpu = a.cpu;
+    r.name = a.name;
+    r.irq = a.irq.map(|s| match s.parse::<u32>() {
+        Ok(n) => IrqRef::Number(n),
+        Err(_) => IrqRef::Name(s),
+    });
+    if let Err(rtmgr_core::protocol::Invalid::Error(e)) = r.validate() {
+        return bad_input(e.message);
+    }
+    let granted = match a.socket.connect().and_then(|mut c| c.reserve(r)) {
+        Ok(g) => g,
+        Err(e) => return client_err(e),
+    };
+    eprintln!("rtmgr: {}", describe(&granted));
+    let err = std::process::Command::new(&a.command[0])
+        .args(&a.command[1..])
+        .exec();
+    anyhow::bail!("exec {}: {err}", a.command[0])
+}
+
+fn describe(g: &ReservationInfo) -> String {
+    format!(
+        "reservation {} on CPU {}: {} {} every {} (deadline {})",
+        g.id,
+        g.cpu,
+        g.policy,
+        fmt_duration(g.budget_ns),
+        fmt_duration(g.period_ns),
+        fmt_duration(g.deadline_ns)
+    )
+}
+
+pub fn list(a: ListArgs) -> anyhow::Result<Outcome> {
+    let rs = match a.socket.connect().and_then(|mut c| c.list()) {
+        Ok(r) => r,
+        Err(e) => return client_err(e),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rs)?);
+        return Ok(Outcome::Ok);
+    }
+    if rs.is_empty() {
+        println!("no reservations");
+        return Ok(Outcome::Ok);
+    }
+    println!(
+        "{:>4} {:>7} {:>6} {:>3} {:<15} {:>8} {:>8} {:>8} {:<12} name",
+        "id", "pid", "uid", "cpu", "policy", "budget", "period", "deadline", "threads"
+    );
+    for g in rs {
+        let threads: Vec<String> = g.threads.iter().map(|t| t.to_string()).collect();
+        println!(
+            "{:>4} {:>7} {:>6} {:>3} {:<15} {:>8} {:>8} {:>8} {:<12} {}",
+            g.id,
+            g.pid,
+            g.uid,
+            g.cpu,
+            format!("{} {}", g.policy.trim_start_matches("SCHED_"), g.class),
+            fmt_duration(g.budget_ns),
+            fmt_duration(g.period_ns),
+            fmt_duration(g.deadline_ns),
+            threads.join(","),
+            g.name.unwrap_or_default()
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+pub fn release(a: ReleaseArgs) -> anyhow::Result<Outcome> {
+    match a.socket.connect().and_then(|mut c| c.release(a.id)) {
+        Ok(()) => {
+            println!("released reservation {}", a.id);
+            Ok(Outcome::Ok)
+        }
+        Err(e) => client_err(e),
+    }
+}

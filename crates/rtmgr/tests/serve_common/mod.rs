@@ -1,0 +1,258 @@
+//! What the daemon's live tests share: the machine lock, a private state
+//! directory (socket, journals), a daemon started from the binary with
+//! RTMGR_LOCK_HELD, clients as child processes (`rtmgr reserve -- CMD`), and
+//! the machine snapshot every test compares at its end.
+#![allow(dead_code)]
+
+use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
+use rtmgr_linux::snapshot::{self, MachineState};
+use rtmgr_linux::{cpus, Host};
+use rtmgr_rt::client::Client;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_rtmgr");
+
+/// One test's hold on the machine: the lock, a private directory, the state before.
+pub struct Live {
+    _lock: MachineLock,
+    pub dir: tempfile::TempDir,
+    pub before: MachineState,
+    pub rt_cpu: u32,
+}
+
+impl Live {
+    /// None (with the reason printed) when the test cannot run here.
+    pub fn new() -> Option<Self> {
+        if !rtmgr_linux::sched::is_root() {
+            eprintln!("skip: the daemon needs root");
+            return None;
+        }
+        let host = Host::real();
+        if rtmgr_linux::partition::layout(&host).is_err() {
+            eprintln!("skip: no cpuset controller on this machine");
+            return None;
+        }
+        let online = cpus::online(&host).unwrap_or_default();
+        if online.len() < 2 {
+            eprintln!("skip: needs 2 CPUs");
+            return None;
+        }
+        let lock = MachineLock::acquire(Path::new(DEFAULT_LOCK_PATH)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Anyone may enter (unprivileged clients reach the socket in it).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(Live {
+            _lock: lock,
+            before: snapshot::capture(&host),
+            rt_cpu: online.iter().last().unwrap(),
+            dir,
+        })
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.state().join("rtmgr.sock")
+    }
+
+    pub fn journal(&self) -> PathBuf {
+        self.state().join("journal.jsonl")
+    }
+
+    /// Write the daemon's config: RT CPU = the last CPU, private state, no
+    /// balancer unless `extra` says so, plus `extra` TOML.
+    pub fn config(&self, extra: &str) -> PathBuf {
+        let p = self.dir.path().join("rtmgr.toml");
+        let mut text = format!(
+            "rt_cpus = \"{}\"\n[serve]\nstate_dir = \"{}\"\nreconcile_ms = 200\n",
+            self.rt_cpu,
+            self.state().display()
+        );
+        if !extra.contains("balancer") {
+            text.push_str("balancer = false\n");
+        }
+        text.push_str(extra);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn start(&self, extra: &str) -> Daemon {
+        let cfg = self.config(extra);
+        Daemon::start(&cfg, &self.socket(), self.dir.path())
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect_to(&self.socket()).unwrap()
+    }
+
+    /// `rtmgr reserve ARGS -- CMD` as a child (its own process: the client).
+    /// It dies with the thread that spawned it (a failed test leaves none).
+    pub fn reserve_child(&self, args: &[&str], cmd: &[&str]) -> Child {
+        let mut c = Command::new(BIN);
+        c.arg("reserve")
+            .args(args)
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--")
+            .args(cmd)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        rtmgr_sys::child::ChildSetup::new()
+            .kill_with_parent()
+            .install(&mut c);
+        c.spawn().unwrap()
+    }
+
+    /// The machine must be as before the test (partition, IRQs, every task).
+    pub fn assert_restored(&self, when: &str) {
+        let diff = self.before.diff(&snapshot::capture(&Host::real()));
+        assert!(diff.is_empty(), "{when}: machine not restored: {diff:#?}");
+        assert!(
+            !self.state().exists(),
+            "{when}: state directory left: {:?}",
+            std::fs::read_dir(self.state()).map(|d| d.count())
+        );
+    }
+
+    /// `rtmgr partition reset` on the private journal (after a kill -9).
+    pub fn partition_reset(&self) -> std::process::Output {
+        Command::new(BIN)
+            .args(["partition", "reset", "--journal"])
+            .arg(self.journal())
+            .env("RTMGR_LOCK_HELD", "1")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // Whatever a failed test left: give the machine back.
+        if self.journal().exists() || self.state().join("grants.jsonl").exists() {
+            let o = self.partition_reset();
+            eprintln!("cleanup reset: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+}
+
+/// Child processes killed when the test ends, also when it fails.
+#[derive(Default)]
+pub struct Children(pub Vec<Child>);
+
+impl Children {
+    pub fn add(&mut self, c: Child) -> u32 {
+        let id = c.id();
+        self.0.push(c);
+        id
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A daemon process. A test that fails or panics stops it on the way out
+/// (SIGTERM, then SIGKILL if it does not end; `Live` then resets what it
+/// left), and a test process killed outright makes the kernel send it SIGTERM.
+pub struct Daemon {
+    child: Option<Child>,
+}
+
+impl Daemon {
+    pub fn start(cfg: &Path, socket: &Path, dir: &Path) -> Daemon {
+        let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(cfg)
+            .env("RTMGR_LOCK_HELD", "1")
+            .stdout(Stdio::null())
+            .stderr(log);
+        // A test killed outright (timeout, SIGKILL) still stops its daemon.
+        rtmgr_sys::child::ChildSetup::new()
+            .term_with_parent()
+            .install(&mut cmd);
+        let child = cmd.spawn().unwrap();
+        let mut d = Daemon { child: Some(child) };
+        let t0 = Instant::now();
+        while Client::connect_to(socket).is_err() {
+            if let Ok(Some(st)) = d.child.as_mut().unwrap().try_wait() {
+                panic!(
+                    "daemon exited at start ({st}): {}",
+                    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "daemon did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGTERM; the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().unwrap();
+        rtmgr_sys::process::kill(c.id() as i32, libc::SIGTERM).unwrap();
+        c.wait().unwrap()
+    }
+
+    pub fn kill9(mut self) {
+        let mut c = self.child.take().unwrap();
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = rtmgr_sys::process::kill(c.id() as i32, libc::SIGTERM);
+        let t0 = Instant::now();
+        while matches!(c.try_wait(), Ok(None)) {
+            if t0.elapsed() > Duration::from_secs(20) {
+                eprintln!("daemon {} ignored SIGTERM: SIGKILL", c.id());
+                let _ = c.kill();
+                let _ = c.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A thread's policy number (SCHED_OTHER 0, FIFO 1, DEADLINE 6).
+pub fn policy_of(tid: u32) -> Option<u32> {
+    rtmgr_sys::sched::get_attr(tid).ok().map(|a| a.policy)
+}
+
+/// The reservations the daemon lists.
+pub fn listed(c: &mut Client) -> Vec<rtmgr_rt::client::ReservationInfo> {
+    c.list().unwrap()
+}
+
+/// Wait until `f` holds (up to 5 s).
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

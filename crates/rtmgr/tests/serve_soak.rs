@@ -1,0 +1,177 @@
+//! Soak (root, live): reserve/release cycles from several concurrent clients
+//! (threads of this process, each its own client thread), while child
+//! clients are SIGKILLed mid-request; afterwards nothing may have leaked —
+//! no cgroup, descriptor, thread, affinity or journal entry — and the
+//! daemon's memory must be flat. The short version runs in the normal test
+//! run (RTMGR_SOAK_CYCLES, default 400); `soak_10000_cycles` is the long one
+//! (`cargo test -p rtmgr --test serve_soak -- --ignored --nocapture`).
+
+mod serve_common;
+
+use rtmgr_rt::client::ReserveRequest;
+use rtmgr_sys::sched::SCHED_OTHER;
+use serve_common::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+fn proc_count(pid: u32, what: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/{what}"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn soak(cycles: u64) {
+    let Some(live) = Live::new() else { return };
+    let d = live.start(
+        "[[client]]\nusers = [\"root\"]\nmax_priority = 98\nrequests_per_burst = 100000000\nburst_s = 1\nmax_reservations = 1000\n",
+    );
+    let dpid = d.pid();
+    let (fds0, threads0) = (proc_count(dpid, "fd"), proc_count(dpid, "task"));
+    let done = Arc::new(AtomicU64::new(0));
+    let killed = Arc::new(AtomicU64::new(0));
+    let workers = 4u64;
+    let child_cycles = (cycles / 10).max(4);
+    let thread_cycles = (cycles - child_cycles) / workers;
+    let mut rss_warm = 0;
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let (done, sock) = (done.clone(), live.socket());
+            s.spawn(move || {
+                let mut c = rtmgr_rt::client::Client::connect_to(&sock).unwrap();
+                let me = rtmgr_sys::sched::gettid();
+                let aff = rtmgr_sys::sched::get_affinity(0).unwrap();
+                for i in 0..thread_cycles {
+                    let mut r = ReserveRequest::new(10_000_000, 200_000);
+                    if (i + w) % 2 == 1 {
+                        r.class = format!("rt1:{}", 10 + w);
+                    }
+                    let g = c
+                        .reserve(r)
+                        .unwrap_or_else(|e| panic!("worker {w} cycle {i}: {e}"));
+                    assert_eq!(g.threads, vec![me]);
+                    c.release(g.id).unwrap();
+                    assert_eq!(policy_of(me), Some(SCHED_OTHER));
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                // A deadline grant's placement comes back a period after its policy.
+                eventually("affinity restored", || {
+                    rtmgr_sys::sched::get_affinity(0).unwrap() == aff
+                });
+            });
+        }
+        let (done2, killed, live) = (done.clone(), killed.clone(), &live);
+        s.spawn(move || {
+            let mut seed = 0x2545_f491_u64;
+            for i in 0..child_cycles {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let class = if i % 2 == 0 { "rt0" } else { "rt1:5" };
+                let mut ch = live.reserve_child(
+                    &["--period", "10ms", "--budget", "200us", "--class", class],
+                    &["sleep", "0.05"],
+                );
+                if seed.is_multiple_of(2) {
+                    // Mid-request (or just after the grant): SIGKILL.
+                    std::thread::sleep(std::time::Duration::from_micros(seed % 3000));
+                    let _ = ch.kill();
+                    killed.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = ch.wait();
+                done2.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        // Memory after warm-up.
+        while done.load(Ordering::Relaxed) < cycles / 10 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        rss_warm = rss_kib(dpid);
+    });
+    let mut c = live.client();
+    eventually("every grant of a dead client revoked", || {
+        listed(&mut c).is_empty()
+    });
+    let status = c.status().unwrap();
+    drop(c);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (fds1, threads1, rss_end) = (
+        proc_count(dpid, "fd"),
+        proc_count(dpid, "task"),
+        rss_kib(dpid),
+    );
+    let cpuset = std::path::Path::new("/sys/fs/cgroup/cpuset/rtmgr-rt");
+    let mut leaked_cgroups = Vec::new();
+    let mut threads_in_cgroups = 0;
+    if cpuset.exists() {
+        for e in std::fs::read_dir(cpuset).unwrap().flatten() {
+            if e.path().is_dir() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with("cpu") {
+                    leaked_cgroups.push(name);
+                }
+                threads_in_cgroups += std::fs::read_to_string(e.path().join("tasks"))
+                    .unwrap_or_default()
+                    .lines()
+                    .count();
+            }
+        }
+    }
+    let journal_path = live.state().join("grants.jsonl");
+    let journal_records = std::fs::read_to_string(&journal_path)
+        .unwrap()
+        .lines()
+        .count();
+    let journal = rtmgr_linux::daemon::journal::read(&rtmgr_linux::Host::real(), &journal_path)
+        .unwrap()
+        .expect("the daemon keeps its grants journal");
+    let journal_left = journal.all().len();
+    eprintln!(
+        "soak: {} cycles ({} from {workers} client threads, {} child clients of which {} SIGKILLed); daemon: {} granted, {} refused, {} errors; fds {fds0} -> {fds1}, threads {threads0} -> {threads1}, VmRSS {rss_warm} KiB after warm-up -> {rss_end} KiB; grants left in the journal {journal_left} ({journal_records} records); cgroups leaked {leaked_cgroups:?}; threads left in the RT cpusets {threads_in_cgroups}",
+        done.load(Ordering::Relaxed),
+        thread_cycles * workers,
+        child_cycles,
+        killed.load(Ordering::Relaxed),
+        status.granted,
+        status.refused,
+        status.errors
+    );
+    assert_eq!(fds1, fds0, "descriptors leaked");
+    assert_eq!(threads1, threads0, "threads leaked");
+    assert!(leaked_cgroups.is_empty());
+    assert_eq!(threads_in_cgroups, 0);
+    assert_eq!(journal_left, 0, "grants left unreleased in the journal");
+    assert!(
+        journal_records < 400,
+        "compaction keeps the journal short: {journal_records} records"
+    );
+    assert!(
+        rss_end <= rss_warm + 4096,
+        "daemon memory grew: {rss_warm} -> {rss_end} KiB"
+    );
+    assert!(d.stop().success());
+    live.assert_restored("after the soak");
+}
+
+#[test]
+fn soak_short() {
+    let cycles = std::env::var("RTMGR_SOAK_CYCLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    soak(cycles);
+}
+
+#[test]
+#[ignore = "long: 10 000 cycles (about a minute); run with --ignored"]
+fn soak_10000_cycles() {
+    soak(10_000);
+}
