@@ -1,8 +1,10 @@
 //! The periodic-task C API from C (budget-based RTAI §3.2): the C test and the
-//! two C examples build with `cc -std=c11 -Wall -Wextra -Werror` against
+//! C examples build with `cc -std=c11 -Wall -Wextra -Werror` against
 //! include/rtmgr.h and the static library, and run (as RT1+ tasks when root,
-//! then under the machine lock). The header's freshness and the pkg-config /
-//! shared-library builds are checked by the `c_api` test.
+//! then under the machine lock). `reserve_demo` (the daemon client's C API,
+//! DROPS §4.1) says so and exits 0 when no `rtmgr serve` runs. The header's
+//! freshness and the pkg-config / shared-library builds are checked by the
+//! `c_api` test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,6 +56,7 @@ fn c_periodic_programs_build_and_run() {
         ("periodic_test", vec![]),
         ("periodic_budget", vec!["25", "soft"]),
         ("overrun_demo", vec!["8", "soft"]),
+        ("reserve_demo", vec!["5"]),
     ] {
         let exe = tmp.path().join(prog);
         run(Command::new("cc")
