@@ -37,8 +37,11 @@ const LOOKBACK_EVENTS: usize = 200_000;
 const KEEP_NS: u64 = 250_000_000;
 /// A sample is explained once its CPU's trace has passed its wake-up by this
 /// much, or — when the reader has caught up with every CPU and this CPU
-/// records nothing more — once the clock has.
+/// records nothing more — once the clock has passed it by `IDLE_SETTLE_NS`
+/// (an empty read does not prove the kernel has no unread events of that
+/// time: a CI run explained a busy CPU's 5 ms with no event at all).
 const SETTLE_NS: u64 = 2_000_000;
+const IDLE_SETTLE_NS: u64 = KEEP_NS / 2;
 /// Late samples in flight per probe thread.
 const QUEUE: usize = 4096;
 
@@ -109,7 +112,7 @@ impl State {
             let s = self.pending[i];
             let log = self.logs.entry(s.cpu).or_default();
             let newest = log.back().map_or(0, |e| e.ts_ns);
-            if newest >= s.wake_ns + SETTLE_NS || (caught_up && now >= s.wake_ns + SETTLE_NS) {
+            if newest >= s.wake_ns + SETTLE_NS || (caught_up && now >= s.wake_ns + IDLE_SETTLE_NS) {
                 let split = log.partition_point(|e| e.ts_ns <= s.release_ns);
                 let from = log.partition_point(|e| e.ts_ns + REPLAY_NS < s.release_ns);
                 let to = log.partition_point(|e| e.ts_ns <= s.wake_ns).max(from);
