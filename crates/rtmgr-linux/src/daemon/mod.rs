@@ -6,7 +6,8 @@
 //!
 //! Files: `config.rs` (the TOML), `startup.rs` (ownership, adoption after a
 //! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
-//! `manager.rs` (requests → grants: the API every front end calls),
+//! `manager/` (requests → grants: the API every front end calls; giving
+//! back in `revoke.rs`, list and status in `queries.rs`),
 //! `grant.rs` (what a grant changes and its undo), `journal.rs` (grants
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),

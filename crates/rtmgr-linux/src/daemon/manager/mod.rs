@@ -10,17 +10,16 @@ use super::journal::{Grant, GrantJournal, Record};
 use super::peer::{thread_of, Client};
 use crate::partition::Applied;
 use crate::{tasks, Host, HostError};
-use rtmgr_core::admission::policy::{Ask, ClientPolicy, Usage};
+use rtmgr_core::admission::policy::{Ask, ClientPolicy};
 use rtmgr_core::admission::rate::Burst;
 use rtmgr_core::admission::{Admission, AdmissionConfig};
 use rtmgr_core::protocol::{
-    CpuStatus, ErrorCode, Invalid, IrqRef, Op, RefusalKind, Reply, Request, ReservationInfo,
-    ReserveRequest, Response, StatusInfo, ValidReserve,
+    ErrorCode, Invalid, IrqRef, Op, RefusalKind, Reply, Request, ReserveRequest, Response,
+    ValidReserve,
 };
 use rtmgr_sys::pidfd::Pidfd;
 use rtmgr_sys::time::mono_ns;
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, BorrowedFd};
 
 /// Counters for `status`.
 #[derive(Debug, Default, Clone)]
@@ -351,240 +350,9 @@ impl Manager {
         }
         Ok(Some(n))
     }
-
-    fn usage(&self, uid: u32) -> Usage {
-        let mut u = Usage::default();
-        for g in self.grants.values() {
-            let x = g.demand.utilisation() * g.threads.len() as f64;
-            u.total_utilisation += x;
-            if g.uid == uid {
-                u.user_utilisation += x;
-                u.user_reservations += 1;
-            }
-        }
-        u
-    }
-
-    pub(super) fn watch(&mut self, pid: u32, start_time: u64) {
-        if self.watched.contains_key(&pid) {
-            return;
-        }
-        // Opened after the grant, checked against the start time: the pidfd
-        // names the client, not a process that reused its id.
-        let pidfd = Pidfd::open(pid)
-            .ok()
-            .filter(|_| tasks::same_task(&self.host, pid, start_time));
-        self.watched.insert(pid, Watched { start_time, pidfd });
-    }
-
-    fn release(&mut self, client: &Client, id: u64) -> Response {
-        if let Err(resp) = self.rate(client) {
-            return resp;
-        }
-        let Some(g) = self.grants.get(&id) else {
-            return Response::error(ErrorCode::NotFound, format!("no reservation {id}"));
-        };
-        if client.cred.uid != 0 && client.cred.uid != g.uid {
-            return refused(
-                RefusalKind::Permission,
-                format!(
-                    "reservation {id} belongs to uid {}, not to {}",
-                    g.uid,
-                    client.peer.label()
-                ),
-            );
-        }
-        self.revoke_id(id);
-        Response::new(Reply::Released { id })
-    }
-
-    /// Revoke one grant: journal first, then undo, then forget. A live
-    /// thread that was SCHED_DEADLINE (in this grant or one it took over)
-    /// gets its policy back now and its placement a period later (`release.rs`).
-    pub fn revoke_id(&mut self, id: u64) -> Vec<String> {
-        let Some(g) = self.grants.remove(&id) else {
-            return Vec::new();
-        };
-        self.admission.remove(id);
-        let problems = if let Some(due_ns) = self.placement_due(&g) {
-            let _ = self.journal.record(&Record::Revoking { id });
-            let problems = grant::revoke_policy(&self.host, &g);
-            self.defer(g, due_ns);
-            problems
-        } else {
-            let _ = self.journal.record(&Record::Release { id });
-            let last_of_pid = !self.pid_busy(g.pid);
-            let problems = grant::revoke(&self.host, &self.applied.layout, &g, last_of_pid);
-            if last_of_pid {
-                self.watched.remove(&g.pid);
-            }
-            problems
-        };
-        for p in &problems {
-            tracing::warn!("reservation {id}: could not undo {p}");
-        }
-        self.compact();
-        problems
-    }
-
-    pub(super) fn compact(&mut self) {
-        let live: Vec<&Grant> = self.grants.values().collect();
-        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
-        if let Err(e) = self.journal.maybe_compact(&self.header, &live, &releasing) {
-            tracing::warn!("grants journal compaction: {e}");
-        }
-    }
-
-    fn revoke(&mut self, id: u64, g: &Grant, restore_limits: bool) -> Vec<String> {
-        let problems = grant::revoke(&self.host, &self.applied.layout, g, restore_limits);
-        self.admission.remove(id);
-        for p in &problems {
-            tracing::warn!("reservation {id}: could not undo {p}");
-        }
-        problems
-    }
-
-    /// Every grant of a process that exited.
-    pub fn client_exited(&mut self, pid: u32) {
-        let ids: Vec<u64> = self
-            .grants
-            .values()
-            .filter(|g| g.pid == pid)
-            .map(|g| g.id)
-            .collect();
-        for id in ids {
-            self.revoke_id(id);
-        }
-        self.watched.remove(&pid);
-    }
-
-    /// Processes whose pidfd is readable or whose start time changed.
-    pub fn exited_clients(&self) -> Vec<u32> {
-        self.watched
-            .iter()
-            .filter(|(pid, w)| match &w.pidfd {
-                Some(fd) => fd.exited(),
-                None => !tasks::same_task(&self.host, **pid, w.start_time),
-            })
-            .map(|(pid, _)| *pid)
-            .collect()
-    }
-
-    /// The pidfds a front end polls (readable = that client exited).
-    pub fn pidfds(&self) -> Vec<(u32, BorrowedFd<'_>)> {
-        self.watched
-            .iter()
-            .filter_map(|(pid, w)| w.pidfd.as_ref().map(|f| (*pid, f.as_fd())))
-            .collect()
-    }
-
-    /// Stop granting; revoke every grant (SIGTERM), waiting out the
-    /// deadline threads' last period. Returns what could not be undone.
-    pub fn revoke_all(&mut self) -> Vec<String> {
-        self.stopping = true;
-        let ids: Vec<u64> = self.grants.keys().rev().copied().collect();
-        let mut problems: Vec<String> = ids.into_iter().flat_map(|id| self.revoke_id(id)).collect();
-        problems.extend(self.finish_all_deferred());
-        problems
-    }
-
-    pub fn grants(&self) -> impl Iterator<Item = &Grant> {
-        self.grants.values()
-    }
-
-    /// Rewrite the journal: header and the live grants only.
-    pub(super) fn rewrite_journal(&mut self) -> Result<(), HostError> {
-        let live: Vec<&Grant> = self.grants.values().collect();
-        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
-        self.journal.rewrite(&self.header, &live, &releasing)
-    }
-
-    fn list(&self, client: &Client) -> Response {
-        let reservations = self
-            .grants
-            .values()
-            .filter(|g| client.cred.uid == 0 || g.uid == client.cred.uid)
-            .map(info_of)
-            .collect();
-        Response::new(Reply::List { reservations })
-    }
-
-    pub fn status(&self) -> StatusInfo {
-        let a = &self.applied;
-        StatusInfo {
-            daemon_pid: std::process::id(),
-            uptime_s: (mono_ns() - self.started_ns) as f64 / 1e9,
-            rt_cpus: a.plan.rt.to_list(),
-            nrt_cpus: a.plan.nrt.to_list(),
-            layout: a.layout.name().into(),
-            root_domains: self.domains.note.clone(),
-            cap: self.admission.cfg.cap,
-            deadline_share: self.admission.cfg.dl_share,
-            placement: format!("{:?}", self.admission.cfg.placement),
-            cpus: self
-                .admission
-                .cpus()
-                .iter()
-                .map(|c| CpuStatus {
-                    cpu: c.cpu,
-                    online: c.online,
-                    utilisation: c.utilisation(),
-                    deadline_utilisation: c.hard_utilisation(),
-                    reservations: c.reservations(),
-                })
-                .collect(),
-            reservations: self.grants.len(),
-            requests: self.stats.requests,
-            granted: self.stats.granted,
-            refused: self.stats.refused,
-            errors: self.stats.errors,
-            balancer: self.balancer.clone(),
-            drift: self.stats.drift.clone(),
-        }
-    }
 }
 
-/// A grant as clients see it.
-pub fn info_of(g: &Grant) -> ReservationInfo {
-    let limit = |k| {
-        g.limits
-            .iter()
-            .find(|c| c.kind == k)
-            .and_then(|c| c.new.soft)
-            .unwrap_or(0)
-    };
-    ReservationInfo {
-        id: g.id,
-        pid: g.pid,
-        uid: g.uid,
-        name: g.name.clone(),
-        cpu: g.cpu,
-        class: g.class.clone(),
-        policy: if g.demand.is_hard() {
-            "SCHED_DEADLINE"
-        } else {
-            "SCHED_FIFO"
-        }
-        .into(),
-        period_ns: g.demand.period_ns,
-        budget_ns: g.demand.budget_ns,
-        deadline_ns: g.demand.deadline_ns,
-        threads: g.threads.iter().map(|t| t.tid).collect(),
-        irq: g.irq.as_ref().map(|(n, _)| *n),
-        response_ns: (!g.demand.is_hard()).then_some(g.response_ns),
-        rttime_us: limit(crate::host::LimitKind::RtTime),
-        memlock_bytes: limit(crate::host::LimitKind::MemLock),
-    }
-}
+mod queries;
+mod revoke;
 
-impl Manager {
-    /// Take over a grant of a previous daemon whose client lives on (its
-    /// admission was decided then; it is recorded as it is).
-    pub fn adopt(&mut self, g: Grant) {
-        self.admission
-            .force(g.id, g.demand, g.threads.len() as u32, g.cpu);
-        self.watch(g.pid, g.pid_start);
-        self.next_id = self.next_id.max(g.id + 1);
-        self.grants.insert(g.id, g);
-    }
-}
+pub use queries::info_of;

@@ -1,0 +1,143 @@
+//! Giving grants back: a client's release, a revocation (journal first, then
+//! undo, then forget), the clients that exited, and every grant at SIGTERM
+//! (DROPS §4.1: what the resource manager granted it takes back).
+
+use super::{refused, Grant, Manager, Record, Watched};
+use crate::daemon::grant;
+use crate::daemon::peer::Client;
+use crate::{tasks, HostError};
+use rtmgr_core::protocol::{ErrorCode, RefusalKind, Reply, Response};
+use rtmgr_sys::pidfd::Pidfd;
+use std::os::fd::{AsFd, BorrowedFd};
+
+impl Manager {
+    pub(in crate::daemon) fn watch(&mut self, pid: u32, start_time: u64) {
+        if self.watched.contains_key(&pid) {
+            return;
+        }
+        // Opened after the grant, checked against the start time: the pidfd
+        // names the client, not a process that reused its id.
+        let pidfd = Pidfd::open(pid)
+            .ok()
+            .filter(|_| tasks::same_task(&self.host, pid, start_time));
+        self.watched.insert(pid, Watched { start_time, pidfd });
+    }
+
+    pub(super) fn release(&mut self, client: &Client, id: u64) -> Response {
+        if let Err(resp) = self.rate(client) {
+            return resp;
+        }
+        let Some(g) = self.grants.get(&id) else {
+            return Response::error(ErrorCode::NotFound, format!("no reservation {id}"));
+        };
+        if client.cred.uid != 0 && client.cred.uid != g.uid {
+            return refused(
+                RefusalKind::Permission,
+                format!(
+                    "reservation {id} belongs to uid {}, not to {}",
+                    g.uid,
+                    client.peer.label()
+                ),
+            );
+        }
+        self.revoke_id(id);
+        Response::new(Reply::Released { id })
+    }
+
+    /// Revoke one grant: journal first, then undo, then forget. A live
+    /// thread that was SCHED_DEADLINE (in this grant or one it took over)
+    /// gets its policy back now and its placement a period later (`release.rs`).
+    pub fn revoke_id(&mut self, id: u64) -> Vec<String> {
+        let Some(g) = self.grants.remove(&id) else {
+            return Vec::new();
+        };
+        self.admission.remove(id);
+        let problems = if let Some(due_ns) = self.placement_due(&g) {
+            let _ = self.journal.record(&Record::Revoking { id });
+            let problems = grant::revoke_policy(&self.host, &g);
+            self.defer(g, due_ns);
+            problems
+        } else {
+            let _ = self.journal.record(&Record::Release { id });
+            let last_of_pid = !self.pid_busy(g.pid);
+            let problems = grant::revoke(&self.host, &self.applied.layout, &g, last_of_pid);
+            if last_of_pid {
+                self.watched.remove(&g.pid);
+            }
+            problems
+        };
+        for p in &problems {
+            tracing::warn!("reservation {id}: could not undo {p}");
+        }
+        self.compact();
+        problems
+    }
+
+    pub(in crate::daemon) fn compact(&mut self) {
+        let live: Vec<&Grant> = self.grants.values().collect();
+        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
+        if let Err(e) = self.journal.maybe_compact(&self.header, &live, &releasing) {
+            tracing::warn!("grants journal compaction: {e}");
+        }
+    }
+
+    pub(super) fn revoke(&mut self, id: u64, g: &Grant, restore_limits: bool) -> Vec<String> {
+        let problems = grant::revoke(&self.host, &self.applied.layout, g, restore_limits);
+        self.admission.remove(id);
+        for p in &problems {
+            tracing::warn!("reservation {id}: could not undo {p}");
+        }
+        problems
+    }
+
+    /// Every grant of a process that exited.
+    pub fn client_exited(&mut self, pid: u32) {
+        let ids: Vec<u64> = self
+            .grants
+            .values()
+            .filter(|g| g.pid == pid)
+            .map(|g| g.id)
+            .collect();
+        for id in ids {
+            self.revoke_id(id);
+        }
+        self.watched.remove(&pid);
+    }
+
+    /// Processes whose pidfd is readable or whose start time changed.
+    pub fn exited_clients(&self) -> Vec<u32> {
+        self.watched
+            .iter()
+            .filter(|(pid, w)| match &w.pidfd {
+                Some(fd) => fd.exited(),
+                None => !tasks::same_task(&self.host, **pid, w.start_time),
+            })
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
+    /// The pidfds a front end polls (readable = that client exited).
+    pub fn pidfds(&self) -> Vec<(u32, BorrowedFd<'_>)> {
+        self.watched
+            .iter()
+            .filter_map(|(pid, w)| w.pidfd.as_ref().map(|f| (*pid, f.as_fd())))
+            .collect()
+    }
+
+    /// Stop granting; revoke every grant (SIGTERM), waiting out the
+    /// deadline threads' last period. Returns what could not be undone.
+    pub fn revoke_all(&mut self) -> Vec<String> {
+        self.stopping = true;
+        let ids: Vec<u64> = self.grants.keys().rev().copied().collect();
+        let mut problems: Vec<String> = ids.into_iter().flat_map(|id| self.revoke_id(id)).collect();
+        problems.extend(self.finish_all_deferred());
+        problems
+    }
+
+    /// Rewrite the journal: header and the live grants only.
+    pub(in crate::daemon) fn rewrite_journal(&mut self) -> Result<(), HostError> {
+        let live: Vec<&Grant> = self.grants.values().collect();
+        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
+        self.journal.rewrite(&self.header, &live, &releasing)
+    }
+}
