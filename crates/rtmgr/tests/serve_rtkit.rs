@@ -2,7 +2,8 @@
 //! packaged bus policy, real clients (`gdbus call`, `busctl`) as root and as
 //! the unprivileged user nobody; grants become SCHED_FIFO with
 //! SCHED_RESET_ON_FORK on the RT CPU, rtkit's refusals, admission, nice
-//! levels, ResetKnown/ResetAll, a client's exit, SIGTERM, Exit and kill -9.
+//! levels, ResetKnown/ResetAll, a client's exit, SIGTERM, Exit and kill -9;
+//! and, where PipeWire is installed, a real audio server's module-rt.
 
 mod serve_common;
 
@@ -371,4 +372,77 @@ fn rtkit_exit_and_kill9_recovery() {
     drop(kids);
     drop(bus);
     live.assert_restored("after Exit");
+}
+
+/// PipeWire's module-rt with its default priority (88, clamped by the client
+/// to MaxRealtimePriority) as nobody on the private bus: its main thread gets
+/// a nice level, its data loop an RT1+ grant on the RT CPU, given back when
+/// PipeWire exits. Skips where PipeWire is not installed.
+#[test]
+fn pipewire_module_rt_gets_real_time_through_rtmgr() {
+    let module = "/usr/lib/x86_64-linux-gnu/pipewire-0.3/libpipewire-module-rt.so";
+    if Command::new("pipewire").arg("--version").output().is_err() || !Path::new(module).exists() {
+        eprintln!("skip: PipeWire (pipewire-bin, libpipewire-0.3-modules) is not installed");
+        return;
+    }
+    let Some((live, bus)) = setup() else { return };
+    let d = live.start(&rtkit_config(&bus, ""));
+    bus.wait_owned();
+    let dir = live.dir.path();
+    let conf = dir.join("pipewire.conf");
+    std::fs::write(
+        &conf,
+        "context.spa-libs = { support.* = support/libspa-support }\n\
+         context.modules = [\n\
+           { name = libpipewire-module-rt args = { nice.level = -11 rlimits.enabled = false rtportal.enabled = false rtkit.enabled = true } }\n\
+           { name = libpipewire-module-protocol-native }\n\
+         ]\n",
+    )
+    .unwrap();
+    let xdg = dir.join("xdg");
+    std::fs::create_dir(&xdg).unwrap();
+    std::os::unix::fs::chown(&xdg, Some(NOBODY), Some(NOBODY)).unwrap();
+    let mut c = as_user(NOBODY, None, "env");
+    c.arg("-i")
+        .arg(format!("XDG_RUNTIME_DIR={}", xdg.display()))
+        .arg(format!("HOME={}", xdg.display()))
+        .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address))
+        .arg("pipewire")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    rtmgr_sys::child::ChildSetup::new()
+        .kill_with_parent()
+        .install(&mut c);
+    let mut kids = Children::default();
+    let pw = kids.add(c.spawn().unwrap());
+    let mut client = live.client();
+    eventually("PipeWire's data loop granted", || {
+        listed(&mut client).len() == 1
+    });
+    let r = listed(&mut client).remove(0);
+    assert_eq!((r.pid, r.name.as_deref()), (pw, Some("rtkit")));
+    let data_loop = r.threads[0];
+    let a = attr(data_loop);
+    assert_eq!(
+        (a.policy, a.priority),
+        (SCHED_FIFO, 20),
+        "clamped to MaxRealtimePriority"
+    );
+    assert_ne!(a.flags & SCHED_FLAG_RESET_ON_FORK, 0);
+    assert_eq!(affinity(data_loop), vec![live.rt_cpu]);
+    assert_eq!(
+        attr(pw).nice,
+        -11,
+        "MakeThreadHighPriority for the main thread"
+    );
+    drop(kids);
+    eventually("PipeWire's exit gives the grant back", || {
+        listed(&mut client).is_empty()
+    });
+    let st = d.stop();
+    assert!(st.success(), "daemon exit {st}");
+    drop(bus);
+    live.assert_restored("after PipeWire and SIGTERM");
 }
