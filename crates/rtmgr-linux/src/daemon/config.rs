@@ -2,7 +2,8 @@
 //! configured by a script): the partition keys of `rtmgr partition apply
 //! --config` at the top level, plus `[serve]` (where state lives, what runs
 //! beside the socket), `[admission]` (cap per RT CPU, placement), `[policy]`
-//! and `[[client]]` rules (who may reserve what). Unknown keys are errors.
+//! and `[[client]]` rules (who may reserve what), `[rtkit]` (rtkit's D-Bus
+//! API, `rtkit/config.rs`). Unknown keys are errors.
 
 use rtmgr_core::admission::policy::{ClientPolicy, ClientRule};
 use rtmgr_core::admission::{Placement, DEFAULT_CAP};
@@ -98,6 +99,8 @@ pub struct ServeConfig {
     pub serve: ServeSection,
     pub admission: AdmissionSection,
     pub policy: ClientPolicy,
+    /// `[rtkit]`: the D-Bus front end (rtkit's API).
+    pub rtkit: super::rtkit::RtkitSection,
 }
 
 impl ServeConfig {
@@ -136,6 +139,12 @@ impl ServeConfig {
             ),
             None => None,
         };
+        let rtkit: super::rtkit::RtkitSection = match take("rtkit") {
+            Some(v) => v
+                .try_into()
+                .map_err(|e| format!("[rtkit]: {}", one_line(&e)))?,
+            None => Default::default(),
+        };
         let rest = toml::to_string(&table).map_err(|e| one_line(&e))?;
         let partition = PartitionConfig::from_toml(&rest).map_err(|e| e.to_string())?;
         let mut pol = ClientPolicy::default();
@@ -148,6 +157,7 @@ impl ServeConfig {
             serve,
             admission,
             policy: pol,
+            rtkit,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -166,6 +176,7 @@ impl ServeConfig {
         if self.serve.max_connections == 0 {
             return Err("[serve] max_connections must be > 0".into());
         }
+        self.rtkit.validate()?;
         self.policy.validate()
     }
 

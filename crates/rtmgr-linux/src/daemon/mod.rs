@@ -12,7 +12,7 @@
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
-//! (systemd).
+//! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`).
 
 pub mod config;
 mod domains;
@@ -23,6 +23,7 @@ mod notify;
 pub mod peer;
 pub mod reconcile;
 mod release;
+pub mod rtkit;
 pub mod server;
 pub mod startup;
 
@@ -49,6 +50,8 @@ pub enum ServeError {
         "could not undo every grant (grants journal kept; run `rtmgr partition reset` again): {0}"
     )]
     Incomplete(String),
+    #[error("rtkit front end: {0}")]
+    Rtkit(String),
     #[error(transparent)]
     Partition(#[from] PartitionError),
     #[error(transparent)]
@@ -140,6 +143,11 @@ fn run(
     stop: &Arc<AtomicBool>,
     report: &mut ServeReport,
 ) -> Result<(), ServeError> {
+    // Owning the bus name may fail (rtkit-daemon owns it): before anything changes.
+    let mut rtkit = match cfg.rtkit.enabled {
+        true => Some(rtkit::start(&cfg.rtkit, stop.clone()).map_err(ServeError::Rtkit)?),
+        false => None,
+    };
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
@@ -179,15 +187,23 @@ fn run(
         report.adopted,
         sock.display()
     ));
-    let served = server::run(
+    let mut fronts: Vec<&mut dyn server::Front> = Vec::new();
+    if let Some(f) = rtkit.as_mut() {
+        fronts.push(f);
+    }
+    let served = server::run_with(
         &mut m,
         &listener,
         cfg.serve.max_connections,
         cfg.serve.reconcile_ms,
         stop,
         reconcile::reconcile,
+        &mut fronts,
     );
     notify::stopping();
+    if let Some(f) = rtkit {
+        report.problems.extend(f.stop(&m));
+    }
     drop(listener);
     let _ = std::fs::remove_file(host.path(&sock));
     report.revoked_at_stop = m.grants().count();

@@ -27,6 +27,13 @@ struct Conn {
     closed: bool,
 }
 
+/// Another front end served from this loop (the D-Bus one): its fd is
+/// polled beside the socket's; readable = requests wait for `serve`.
+pub trait Front {
+    fn fd(&self) -> BorrowedFd<'_>;
+    fn serve(&mut self, m: &mut Manager);
+}
+
 /// Serve until `stop` is set. `tick` runs every `tick_ms` (reconciliation).
 pub fn run(
     m: &mut Manager,
@@ -34,18 +41,33 @@ pub fn run(
     max_connections: usize,
     tick_ms: u64,
     stop: &AtomicBool,
+    tick: impl FnMut(&mut Manager),
+) -> std::io::Result<()> {
+    run_with(m, listener, max_connections, tick_ms, stop, tick, &mut [])
+}
+
+/// `run`, also serving `fronts`.
+pub fn run_with(
+    m: &mut Manager,
+    listener: &UnixListener,
+    max_connections: usize,
+    tick_ms: u64,
+    stop: &AtomicBool,
     mut tick: impl FnMut(&mut Manager),
+    fronts: &mut [&mut dyn Front],
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut conns: Vec<Conn> = Vec::new();
     let mut next_tick = mono_ns() + tick_ms * 1_000_000;
     while !stop.load(Ordering::Relaxed) {
-        let (ready, exited) = {
+        let (ready, exited, woken) = {
             let pidfds = m.pidfds();
             let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + conns.len() + pidfds.len());
             fds.push(listener.as_fd());
             fds.extend(conns.iter().map(|c| c.stream.as_fd()));
             fds.extend(pidfds.iter().map(|(_, fd)| *fd));
+            let first_front = fds.len();
+            fds.extend(fronts.iter().map(|f| f.fd()));
             let wait = next_tick.saturating_sub(mono_ns()) / 1_000_000;
             let ready = poll_readable(&fds, wait.min(100) as i32)?;
             let exited: Vec<u32> = pidfds
@@ -54,10 +76,16 @@ pub fn run(
                 .filter(|(_, r)| **r)
                 .map(|((pid, _), _)| *pid)
                 .collect();
-            (ready[..1 + conns.len()].to_vec(), exited)
+            let woken = ready[first_front..].to_vec();
+            (ready[..1 + conns.len()].to_vec(), exited, woken)
         };
         for pid in exited {
             m.client_exited(pid);
+        }
+        for (f, r) in fronts.iter_mut().zip(woken) {
+            if r {
+                f.serve(m);
+            }
         }
         m.finish_deferred();
         for (c, r) in conns.iter_mut().zip(&ready[1..]) {

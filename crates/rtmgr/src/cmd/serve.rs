@@ -18,6 +18,12 @@ pub struct ServeArgs {
     /// Do not run the live balancer and its latency guard.
     #[arg(long)]
     pub no_balancer: bool,
+    /// Also answer rtkit's D-Bus API (own org.freedesktop.RealtimeKit1): see docs/rtkit.md.
+    #[arg(long)]
+    pub rtkit: bool,
+    /// The bus for --rtkit (a D-Bus address) instead of [rtkit] bus or the system bus.
+    #[arg(long, value_name = "ADDRESS")]
+    pub rtkit_bus: Option<String>,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,6 +44,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     }
     if a.no_balancer {
         cfg.serve.balancer = false;
+    }
+    cfg.rtkit.enabled |= a.rtkit || a.rtkit_bus.is_some();
+    if let Some(bus) = a.rtkit_bus {
+        cfg.rtkit.bus = Some(bus);
     }
     require_root(&host, "rtmgr serve")?;
     let _lock = machine_lock(&host)?;

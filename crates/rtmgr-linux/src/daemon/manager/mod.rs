@@ -179,7 +179,25 @@ impl Manager {
         } else {
             v.threads.clone()
         };
-        for &tid in &tids {
+        self.check_threads(pid, &tids)?;
+        let irq = self.resolve_irq(v.irq.as_ref())?;
+        let count = tids.len() as u32;
+        let ask = Ask {
+            utilisation: v.demand.utilisation() * f64::from(count),
+            hard: v.demand.is_hard(),
+            priority: v.demand.priority(),
+            irq: irq.is_some(),
+        };
+        let allow = self
+            .policy
+            .decide(&client.peer, &ask, &self.usage(client.cred.uid))
+            .map_err(|e| refused(RefusalKind::Policy, e.to_string()))?;
+        self.grant_admitted(client, v, tids, irq, (allow.rttime_us, allow.memlock_bytes))
+    }
+
+    /// Each thread belongs to the calling process and holds no grant yet.
+    pub(in crate::daemon) fn check_threads(&self, pid: u32, tids: &[u32]) -> Result<(), Response> {
+        for &tid in tids {
             if thread_of(&self.host, pid, tid).is_none() {
                 return Err(refused(
                     RefusalKind::Permission,
@@ -197,18 +215,23 @@ impl Manager {
                 ));
             }
         }
-        let irq = self.resolve_irq(v.irq.as_ref())?;
+        Ok(())
+    }
+
+    /// Admit a request the client's policy allowed (`limits`: the
+    /// RLIMIT_RTTIME µs and RLIMIT_MEMLOCK bytes it sets), journal the grant,
+    /// put it into effect, watch the client: the path every front end's
+    /// grants take.
+    pub(in crate::daemon) fn grant_admitted(
+        &mut self,
+        client: &Client,
+        v: &ValidReserve,
+        tids: Vec<u32>,
+        irq: Option<u32>,
+        limits: (u64, u64),
+    ) -> Result<Response, Response> {
+        let pid = client.cred.pid;
         let count = tids.len() as u32;
-        let ask = Ask {
-            utilisation: v.demand.utilisation() * f64::from(count),
-            hard: v.demand.is_hard(),
-            priority: v.demand.priority(),
-            irq: irq.is_some(),
-        };
-        let allow = self
-            .policy
-            .decide(&client.peer, &ask, &self.usage(client.cred.uid))
-            .map_err(|e| refused(RefusalKind::Policy, e.to_string()))?;
         let placed = self.admission.check(&v.demand, count, v.cpu).map_err(|r| {
             Response::new(Reply::Refused {
                 reason: RefusalKind::Admission,
@@ -250,8 +273,8 @@ impl Manager {
                 &self.host,
                 pid,
                 &v.demand,
-                allow.rttime_us,
-                allow.memlock_bytes,
+                limits.0,
+                limits.1,
                 client.cred.uid != 0,
             )
             .map_err(gone)?,
