@@ -3,12 +3,14 @@
 //! daemons, preemption; ARTiS §2.1: partition; DROPS §4.1: who owns what).
 //! Read-only: nothing here changes the machine. One module per group of items:
 //! the machine and hypervisor, the partition and boot isolation, the kernel's
-//! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs.
+//! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs,
+//! and the programs (irqbalance, tuned) that would undo part of a partition.
 
 mod irqs;
 mod kernel;
 mod machine;
 mod partition;
+mod services;
 mod unmovable;
 
 pub use kernel::{kernel_config, preemption};
@@ -107,6 +109,9 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(unmovable::choice_item(rt.as_ref()));
     items.push(unmovable::boot_item(host, rt.as_ref(), &online));
     items.push(unmovable::knobs_item(host, rt.as_ref(), &online));
+    let applied_rt = applied.as_ref().map(|a| &a.plan.rt);
+    items.push(services::irqbalance_item(host, applied_rt));
+    items.push(services::tuned_item(host, applied_rt));
     StatusReport {
         schema: "rtmgr.status/1",
         items,
@@ -172,7 +177,9 @@ mod tests {
         );
         let knobs = find(&r, "runtime_knobs");
         assert!(
-            knobs.value.contains("not here: cpuidle cpufreq preempt"),
+            knobs
+                .value
+                .contains("not here: irqbalance cpuidle cpufreq preempt"),
             "{knobs:?}"
         );
         assert_eq!(r.rt_choice.as_ref().unwrap().rt.to_list(), "0");
@@ -228,6 +235,8 @@ mod tests {
             "rt_cpu_choice",
             "boot_cmdline",
             "runtime_knobs",
+            "irqbalance",
+            "tuned",
         ] {
             assert!(names.contains(&n), "missing {n}");
         }
