@@ -18,6 +18,11 @@ pub struct ServeArgs {
     /// Do not run the live balancer and its latency guard.
     #[arg(long)]
     pub no_balancer: bool,
+    /// Serve OpenMetrics/Prometheus text on http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464; overrides [serve] metrics): per RT CPU the latency
+    /// guard's histogram, grants, refusals, evictions, starvation boosts, drift repairs.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,6 +43,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     }
     if a.no_balancer {
         cfg.serve.balancer = false;
+    }
+    if a.metrics.is_some() {
+        cfg.serve.metrics = a.metrics;
     }
     require_root(&host, "rtmgr serve")?;
     let _lock = machine_lock(&host)?;
