@@ -10,11 +10,13 @@ mod irqs;
 mod kernel;
 mod machine;
 mod partition;
+mod rt_permission;
 mod services;
 mod unmovable;
 
 pub use kernel::{kernel_config, preemption};
 pub use machine::steal_shares;
+pub use rt_permission::facts as rt_permission_facts;
 
 use crate::cpus;
 use crate::host::Host;
@@ -95,6 +97,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(machine::clocksource_item(host));
     items.push(machine::virt_item(host));
     items.push(kernel::deadline_item(host));
+    items.push(rt_permission::rt_permission_item(host));
     items.push(machine::dma_latency_item(host));
     items.push(kernel::balance_sources_item(host));
     let irqs = irqs::irq_status(host);
@@ -226,6 +229,7 @@ mod tests {
             "clocksource",
             "virtualization",
             "sched_deadline",
+            "rt_permission",
             "cpu_dma_latency",
             "balance_sources",
             "irqs",
