@@ -65,7 +65,12 @@ pub enum ServeError {
 impl ServeError {
     /// Bad input, detected before anything changed (exit code 2).
     pub fn is_input(&self) -> bool {
-        matches!(self, ServeError::Config(_) | ServeError::NotOwner(_))
+        matches!(
+            self,
+            ServeError::Config(_)
+                | ServeError::NotOwner(_)
+                | ServeError::Partition(PartitionError::Irqbalance(_))
+        )
     }
 }
 
