@@ -59,6 +59,14 @@ pub enum Record {
         start_time: u64,
         from: Option<String>,
     },
+    /// The CPUs a running irqbalance banned before rtmgr banned the RT CPUs
+    /// through its socket; reset gives it back this ban (`NULL` = its own rules).
+    Irqbalance {
+        pid: u32,
+        start_time: u64,
+        socket: PathBuf,
+        restore: String,
+    },
     /// Apply finished; the partition is complete.
     Applied { report: ApplyReport },
 }

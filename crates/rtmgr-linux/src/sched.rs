@@ -22,6 +22,16 @@ pub fn set_affinity(tid: Tid, cpus: &CpuSet) -> io::Result<()> {
     rtmgr_sys::sched::set_affinity(tid, &CpuMask::from_cpus(cpus.iter())?)
 }
 
+/// Can this process use SCHED_FIFO? Tries priority 1 on a short-lived thread
+/// (the policy goes with the thread); the errno when refused.
+pub fn fifo_available() -> Result<(), i32> {
+    std::thread::spawn(|| {
+        set_policy(0, Policy::Fifo { priority: 1 }).map_err(|e| e.raw_os_error().unwrap_or(0))
+    })
+    .join()
+    .unwrap_or(Err(0))
+}
+
 /// Can this process use SCHED_DEADLINE? Tries it on a short-lived thread.
 pub fn deadline_available() -> Result<(), String> {
     std::thread::spawn(|| {

@@ -92,6 +92,16 @@ pub fn all(host: &Host) -> Result<Vec<TaskInfo>> {
     Ok(out)
 }
 
+/// The first user process (lowest pid) whose name is `comm`, e.g. a daemon
+/// such as irqbalance or tuned.
+pub fn find_process(host: &Host, comm: &str) -> Option<TaskInfo> {
+    pids(host)
+        .ok()?
+        .into_iter()
+        .filter_map(|pid| info(host, pid, pid))
+        .find(|t| t.comm == comm && !t.kthread)
+}
+
 /// Does the task (tid) still exist with this start time?
 pub fn same_task(host: &Host, tid: u32, start_time: u64) -> bool {
     host.read_opt(format!("/proc/{tid}/stat"))

@@ -13,6 +13,9 @@ pub enum KnobId {
     Cgroups,
     /// Movable tasks (and kernel threads, per `kernel_threads`) off the RT CPUs.
     Tasks,
+    /// A running irqbalance bans the RT CPUs through its socket (or the
+    /// partition refuses to start beside it).
+    Irqbalance,
     /// Every IRQ's affinity to the NRT CPUs.
     Irqs,
     /// Where new IRQs go (`/proc/irq/default_smp_affinity`).
@@ -39,9 +42,10 @@ pub enum KnobId {
 
 impl KnobId {
     /// Every knob, in apply order.
-    pub const ALL: [KnobId; 13] = [
+    pub const ALL: [KnobId; 14] = [
         KnobId::Cgroups,
         KnobId::Tasks,
+        KnobId::Irqbalance,
         KnobId::Irqs,
         KnobId::Defaults,
         KnobId::Workqueues,
@@ -60,6 +64,7 @@ impl KnobId {
         match self {
             KnobId::Cgroups => "cgroups",
             KnobId::Tasks => "tasks",
+            KnobId::Irqbalance => "irqbalance",
             KnobId::Irqs => "irqs",
             KnobId::Defaults => "defaults",
             KnobId::Workqueues => "workqueues",
@@ -82,6 +87,29 @@ impl KnobId {
 impl std::fmt::Display for KnobId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// What `partition apply` does beside a running irqbalance, which rewrites
+/// IRQ affinities every 10 s (`--irqbalance`, `irqbalance =` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IrqbalanceMode {
+    /// Refuse to apply while irqbalance runs.
+    #[default]
+    Refuse,
+    /// Ban the RT CPUs through irqbalance's socket for the partition's lifetime.
+    Ban,
+}
+
+impl std::str::FromStr for IrqbalanceMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "refuse" => Ok(IrqbalanceMode::Refuse),
+            "ban" => Ok(IrqbalanceMode::Ban),
+            _ => Err(format!("unknown irqbalance mode {s:?}: refuse or ban")),
+        }
     }
 }
 

@@ -7,10 +7,12 @@
 //! command line that would finish the isolation.
 
 pub mod boot;
+pub mod coexist;
 pub mod knobs;
 pub mod placement;
+pub mod tuned;
 
-pub use knobs::{KnobId, PreemptMode};
+pub use knobs::{IrqbalanceMode, KnobId, PreemptMode};
 
 use crate::cpuset::{CpuSet, CpuSetError};
 use serde::{Deserialize, Serialize};
@@ -64,6 +66,8 @@ pub struct PartitionConfig {
     pub knobs: Option<Vec<KnobId>>,
     /// A PREEMPT_DYNAMIC model to set for the partition's lifetime.
     pub preempt: Option<PreemptMode>,
+    /// Beside a running irqbalance: refuse (default) or ban the RT CPUs in it.
+    pub irqbalance: Option<IrqbalanceMode>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -128,6 +132,8 @@ pub struct PartitionPlan {
     pub knobs: Vec<KnobId>,
     #[serde(default)]
     pub preempt: Option<PreemptMode>,
+    #[serde(default)]
+    pub irqbalance: IrqbalanceMode,
 }
 
 impl PartitionPlan {
@@ -195,6 +201,7 @@ pub fn validate(
         latency_bound_us: bound,
         knobs,
         preempt: config.preempt,
+        irqbalance: config.irqbalance.unwrap_or_default(),
     })
 }
 

@@ -77,6 +77,7 @@ impl LatencyGuard {
         cpus: &CpuSet,
         interval_ns: u64,
         immediate: Option<Immediate>,
+        events: Option<super::EventSink>,
     ) -> Result<LatencyGuard, MeasureError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (h, layout, dir) = (
@@ -107,7 +108,7 @@ impl LatencyGuard {
             let ring = Arc::new(Mutex::new(VecDeque::with_capacity(WINDOW_SAMPLES)));
             g.recent.push((cpu, ring.clone()));
             let (stop, tx, prepare) = (stop.clone(), tx.clone(), prepare.clone());
-            let (shared, immediate) = (shared.clone(), immediate.clone());
+            let (shared, immediate, events) = (shared.clone(), immediate.clone(), events.clone());
             let h = std::thread::Builder::new()
                 .name(format!("rtmgr-guard{cpu}"))
                 .spawn(move || {
@@ -124,6 +125,9 @@ impl LatencyGuard {
                     while !stop.load(Ordering::Relaxed) {
                         sleep_until(next);
                         let late = mono_ns().saturating_sub(next);
+                        if let Some(ev) = &events {
+                            ev.0.guard_sample(cpu, late);
+                        }
                         if let Ok(mut r) = ring.lock() {
                             push(&mut r, late);
                         }

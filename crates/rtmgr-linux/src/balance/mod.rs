@@ -8,6 +8,7 @@
 
 pub mod background;
 pub mod entry_watch;
+pub mod events;
 pub mod guard;
 pub mod lbu;
 pub mod live_lb;
@@ -17,6 +18,7 @@ pub mod procfile;
 mod run;
 pub mod v2_lending;
 
+pub use events::{EventSink, LiveEvents};
 pub use mover::{Evictor, Mover};
 pub use run::run_balancer;
 
@@ -62,6 +64,8 @@ pub struct LiveConfig {
     /// Evict a CPU's guests at the guard's first late sample, not at the
     /// next step.
     pub immediate_guard: bool,
+    /// Where events go as they happen (the daemon's metrics); None: nowhere.
+    pub events: Option<EventSink>,
 }
 
 impl LiveConfig {
@@ -79,6 +83,7 @@ impl LiveConfig {
             scan_every: 20,
             watch_entries: true,
             immediate_guard: true,
+            events: None,
         }
     }
 }

@@ -47,6 +47,7 @@ pub fn run_balancer(
             &plan.rt,
             cfg.guard_interval_ns,
             immediate,
+            cfg.events.clone(),
         )?)
     } else {
         None
@@ -98,6 +99,14 @@ pub fn run_balancer(
         let trips = guard.as_ref().map(|g| g.take_trips()).unwrap_or_default();
         let mut p99 = guard.as_ref().map(|g| g.p99()).unwrap_or_default();
         note_trips(&mut report, &mut p99, &trips);
+        if let Some(ev) = &cfg.events {
+            for t in &trips {
+                ev.0.eviction(t.cpu, "guard", t.evicted.len() as u64);
+            }
+            for e in entries.iter().filter(|e| !e.evict_failed) {
+                ev.0.eviction(e.cpu, "kernel_entry", 1);
+            }
+        }
         for (&c, &v) in &p99 {
             let m = report.guard_p99_max_ns.entry(c).or_insert(0);
             *m = (*m).max(v);

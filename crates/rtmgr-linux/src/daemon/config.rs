@@ -38,6 +38,8 @@ pub struct ServeSection {
     /// Connections served at once (more wait in the listen queue).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Serve OpenMetrics text on http://ADDR/metrics (`serve --metrics`).
+    pub metrics: Option<String>,
 }
 
 fn default_state_dir() -> PathBuf {

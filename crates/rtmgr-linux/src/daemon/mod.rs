@@ -12,13 +12,15 @@
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
-//! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`).
+//! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`), `metrics/`
+//! (`--metrics`: OpenMetrics over HTTP).
 
 pub mod config;
 mod domains;
 pub mod grant;
 pub mod journal;
 pub mod manager;
+pub mod metrics;
 mod notify;
 pub mod peer;
 pub mod reconcile;
@@ -67,7 +69,12 @@ pub enum ServeError {
 impl ServeError {
     /// Bad input, detected before anything changed (exit code 2).
     pub fn is_input(&self) -> bool {
-        matches!(self, ServeError::Config(_) | ServeError::NotOwner(_))
+        matches!(
+            self,
+            ServeError::Config(_)
+                | ServeError::NotOwner(_)
+                | ServeError::Partition(PartitionError::Irqbalance(_))
+        )
     }
 }
 
@@ -175,7 +182,9 @@ fn run(
     m.rewrite_journal()?;
     let sock = cfg.socket();
     let listener = bind(host, &sock)?;
-    let balancer = start_balancer(host, cfg, applied);
+    let exporter = metrics::start(cfg, &applied.plan.rt)?;
+    m.metrics = exporter.as_ref().map(|(mx, _)| mx.clone());
+    let balancer = start_balancer(host, cfg, applied, m.metrics.clone());
     m.balancer = if balancer.is_some() {
         "running".into()
     } else {
@@ -204,6 +213,7 @@ fn run(
     if let Some(f) = rtkit {
         report.problems.extend(f.stop(&m));
     }
+    drop(exporter);
     drop(listener);
     let _ = std::fs::remove_file(host.path(&sock));
     report.revoked_at_stop = m.grants().count();
@@ -236,6 +246,7 @@ fn start_balancer(
     host: &Host,
     cfg: &ServeConfig,
     applied: &partition::Applied,
+    metrics: Option<Arc<metrics::Metrics>>,
 ) -> Option<BalancerThread> {
     if !cfg.serve.balancer {
         return None;
@@ -245,6 +256,7 @@ fn start_balancer(
     let mut live = LiveConfig::new(applied);
     live.period_ns = cfg.serve.balance_period_ms * 1_000_000;
     live.guard = cfg.serve.guard;
+    live.events = metrics.map(|mx| crate::balance::EventSink(mx));
     let handle = std::thread::Builder::new()
         .name("rtmgr-balance".into())
         .spawn(move || run_balancer(&h, &a, &live, &s, |_, _| {}))

@@ -58,6 +58,9 @@ fn bump(m: &mut Manager, what: &str) {
 }
 
 fn add(m: &mut Manager, what: &str, n: u64) {
+    if let Some(mx) = &m.metrics {
+        mx.drift(what, n);
+    }
     if n > 0 {
         *m.stats.drift.entry(what.into()).or_default() += n;
     }

@@ -3,6 +3,7 @@
 //! emulates the kernel's side effects rtmgr depends on (host/fake.rs). Feature `fake`.
 //! `knobs.rs` adds the files of the run-time partition knobs.
 
+pub mod irqbalance;
 mod knobs;
 
 use crate::host::Host;

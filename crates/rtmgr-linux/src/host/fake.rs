@@ -300,6 +300,11 @@ impl Kernel for FakeKernel {
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         None
     }
+
+    fn probe_fifo(&self, host: &Host) -> Option<std::result::Result<(), i32>> {
+        let errno = read_plain(host, super::FAKE_FIFO_ERRNO)?;
+        errno.trim().parse().ok().map(Err)
+    }
 }
 
 fn status_path(tid: u32) -> String {

@@ -58,6 +58,9 @@ pub type Result<T> = std::result::Result<T, HostError>;
 /// In a fake tree: this file in an IRQ's /proc directory makes it kernel-managed.
 #[cfg(any(test, feature = "fake"))]
 pub(crate) const FAKE_IRQ_MANAGED: &str = "rtmgr_fake_managed";
+/// In a fake tree: this file (an errno) makes the SCHED_FIFO probe fail with it.
+#[cfg(any(test, feature = "fake"))]
+pub(crate) const FAKE_FIFO_ERRNO: &str = "/proc/self/rtmgr_fake_fifo_errno";
 /// In a fake tree: this file makes debugfs refuse reads and writes (EPERM).
 #[cfg(any(test, feature = "fake"))]
 pub(crate) const FAKE_DEBUGFS_LOCKED: &str = "/sys/kernel/debug/.rtmgr_fake_locked";
@@ -93,6 +96,9 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn write_debugfs(&self, rel: &str, value: &str) -> Result<()>;
     /// Can a thread take SCHED_DEADLINE? None when it cannot be tried here.
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>>;
+    /// Can a thread take SCHED_FIFO? The errno when not; None when it
+    /// cannot be tried here.
+    fn probe_fifo(&self, host: &Host) -> Option<std::result::Result<(), i32>>;
 }
 
 #[derive(Debug, Clone)]
@@ -273,6 +279,12 @@ impl Host {
     /// Can a thread take SCHED_DEADLINE here? None when it cannot be tried.
     pub fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         self.kernel.probe_deadline()
+    }
+
+    /// Can a thread take SCHED_FIFO here? The errno when not; None when it
+    /// cannot be tried.
+    pub fn probe_fifo(&self) -> Option<std::result::Result<(), i32>> {
+        self.kernel.probe_fifo(self)
     }
 
     pub fn parse_err(&self, abs: impl AsRef<Path>, msg: impl Into<String>) -> HostError {

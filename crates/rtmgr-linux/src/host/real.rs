@@ -89,6 +89,10 @@ impl Kernel for RealKernel {
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         Some(sched::deadline_available())
     }
+
+    fn probe_fifo(&self, _host: &Host) -> Option<std::result::Result<(), i32>> {
+        Some(sched::fifo_available())
+    }
 }
 
 const DEBUGFS: &str = "/sys/kernel/debug";

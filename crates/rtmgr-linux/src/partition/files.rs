@@ -36,6 +36,7 @@ fn every_cpu_plan(host: &Host) -> PartitionPlan {
         latency_bound_us: 1,
         knobs: KnobId::all(),
         preempt: None,
+        irqbalance: Default::default(),
     }
 }
 

@@ -125,6 +125,11 @@ pub(super) trait Knob: Sync {
     }
     /// What it is for, one paragraph (which seed or tuned reason).
     fn explain(&self) -> &'static str;
+    /// Refuse the plan before anything changes (e.g. beside a program that
+    /// would undo this knob and the plan says not to work with it).
+    fn preflight(&self, _host: &Host, _plan: &PartitionPlan) -> Result<()> {
+        Ok(())
+    }
     /// What `apply` would do on this machine; changes nothing.
     fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport;
     /// Journal, then change.

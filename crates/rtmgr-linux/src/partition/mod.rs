@@ -15,6 +15,7 @@ mod cpusets;
 mod defaults;
 mod files;
 mod guard;
+pub mod irqbalance;
 mod irqs;
 mod knob;
 mod members;
@@ -46,6 +47,7 @@ use std::path::{Path, PathBuf};
 const KNOBS: &[&dyn Knob] = &[
     &cpusets::Cpusets,
     &tasks::Tasks,
+    &irqbalance::Irqbalance,
     &irqs::Irqs,
     &defaults::Defaults,
     &workqueues::Workqueues,
@@ -73,6 +75,8 @@ pub enum PartitionError {
     BadJournal(PathBuf),
     #[error("reset left problems behind (journal kept, run reset again): {0}")]
     Incomplete(String),
+    #[error("{0}")]
+    Irqbalance(String),
     #[error(transparent)]
     Host(#[from] HostError),
 }
@@ -172,6 +176,9 @@ pub fn apply(
     opts: &ApplyOptions,
 ) -> Result<(Applied, ApplyReport)> {
     let layout = preflight(host, opts)?;
+    for knob in KNOBS.iter().filter(|k| plan.enabled(k.id())) {
+        knob.preflight(host, plan)?;
+    }
     if opts.replace && current(host, &opts.journal)?.is_some() {
         reset(host, &opts.journal)?;
     }

@@ -3,16 +3,20 @@
 //! daemons, preemption; ARTiS §2.1: partition; DROPS §4.1: who owns what).
 //! Read-only: nothing here changes the machine. One module per group of items:
 //! the machine and hypervisor, the partition and boot isolation, the kernel's
-//! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs.
+//! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs,
+//! and the programs (irqbalance, tuned) that would undo part of a partition.
 
 mod irqs;
 mod kernel;
 mod machine;
 mod partition;
+mod rt_permission;
+mod services;
 mod unmovable;
 
 pub use kernel::{kernel_config, preemption};
 pub use machine::steal_shares;
+pub use rt_permission::facts as rt_permission_facts;
 
 use crate::cpus;
 use crate::host::Host;
@@ -93,6 +97,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(machine::clocksource_item(host));
     items.push(machine::virt_item(host));
     items.push(kernel::deadline_item(host));
+    items.push(rt_permission::rt_permission_item(host));
     items.push(machine::dma_latency_item(host));
     items.push(kernel::balance_sources_item(host));
     let irqs = irqs::irq_status(host);
@@ -107,6 +112,9 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(unmovable::choice_item(rt.as_ref()));
     items.push(unmovable::boot_item(host, rt.as_ref(), &online));
     items.push(unmovable::knobs_item(host, rt.as_ref(), &online));
+    let applied_rt = applied.as_ref().map(|a| &a.plan.rt);
+    items.push(services::irqbalance_item(host, applied_rt));
+    items.push(services::tuned_item(host, applied_rt));
     StatusReport {
         schema: "rtmgr.status/1",
         items,
@@ -172,7 +180,9 @@ mod tests {
         );
         let knobs = find(&r, "runtime_knobs");
         assert!(
-            knobs.value.contains("not here: cpuidle cpufreq preempt"),
+            knobs
+                .value
+                .contains("not here: irqbalance cpuidle cpufreq preempt"),
             "{knobs:?}"
         );
         assert_eq!(r.rt_choice.as_ref().unwrap().rt.to_list(), "0");
@@ -219,6 +229,7 @@ mod tests {
             "clocksource",
             "virtualization",
             "sched_deadline",
+            "rt_permission",
             "cpu_dma_latency",
             "balance_sources",
             "irqs",
@@ -228,6 +239,8 @@ mod tests {
             "rt_cpu_choice",
             "boot_cmdline",
             "runtime_knobs",
+            "irqbalance",
+            "tuned",
         ] {
             assert!(names.contains(&n), "missing {n}");
         }

@@ -7,7 +7,8 @@ use super::{bad_input, host, machine_lock, require_root, Outcome};
 use anyhow::Context;
 use rtmgr_core::partition::placement::RtChoice;
 use rtmgr_core::partition::{
-    boot, check_irqs, validate, ApplyReport, PartitionConfig, PartitionPlan, PreemptMode, RtCpusArg,
+    boot, check_irqs, tuned, validate, ApplyReport, IrqbalanceMode, PartitionConfig, PartitionPlan,
+    PreemptMode, RtCpusArg,
 };
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionError};
@@ -23,6 +24,25 @@ pub enum PartitionCmd {
     Reset(JournalArgs),
     /// Show the applied partition, if any.
     Show(JournalArgs),
+    /// Write the applied partition (or the one --rt-cpus/--config describe) as
+    /// another tool's configuration: `--tuned DIR`, a tuned profile.
+    Export(ExportArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// Write a tuned profile directory (tuned.conf including cpu-partitioning,
+    /// cpu-partitioning-variables.conf, cmdline) for isolation that survives reboots.
+    #[arg(long, value_name = "DIR", required = true)]
+    pub tuned: PathBuf,
+    /// Export this partition instead of the applied one (as for `apply`).
+    #[arg(long, value_name = "LIST|auto[:N]")]
+    pub rt_cpus: Option<String>,
+    /// A TOML partition description instead of the applied partition.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub journal: JournalArgs,
 }
 
 #[derive(clap::Args)]
@@ -43,6 +63,10 @@ pub struct ApplyArgs {
     /// kernel lets debugfs `sched/preempt` be written; else said once and skipped).
     #[arg(long, value_name = "full|lazy")]
     pub preempt: Option<String>,
+    /// Beside a running irqbalance: `refuse` (the default) or `ban` the RT CPUs
+    /// through irqbalance's socket for the partition's lifetime.
+    #[arg(long, value_name = "refuse|ban")]
+    pub irqbalance: Option<String>,
     /// Print what each knob is for and what it would do here, and change nothing.
     #[arg(long)]
     pub explain: bool,
@@ -66,6 +90,7 @@ pub fn run(cmd: PartitionCmd) -> anyhow::Result<Outcome> {
         PartitionCmd::Apply(a) => apply(&host, a),
         PartitionCmd::Reset(a) => reset(&host, a),
         PartitionCmd::Show(a) => show(&host, a),
+        PartitionCmd::Export(a) => export(&host, a),
     }
 }
 
@@ -131,12 +156,17 @@ pub fn plan_from_args(
 }
 
 fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
-    let (plan, choice) = plan_from_args(
+    let (mut plan, choice) = plan_from_args(
         host,
         a.rt_cpus.as_deref(),
         a.config.as_ref(),
         a.preempt.as_deref(),
     )?;
+    match a.irqbalance.as_deref().map(str::parse::<IrqbalanceMode>) {
+        Some(Ok(mode)) => plan.irqbalance = mode,
+        Some(Err(e)) => return bad_input(format!("--irqbalance: {e}")),
+        None => {}
+    }
     if let (Some(c), false) = (&choice, a.journal.json) {
         println!("RT CPUs chosen: {} — {}", c.rt, c.reason);
         if !host.privileged() {
@@ -168,7 +198,8 @@ fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
         Err(
             e @ (PartitionError::AlreadyApplied(_)
             | PartitionError::NoCpuset
-            | PartitionError::CgroupExists(_)),
+            | PartitionError::CgroupExists(_)
+            | PartitionError::Irqbalance(_)),
         ) => return bad_input(e.to_string()),
         Err(e) => return Err(e).context("apply failed; everything done so far was rolled back"),
     };
@@ -390,5 +421,57 @@ fn show(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {
             );
         }
     }
+    Ok(Outcome::Ok)
+}
+
+fn export(host: &Host, a: ExportArgs) -> anyhow::Result<Outcome> {
+    let plan = if a.rt_cpus.is_some() || a.config.is_some() {
+        plan_from_args(host, a.rt_cpus.as_deref(), a.config.as_ref(), None)?.0
+    } else {
+        match partition::current(host, &a.journal.journal)? {
+            Some(c) => c.plan,
+            None => {
+                return bad_input(format!(
+                    "no partition applied ({} absent): apply one, or say which with --rt-cpus or --config",
+                    a.journal.journal.display()
+                ))
+            }
+        }
+    };
+    let files = tuned::profile(&plan);
+    std::fs::create_dir_all(&a.tuned).with_context(|| format!("mkdir {}", a.tuned.display()))?;
+    for f in &files {
+        let path = a.tuned.join(f.name);
+        std::fs::write(&path, &f.text).with_context(|| format!("write {}", path.display()))?;
+    }
+    if a.journal.json {
+        let names: Vec<&str> = files.iter().map(|f| f.name).collect();
+        let v = serde_json::json!({
+            "dir": a.tuned, "files": names, "rt_cpus": plan.rt, "nrt_cpus": plan.nrt,
+            "cmdline": tuned::implied_cmdline(&plan),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(Outcome::Ok);
+    }
+    let name = a
+        .tuned
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "rtmgr".into());
+    println!(
+        "tuned profile for RT CPUs {} / NRT CPUs {} written to {}: {}",
+        plan.rt,
+        plan.nrt,
+        a.tuned.display(),
+        files.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "install: cp -r {} /etc/tuned/profiles/{name} (tuned < 2.23: /etc/tuned/{name}); tuned-adm profile {name}",
+        a.tuned.display()
+    );
+    println!(
+        "kernel command line at the next boot:\n  {}",
+        tuned::implied_cmdline(&plan)
+    );
     Ok(Outcome::Ok)
 }

@@ -24,6 +24,11 @@ pub struct ServeArgs {
     /// The bus for --rtkit (a D-Bus address) instead of [rtkit] bus or the system bus.
     #[arg(long, value_name = "ADDRESS")]
     pub rtkit_bus: Option<String>,
+    /// Serve OpenMetrics/Prometheus text on http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464; overrides [serve] metrics): per RT CPU the latency
+    /// guard's histogram, grants, refusals, evictions, starvation boosts, drift repairs.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -48,6 +53,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     cfg.rtkit.enabled |= a.rtkit || a.rtkit_bus.is_some();
     if let Some(bus) = a.rtkit_bus {
         cfg.rtkit.bus = Some(bus);
+    }
+    if a.metrics.is_some() {
+        cfg.serve.metrics = a.metrics;
     }
     require_root(&host, "rtmgr serve")?;
     let _lock = machine_lock(&host)?;

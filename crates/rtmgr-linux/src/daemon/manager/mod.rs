@@ -59,6 +59,8 @@ pub struct Manager {
     stopping: bool,
     /// "running", "off", or why it stopped.
     pub balancer: String,
+    /// `serve --metrics`: where answers and repairs are counted.
+    pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
 }
 
 fn refused(reason: RefusalKind, msg: impl Into<String>) -> Response {
@@ -96,6 +98,7 @@ impl Manager {
             started_ns: mono_ns(),
             stopping: false,
             balancer: "off".into(),
+            metrics: None,
         }
     }
 
@@ -116,6 +119,9 @@ impl Manager {
 
     /// Count a response made outside `handle` (a malformed line).
     pub fn count(&mut self, resp: &Response) {
+        if let Some(mx) = &self.metrics {
+            mx.response(resp);
+        }
         match resp.reply {
             Reply::Granted { .. } => self.stats.granted += 1,
             Reply::Refused { .. } => self.stats.refused += 1,

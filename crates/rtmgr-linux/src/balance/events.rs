@@ -1,0 +1,28 @@
+//! Where the live balancer and its latency guard report events as they
+//! happen (ARTiS §2.2: evictions to keep RT0 latency; §2.3: the balancer),
+//! for whoever watches: the daemon's metrics (`daemon/metrics`). Every method
+//! has a default that ignores the event; a sink must be cheap and never
+//! block, since the guard calls it from its SCHED_FIFO probe thread.
+
+use std::sync::Arc;
+
+/// Events of a live balancer run.
+pub trait LiveEvents: Send + Sync {
+    /// One guard sample on `cpu`: how late the probe woke, ns.
+    fn guard_sample(&self, _cpu: u32, _latency_ns: u64) {}
+    /// `n` guests sent away from RT CPU `cpu`; `cause` is "guard" (a late
+    /// guard sample) or "kernel_entry" (a guest entered the kernel there).
+    fn eviction(&self, _cpu: u32, _cause: &'static str, _n: u64) {}
+    /// A starved task on `cpu` was given CPU time by the starvation guard.
+    fn starvation_boost(&self, _cpu: u32) {}
+}
+
+/// A shared sink in a `LiveConfig` (Debug and Clone for the config's sake).
+#[derive(Clone)]
+pub struct EventSink(pub Arc<dyn LiveEvents>);
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSink")
+    }
+}

@@ -1,0 +1,245 @@
+//! `rtmgr serve --metrics ADDR`: what a fleet watches of each RT node, as
+//! OpenMetrics text over HTTP (DROPS §4.1: the resource manager accounts for
+//! what it granted; ARTiS §2.2–2.3: the guard's latency and its evictions).
+//! Per RT CPU: the latency guard's histogram, grants, admission refusals,
+//! evictions, starvation boosts; and drift repairs by kind. Fed by small
+//! hooks: the Manager's responses, reconcile's repairs, and the balancer's
+//! `LiveEvents`. `http.rs` answers scrapes.
+
+mod http;
+
+pub use http::Exporter;
+
+use crate::balance::LiveEvents;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use rtmgr_core::admission::CpuRefusal;
+use rtmgr_core::protocol::{Reply, Response};
+use rtmgr_core::CpuSet;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CpuLabel {
+    cpu: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvictionLabels {
+    cpu: u32,
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+type HistogramFamily = Family<CpuLabel, Histogram, fn() -> Histogram>;
+
+/// The guard's latency buckets: 1 µs to about 1 s, doubling.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-6, 2.0, 21))
+}
+
+/// Every metric of a daemon run, shared by the threads that feed it.
+pub struct Metrics {
+    registry: Registry,
+    guard_latency: HistogramFamily,
+    /// Each RT CPU's histogram, so the guard's probe thread takes no family lock.
+    guard_by_cpu: BTreeMap<u32, Histogram>,
+    grants: Family<CpuLabel, Counter>,
+    cpu_refusals: Family<CpuLabel, Counter>,
+    refusals: Family<ReasonLabel, Counter>,
+    requests: Counter,
+    evictions: Family<EvictionLabels, Counter>,
+    starvation_boosts: Family<CpuLabel, Counter>,
+    drift_repairs: Family<KindLabel, Counter>,
+}
+
+impl Metrics {
+    /// The metrics of a daemon whose RT CPUs are `rt`: every per-CPU series
+    /// exists from the start (at 0), so a scrape shows each RT CPU.
+    pub fn new(rt: &CpuSet) -> Metrics {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("rtmgr"),
+            guard_latency: Family::new_with_constructor(latency_histogram),
+            guard_by_cpu: BTreeMap::new(),
+            grants: Family::default(),
+            cpu_refusals: Family::default(),
+            refusals: Family::default(),
+            requests: Counter::default(),
+            evictions: Family::default(),
+            starvation_boosts: Family::default(),
+            drift_repairs: Family::default(),
+        };
+        let r = &mut m.registry;
+        r.register_with_unit(
+            "guard_latency",
+            "How late the latency guard's probe woke on each RT CPU (ARTiS §2.2)",
+            Unit::Seconds,
+            m.guard_latency.clone(),
+        );
+        r.register(
+            "grants",
+            "Reservations granted, by RT CPU",
+            m.grants.clone(),
+        );
+        r.register(
+            "cpu_refusals",
+            "Admission refusals, by the RT CPU that said no",
+            m.cpu_refusals.clone(),
+        );
+        r.register(
+            "refusals",
+            "Requests refused, by reason",
+            m.refusals.clone(),
+        );
+        r.register("requests", "Requests answered", m.requests.clone());
+        r.register(
+            "evictions",
+            "Guests sent away from an RT CPU, by cause (guard: a late guard sample; kernel_entry: the guest entered the kernel)",
+            m.evictions.clone(),
+        );
+        r.register(
+            "starvation_boosts",
+            "Starved tasks given CPU time by the starvation guard, by RT CPU",
+            m.starvation_boosts.clone(),
+        );
+        r.register(
+            "drift_repairs",
+            "Changes made behind the daemon's back and repaired, by kind",
+            m.drift_repairs.clone(),
+        );
+        for cpu in rt.iter() {
+            let l = CpuLabel { cpu };
+            let h = m.guard_latency.get_or_create(&l).clone();
+            m.guard_by_cpu.insert(cpu, h);
+            let _ = m.grants.get_or_create(&l);
+            let _ = m.cpu_refusals.get_or_create(&l);
+            let _ = m.starvation_boosts.get_or_create(&l);
+            for cause in ["guard", "kernel_entry"] {
+                let _ = m.evictions.get_or_create(&EvictionLabels { cpu, cause });
+            }
+        }
+        m
+    }
+
+    /// Count one answer of the Manager (granted, refused).
+    pub fn response(&self, resp: &Response) {
+        self.requests.inc();
+        match &resp.reply {
+            Reply::Granted { reservation } => {
+                self.grants
+                    .get_or_create(&CpuLabel {
+                        cpu: reservation.cpu,
+                    })
+                    .inc();
+            }
+            Reply::Refused { reason, cpus, .. } => {
+                let reason = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| format!("{reason:?}"));
+                self.refusals.get_or_create(&ReasonLabel { reason }).inc();
+                for c in cpus {
+                    self.cpu_refusals
+                        .get_or_create(&CpuLabel {
+                            cpu: refusal_cpu(c),
+                        })
+                        .inc();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `n` repairs of drift of one kind (reconcile's names).
+    pub fn drift(&self, kind: &str, n: u64) {
+        if n > 0 {
+            self.drift_repairs
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .inc_by(n);
+        }
+    }
+
+    /// The OpenMetrics text of every metric, ending with `# EOF`.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl LiveEvents for Metrics {
+    fn guard_sample(&self, cpu: u32, latency_ns: u64) {
+        let seconds = latency_ns as f64 / 1e9;
+        match self.guard_by_cpu.get(&cpu) {
+            Some(h) => h.observe(seconds),
+            None => self
+                .guard_latency
+                .get_or_create(&CpuLabel { cpu })
+                .observe(seconds),
+        }
+    }
+
+    fn eviction(&self, cpu: u32, cause: &'static str, n: u64) {
+        self.evictions
+            .get_or_create(&EvictionLabels { cpu, cause })
+            .inc_by(n);
+    }
+
+    fn starvation_boost(&self, cpu: u32) {
+        self.starvation_boosts
+            .get_or_create(&CpuLabel { cpu })
+            .inc();
+    }
+}
+
+/// The metrics and their endpoint when the config asks for them
+/// (`[serve] metrics`, `serve --metrics`).
+pub fn start(
+    cfg: &super::ServeConfig,
+    rt: &CpuSet,
+) -> Result<Option<(Arc<Metrics>, Exporter)>, super::ServeError> {
+    let Some(text) = cfg.serve.metrics.as_deref() else {
+        return Ok(None);
+    };
+    let addr: SocketAddr = text.parse().map_err(|e| {
+        super::ServeError::Config(format!(
+            "metrics address {text:?}: {e} (expected IP:PORT, e.g. 127.0.0.1:9464 or [::]:9464)"
+        ))
+    })?;
+    let metrics = Arc::new(Metrics::new(rt));
+    let exporter =
+        Exporter::start(addr, metrics.clone()).map_err(|source| super::ServeError::Socket {
+            path: format!("metrics {addr}"),
+            source,
+        })?;
+    tracing::info!("metrics on http://{}/metrics", exporter.local_addr());
+    Ok(Some((metrics, exporter)))
+}
+
+fn refusal_cpu(c: &CpuRefusal) -> u32 {
+    match c {
+        CpuRefusal::Utilisation { cpu, .. }
+        | CpuRefusal::DeadlineShare { cpu, .. }
+        | CpuRefusal::EdfDemand { cpu, .. }
+        | CpuRefusal::ResponseTime { cpu, .. }
+        | CpuRefusal::Offline { cpu }
+        | CpuRefusal::NotRt { cpu } => *cpu,
+    }
+}
+
+#[cfg(test)]
+mod tests;
