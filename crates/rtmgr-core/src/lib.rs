@@ -25,6 +25,7 @@ pub mod balance;
 pub mod budget;
 pub mod cgroupfs;
 pub mod class;
+pub mod cost;
 pub mod cpuset;
 pub mod load;
 pub mod partition;

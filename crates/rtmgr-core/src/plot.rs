@@ -4,8 +4,10 @@
 //! activation). Pure string building, no dependencies.
 
 mod budget;
+mod cost;
 
 pub use budget::budget_rates_svg;
+pub use cost::{slowdown_svg, sweep_svg};
 
 use crate::stats::HistData;
 use std::fmt::Write as _;

@@ -47,6 +47,9 @@ enum Command {
     /// (internal) A built-in load process, started by rtmgr itself.
     #[command(name = rtmgr_linux::measure::builtin::WORKER_COMMAND, hide = true)]
     LoadWorker(cmd::load_worker::LoadWorkerArgs),
+    /// (internal) One piece of `rtmgr measure cost`'s work, started by rtmgr itself.
+    #[command(name = rtmgr_linux::measure::micro::WORKER_COMMAND, hide = true)]
+    CostWorker(cmd::measure::cost::CostWorkerArgs),
     /// The resource manager: own the RT CPUs, admit and grant reservations on request.
     Serve(cmd::serve::ServeArgs),
     /// Ask the daemon for W every P, then run CMD under it: `reserve --period 4ms --budget 1ms -- CMD`.
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Lb(a) => cmd::lb::run(a),
         Command::Balance(a) => cmd::balance::run(a),
         Command::LoadWorker(a) => cmd::load_worker::run(a),
+        Command::CostWorker(a) => cmd::measure::cost::worker(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Reserve(a) => cmd::reserve::reserve(a),
         Command::Reservations(a) => cmd::reserve::list(a),

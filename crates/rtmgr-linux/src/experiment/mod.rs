@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod compare;
+pub mod cost;
 pub mod error;
 pub mod evaluate;
 pub mod exec;
