@@ -119,11 +119,21 @@ impl Config {
             cpus: cpus.clone(),
             sched_idle: idle,
             enter,
+            instances: None,
+        };
+        // The same work in every configuration (issue 14): as many workers
+        // per load component as stock runs (one per online CPU), so the
+        // throughput column is the configuration's cost, not the CPUs it took.
+        let same_work = |p: LoadPart| LoadPart {
+            instances: Some(online.len()),
+            ..p
         };
         let parts = match self {
             Config::Idle => return None,
             Config::Stock | Config::Preempt => vec![part(online, false, None)],
-            Config::Shield | Config::Balanced => vec![part(&plan.nrt, false, Some(Role::Nrt))],
+            Config::Shield | Config::Balanced => {
+                vec![same_work(part(&plan.nrt, false, Some(Role::Nrt)))]
+            }
             Config::Rtmgr => vec![
                 part(&plan.nrt, false, Some(Role::Nrt)),
                 part(&plan.rt, true, Some(Role::Rt)),
@@ -453,4 +463,43 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         dma_held: dma.held(),
         failure,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 14: every loaded configuration offers the same number of workers
+    /// per load component (stock's: one per online CPU).
+    #[test]
+    fn every_configuration_offers_the_same_work() {
+        let online: CpuSet = "0-3".parse().unwrap();
+        let plan = validate(
+            &PartitionConfig::default(),
+            Some(&CpuSet::single(3)),
+            &online,
+        )
+        .unwrap();
+        let program = LoadProgram::Builtin(PathBuf::from("/bin/true"));
+        let workers = |c: Config| -> usize {
+            c.load_plan(LoadKind::Compute, &program, &online, &plan)
+                .map(|p| {
+                    p.parts
+                        .iter()
+                        .map(|x| x.instances.unwrap_or(x.cpus.len()))
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        assert_eq!(workers(Config::Idle), 0);
+        for c in [
+            Config::Stock,
+            Config::Preempt,
+            Config::Shield,
+            Config::Rtmgr,
+            Config::Balanced,
+        ] {
+            assert_eq!(workers(c), 4, "{c:?}");
+        }
+    }
 }
