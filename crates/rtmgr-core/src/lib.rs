@@ -21,6 +21,7 @@
 //! (rtmgr-sim), and is property-tested without a machine.
 
 pub mod admission;
+pub mod advice;
 pub mod balance;
 pub mod budget;
 pub mod cgroupfs;

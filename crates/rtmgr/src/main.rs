@@ -60,6 +60,8 @@ enum Command {
     Release(cmd::reserve::ReleaseArgs),
     /// Check a task set (rtmgr TOML or rt-app JSON) against the RT CPUs, granting nothing.
     Admit(cmd::admit::AdmitArgs),
+    /// Real time or real fast? McKenney's decision flow, answered from this machine's facts.
+    Advise(cmd::advise::AdviseArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::manuals::CompletionsArgs),
     /// (internal) Write the man pages into a directory, for packaging.
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Reservations(a) => cmd::reserve::list(a),
         Command::Release(a) => cmd::reserve::release(a),
         Command::Admit(a) => cmd::admit::run(a),
+        Command::Advise(a) => cmd::advise::run(a),
         Command::Completions(a) => cmd::manuals::completions(a, Cli::command()),
         Command::GenMan(a) => cmd::manuals::gen_man(a, Cli::command()),
     };

@@ -2,6 +2,7 @@
 //! to exit codes (2 = bad input, nothing changed; 1 = failure while running).
 
 pub mod admit;
+pub mod advise;
 pub mod balance;
 pub mod budget;
 pub mod evaluate;
