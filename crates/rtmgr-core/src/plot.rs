@@ -5,9 +5,11 @@
 
 mod budget;
 mod cost;
+mod delay;
 
 pub use budget::budget_rates_svg;
 pub use cost::{slowdown_svg, sweep_svg};
+pub use delay::delay_svg;
 
 use crate::stats::HistData;
 use std::fmt::Write as _;

@@ -57,6 +57,8 @@ fn workload_file_and_bad_input() {
         &["--utilization", "1.5"][..],
         &["--memory", "2X"][..],
         &["--from", file.to_str().unwrap()][..],
+        // Figs. 5-7 need an evaluate and a cost report.
+        &["--curves", tmp.path().to_str().unwrap()][..],
     ] {
         assert_eq!(advise(tmp.path(), args).status.code(), Some(2), "{args:?}");
     }

@@ -5,6 +5,7 @@
 //! the answer, every reason with its number, its source and the command that
 //! would check it (schema `rtmgr.advice/1`, docs/report-schema.md).
 
+pub mod curves;
 pub mod delay;
 pub mod facts;
 mod flow;

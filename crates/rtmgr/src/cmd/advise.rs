@@ -4,10 +4,12 @@
 //! reports; `rtmgr_core::advice` decides. Prints the answer with every reason,
 //! or the versioned JSON (`rtmgr.advice/1`) with `--json`.
 
-use super::measure::common::parse_duration;
+use super::measure::common::{parse_duration, write_file, write_json};
 use super::{bad_input, Outcome};
 use anyhow::{Context, Result};
+use rtmgr_core::advice::curves::{crossovers_text, delay_curves, DelayCurves};
 use rtmgr_core::advice::{advice_text, advise, parse_workload, Workload};
+use rtmgr_core::plot::delay_svg;
 use rtmgr_linux::experiment::advise::{gather, FactsConfig};
 use rtmgr_linux::experiment::session::host_from_env;
 use std::path::PathBuf;
@@ -53,6 +55,11 @@ pub struct AdviseArgs {
     /// Print the advice as JSON (schema rtmgr.advice/1) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also write McKenney Figs. 5–7 from the `--from` reports (an evaluate
+    /// and a cost report): total delay against work duration, delay.json
+    /// (rtmgr.delay/1) and delay-{user,build,kernel}.svg, into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub curves: Option<PathBuf>,
 }
 
 /// "512M", "2G", "1.5GiB", "4096" (bytes).
@@ -137,13 +144,44 @@ pub fn run(a: AdviseArgs) -> Result<Outcome> {
         percentile_ppm: a.percentile,
     };
     let facts = gather(&host_from_env()?, &cfg)?;
+    let curves = match (&a.curves, &facts.tail, &facts.cost) {
+        (None, _, _) => None,
+        (Some(dir), Some(t), Some(c)) => Some((dir, delay_curves(t, c))),
+        (Some(_), _, _) => {
+            return bad_input(
+                "--curves needs an evaluate report and a cost report in --from (the tail and the slowdowns)",
+            )
+        }
+    };
     let advice = advise(&w, &facts);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&advice)?);
     } else {
         print!("{}", advice_text(&advice));
     }
+    if let Some((dir, d)) = curves {
+        write_curves(dir, &d)?;
+        if !a.json {
+            println!(
+                "\ntotal delay = {} latency + work x slowdown (McKenney Figs. 5-7):",
+                d.percentile
+            );
+            print!("{}", crossovers_text(&d));
+        }
+    }
     Ok(Outcome::Ok)
+}
+
+/// delay.json and one SVG per kind of work.
+fn write_curves(dir: &std::path::Path, d: &DelayCurves) -> Result<()> {
+    write_json(&dir.join("delay.json"), d)?;
+    for k in &d.kinds {
+        let title = format!("total delay at {}: {}", d.percentile, k.what);
+        let path = dir.join(format!("delay-{}.svg", k.kind));
+        write_file(&path, &delay_svg(&title, k))?;
+    }
+    eprintln!("delay curves: {}/delay.json and delay-*.svg", dir.display());
+    Ok(())
 }
 
 #[cfg(test)]
