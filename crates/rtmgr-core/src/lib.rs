@@ -20,6 +20,7 @@
 //! policy runs unchanged live (rtmgr-linux) and in the deterministic simulator
 //! (rtmgr-sim), and is property-tested without a machine.
 
+pub mod ablation;
 pub mod admission;
 pub mod advice;
 pub mod balance;

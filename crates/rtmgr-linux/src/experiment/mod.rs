@@ -4,6 +4,7 @@
 //! for progress, and returns the report body; the CLI parses flags, prints and
 //! writes files.
 
+pub mod ablate;
 pub mod advise;
 pub mod budget;
 pub mod compare;
