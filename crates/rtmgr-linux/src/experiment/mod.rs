@@ -13,6 +13,7 @@ pub mod error;
 pub mod evaluate;
 pub mod exec;
 pub mod latency;
+pub mod long_run;
 pub mod periodicity;
 pub mod session;
 pub mod trace_cost;

@@ -83,12 +83,20 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
     if args.ablate {
         return super::ablate::run(&args, cfg);
     }
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| output::default_dir("evaluate"));
+    // Long runs write the report so far every minute (a valid partial report).
+    let cfg = EvaluateConfig {
+        checkpoint: Some(dir.join("report.json")),
+        ..cfg
+    };
     let outcome = {
         let mut bar = Bar::new(cfg.total);
         evaluate::run(&host_from_env()?, &cfg, &mut bar)?
     };
     print_run(outcome.run(), outcome.mlocked, outcome.dma_held);
-    let dir = args.out.unwrap_or_else(|| output::default_dir("evaluate"));
     write_outputs(&dir, &outcome.report)?;
     if let Some(e) = outcome.failure {
         return Err(
