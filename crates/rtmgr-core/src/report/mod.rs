@@ -8,6 +8,7 @@
 
 pub mod budget;
 mod evaluate;
+pub mod parallel;
 mod text;
 
 pub use evaluate::*;
