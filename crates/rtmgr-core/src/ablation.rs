@@ -7,7 +7,7 @@
 //! gates, the report (`rtmgr.ablation/1`) and its table.
 
 use crate::partition::KnobId;
-use crate::report::{render, us, CpuResult, HostInfo};
+use crate::report::{render, us, CpuResult, Header};
 use crate::stats::{label, nearest_rank, Hist};
 use crate::CpuSet;
 use serde::{Deserialize, Serialize};
@@ -153,13 +153,9 @@ pub fn check_gates(configs: &[AblationConfig], gates: &[Gate], config: &str) -> 
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AblationReport {
-    pub schema: String,
-    pub rtmgr_version: String,
-    pub command: Vec<String>,
-    pub started_unix_s: u64,
-    pub host: HostInfo,
-    pub partial: bool,
-    pub partial_reason: Option<String>,
+    /// schema, version, command, start, host, partial (see `report::Header`).
+    #[serde(flatten)]
+    pub header: Header,
     pub rt_cpus: CpuSet,
     pub nrt_cpus: CpuSet,
     pub load: String,

@@ -10,7 +10,7 @@ mod text;
 pub use text::{build_table, micro_table, sig3, sweep_table};
 
 use crate::cpuset::CpuSet;
-use crate::report::HostInfo;
+use crate::report::Header;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; readers must check it.
@@ -217,14 +217,9 @@ pub fn sweep_levels(cpus: usize, max: Option<u32>) -> Vec<u32> {
 /// `rtmgr measure cost`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostReport {
-    pub schema: String,
-    pub rtmgr_version: String,
-    pub command: Vec<String>,
-    pub started_unix_s: u64,
-    pub host: HostInfo,
-    /// Cut short (Ctrl-C, error): the data are valid but cover fewer rounds.
-    pub partial: bool,
-    pub partial_reason: Option<String>,
+    /// schema, version, command, start, host, partial (see `report::Header`).
+    #[serde(flatten)]
+    pub header: Header,
     pub rt_cpus: CpuSet,
     pub nrt_cpus: CpuSet,
     pub rounds_planned: u32,

@@ -134,18 +134,17 @@ fn three_significant_digits() {
 #[test]
 fn report_round_trips_through_json() {
     let r = CostReport {
-        schema: COST_SCHEMA.into(),
-        rtmgr_version: "0".into(),
-        command: vec!["rtmgr".into()],
-        started_unix_s: 1,
-        host: crate::report::HostInfo {
-            hostname: "h".into(),
-            kernel: "k".into(),
-            cpus_online: "0-1".parse().unwrap(),
-            hypervisor: None,
-        },
-        partial: false,
-        partial_reason: None,
+        header: crate::report::Header::new(
+            COST_SCHEMA,
+            1,
+            crate::report::HostInfo {
+                hostname: "h".into(),
+                kernel: "k".into(),
+                cpus_online: "0-1".parse().unwrap(),
+                hypervisor: None,
+            },
+            None,
+        ),
         rt_cpus: "1".parse().unwrap(),
         nrt_cpus: "0".parse().unwrap(),
         rounds_planned: 3,

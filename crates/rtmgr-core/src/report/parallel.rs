@@ -3,7 +3,7 @@
 //! maximum per level. `rtmgr measure latency --parallel-sweep N`'s report
 //! (schema `rtmgr.parallel/1`, docs/report-schema.md) and its table.
 
-use super::{render, us, HostInfo};
+use super::{render, us, Header};
 use crate::stats::Summary;
 use crate::CpuSet;
 use serde::{Deserialize, Serialize};
@@ -15,13 +15,9 @@ pub const P99999: u32 = 999_990;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParallelSweep {
-    pub schema: String,
-    pub rtmgr_version: String,
-    pub command: Vec<String>,
-    pub started_unix_s: u64,
-    pub host: HostInfo,
-    pub partial: bool,
-    pub partial_reason: Option<String>,
+    /// schema, version, command, start, host, partial (see `report::Header`).
+    #[serde(flatten)]
+    pub header: Header,
     pub cpus: CpuSet,
     pub interval_ns: u64,
     /// Samples per task at each level.

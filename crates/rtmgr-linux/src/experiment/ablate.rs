@@ -7,25 +7,24 @@
 //! intervals, and the gates checked.
 
 use super::evaluate::EvaluateConfig;
-use super::session::{lock_memory, machine_lock, require_root, stop_flag, STOP_SIGNALS};
+use super::own_partition;
+use super::session::{lock_memory, require_root, stop_flag, STOP_SIGNALS};
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::balance::background::BackgroundBalancer;
-use crate::journal::DEFAULT_JOURNAL;
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
     cpu_result, merged, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator, SegmentPlan,
 };
 use crate::measure::{host_info, unix_now_s, DmaLatencyGuard};
-use crate::partition::{self, ApplyOptions, PartitionGuard, Role};
+use crate::partition::{PartitionGuard, Role};
 use crate::Host;
 use rtmgr_core::ablation::{
     check_gates, quantile_ci, steps, AblationConfig, AblationReport, Gate, Step, ABLATION_SCHEMA,
 };
-use rtmgr_core::partition::{validate, KnobId, PartitionConfig, PartitionPlan};
-use rtmgr_core::report::{PolicySpec, ProbeMode};
+use rtmgr_core::partition::{KnobId, PartitionPlan};
+use rtmgr_core::report::{Header, PolicySpec, ProbeMode};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -76,26 +75,8 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
     let ev = &cfg.evaluate;
     require_root(host, "rtmgr evaluate --ablate")?;
     let program = ev.load_engine.resolve()?;
-    let online = crate::cpus::online(host)?;
-    if online.len() < 2 {
-        return bad_input(format!(
-            "--ablate needs at least 2 online CPUs; online: {online}"
-        ));
-    }
-    let rt_cpu = match ev.rt_cpu {
-        Some(c) => c,
-        None => crate::unmovable::choose_rt_cpus(host, 1, crate::unmovable::SAMPLE_WINDOW)
-            .map_err(|e| Error::Failed(format!("choosing the RT CPU: {e}")))?
-            .rt
-            .first()
-            .expect("one CPU"),
-    };
-    let plan = validate(
-        &PartitionConfig::default(),
-        Some(&CpuSet::single(rt_cpu)),
-        &online,
-    )
-    .or_else(|e| bad_input(e.to_string()))?;
+    let own = own_partition::prepare(host, "rtmgr evaluate --ablate", ev.rt_cpu)?;
+    let (online, plan, rt_cpu, opts) = (&own.online, &own.plan, own.rt_cpu, &own.opts);
     // The preemption knob only counts when a model is asked for (evaluate does not).
     let knobs: Vec<KnobId> = plan
         .knobs
@@ -115,23 +96,8 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             ev.interval
         ));
     }
-    let journal = PathBuf::from(DEFAULT_JOURNAL);
-    let _lock = machine_lock(host)?;
-    if let Some(a) = partition::current(host, &journal)? {
-        return bad_input(format!(
-            "a partition is already applied (RT CPUs {}): --ablate applies its own; run `rtmgr partition reset` first",
-            a.plan.rt
-        ));
-    }
-    let opts = ApplyOptions {
-        journal,
-        replace: false,
-    };
-    if let Err(e) = partition::preflight(host, &opts) {
-        return bad_input(format!("cannot apply the ablation's partitions: {e}"));
-    }
     let stop = stop_flag(&STOP_SIGNALS)?;
-    let _orchestrator = Orchestrator::enter(&plan.rt, &online);
+    let _orchestrator = Orchestrator::enter(&plan.rt, online);
     let _mlocked = lock_memory();
     let _dma = DmaLatencyGuard::hold();
     let started = unix_now_s();
@@ -170,11 +136,11 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                 knobs: s.knobs.clone(),
                 ..plan.clone()
             });
-            let load = load_plan(c, &base_load, &online, &plan);
+            let load = load_plan(c, &base_load, online, plan);
             let measured = (|| -> Result<(Hist, u64)> {
                 let guard = match &step_plan {
                     Some(p) => Some(
-                        PartitionGuard::apply(host, p, &opts)
+                        PartitionGuard::apply(host, p, opts)
                             .context("apply the step's partition")?,
                     ),
                     None => None,
@@ -245,13 +211,7 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
         _ => None,
     };
     let report = AblationReport {
-        schema: ABLATION_SCHEMA.into(),
-        rtmgr_version: env!("CARGO_PKG_VERSION").into(),
-        command: std::env::args().collect(),
-        started_unix_s: started,
-        host: host_info(&online),
-        partial: partial.is_some(),
-        partial_reason: partial,
+        header: Header::new(ABLATION_SCHEMA, started, host_info(online), partial),
         rt_cpus: plan.rt.clone(),
         nrt_cpus: plan.nrt.clone(),
         load: ev.load.name().into(),

@@ -14,6 +14,7 @@ pub mod evaluate;
 pub mod exec;
 pub mod latency;
 pub mod long_run;
+pub mod own_partition;
 pub mod parallel;
 pub mod periodicity;
 pub mod session;

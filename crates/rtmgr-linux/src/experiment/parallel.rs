@@ -6,6 +6,7 @@
 use super::latency::{self, LatencyConfig};
 use super::{bad_input, Reporter, Result, Session};
 use rtmgr_core::report::parallel::{ParallelLevel, ParallelSweep, PARALLEL_SCHEMA};
+use rtmgr_core::report::Header;
 
 /// Checks that need no machine (before the session opens).
 pub fn check(cfg: &LatencyConfig, max_tasks: u32) -> Result<()> {
@@ -49,13 +50,12 @@ pub fn run(
     }
     let partial = s.partial();
     Ok(ParallelSweep {
-        schema: PARALLEL_SCHEMA.into(),
-        rtmgr_version: env!("CARGO_PKG_VERSION").into(),
-        command: std::env::args().collect(),
-        started_unix_s: s.started,
-        host: crate::measure::host_info(&s.online),
-        partial: partial.is_some(),
-        partial_reason: partial,
+        header: Header::new(
+            PARALLEL_SCHEMA,
+            s.started,
+            crate::measure::host_info(&s.online),
+            partial,
+        ),
         cpus,
         interval_ns: cfg.interval.as_nanos() as u64,
         loops: cfg.loops.unwrap_or(0),

@@ -92,7 +92,7 @@ pub fn run(args: &EvaluateArgs, evaluate: EvaluateConfig) -> Result<Outcome> {
             anyhow::Error::new(e).context("--ablate stopped early (partial report written)")
         );
     }
-    if let Some(p) = &r.partial_reason {
+    if let Some(p) = &r.header.partial_reason {
         eprintln!("rtmgr: {p}; partial report written");
         return Ok(Outcome::Code(130));
     }

@@ -8,12 +8,11 @@ mod build;
 pub mod configs;
 mod work;
 
-use super::session::{machine_lock, require_root, stop_flag, STOP_SIGNALS};
+use super::own_partition;
+use super::session::{require_root, stop_flag, STOP_SIGNALS};
 use super::{bad_input, Error, Reporter, Result};
-use crate::journal::DEFAULT_JOURNAL;
 use crate::measure::micro::{MicroKind, WorkerRequest, JOB_MIX};
 use crate::measure::{host_info, unix_now_s};
-use crate::partition::{self, ApplyOptions};
 use crate::Host;
 use build::BuildSource;
 use configs::{Config, Placement, Rounds};
@@ -21,7 +20,7 @@ use rtmgr_core::cost::{
     set_slowdowns, summarize_sweep, sweep_levels, Better, BuildConfigCost, BuildCost, CostReport,
     Measured, MicroBench, SweepConfigCost, SweepCost, COST_SCHEMA,
 };
-use rtmgr_core::partition::{validate, PartitionConfig};
+use rtmgr_core::report::Header;
 use rtmgr_core::CpuSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -128,47 +127,14 @@ pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<Cost
             cfg.worker.display()
         ));
     }
-    let online = crate::cpus::online(host)?;
-    if online.len() < 2 {
-        return bad_input(format!(
-            "rtmgr measure cost needs at least 2 online CPUs (one RT, one NRT); online: {online}"
-        ));
-    }
-    let rt_cpu = match cfg.rt_cpu {
-        Some(c) => c,
-        None => crate::unmovable::choose_rt_cpus(host, 1, crate::unmovable::SAMPLE_WINDOW)
-            .map_err(|e| Error::Failed(format!("choosing the RT CPU: {e}")))?
-            .rt
-            .first()
-            .expect("one CPU"),
-    };
-    let plan = validate(
-        &PartitionConfig::default(),
-        Some(&CpuSet::single(rt_cpu)),
-        &online,
-    )
-    .or_else(|e| bad_input(e.to_string()))?;
     let scratch = Scratch::create()?;
     let source = if cfg.parts.build {
         Some(BuildSource::prepare(&cfg.build_crate, scratch.path())?)
     } else {
         None
     };
-    let journal = PathBuf::from(DEFAULT_JOURNAL);
-    let _lock = machine_lock(host)?;
-    if let Some(a) = partition::current(host, &journal)? {
-        return bad_input(format!(
-            "a partition is already applied (RT CPUs {}): measure cost applies and resets its own; run `rtmgr partition reset` first",
-            a.plan.rt
-        ));
-    }
-    let opts = ApplyOptions {
-        journal,
-        replace: false,
-    };
-    if let Err(e) = partition::preflight(host, &opts) {
-        return bad_input(format!("cannot apply the cost run's partition: {e}"));
-    }
+    let own = own_partition::prepare(host, "rtmgr measure cost", cfg.rt_cpu)?;
+    let (online, plan, rt_cpu) = (&own.online, &own.plan, own.rt_cpu);
     let stop = stop_flag(&STOP_SIGNALS)?;
     let started = unix_now_s();
     let (configs, skipped) = configs::available(host);
@@ -202,9 +168,9 @@ pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<Cost
     ));
     let rounds = Rounds {
         host,
-        online: &online,
-        plan: &plan,
-        opts: &opts,
+        online,
+        plan,
+        opts: &own.opts,
         configs: &configs,
         rounds: cfg.rounds,
         stop: &stop,
@@ -256,23 +222,17 @@ pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<Cost
     };
     let names: Vec<&str> = configs.iter().map(|c| c.name()).collect();
     let report = CostReport {
-        schema: COST_SCHEMA.into(),
-        rtmgr_version: env!("CARGO_PKG_VERSION").into(),
-        command: std::env::args().collect(),
-        started_unix_s: started,
-        host: host_info(&online),
-        partial: partial.is_some(),
-        partial_reason: partial,
+        header: Header::new(COST_SCHEMA, started, host_info(online), partial),
         rt_cpus: plan.rt.clone(),
         nrt_cpus: plan.nrt.clone(),
         rounds_planned: cfg.rounds,
         rounds_done,
-        configs: configs.iter().map(|c| c.report(&online, &plan)).collect(),
+        configs: configs.iter().map(|c| c.report(online, plan)).collect(),
         skipped,
         micro: micro_benches(&micro, &names, &samples),
         build: source
             .as_ref()
-            .map(|s| build_cost(s, &configs, &online, &plan, &mut samples)),
+            .map(|s| build_cost(s, &configs, online, plan, &mut samples)),
         sweep: cfg
             .parts
             .sweep

@@ -93,7 +93,7 @@ pub fn run(a: CostArgs) -> Result<Outcome> {
             anyhow::Error::new(e).context("measure cost stopped early (partial report written)")
         );
     }
-    if let Some(p) = &rep.partial_reason {
+    if let Some(p) = &rep.header.partial_reason {
         eprintln!("rtmgr: {p}; partial report written");
         return Ok(Outcome::Code(130));
     }

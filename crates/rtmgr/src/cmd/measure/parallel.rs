@@ -33,7 +33,7 @@ pub fn sweep(a: LatencyArgs, max_tasks: u32) -> Result<Outcome> {
     );
     let svgs = [("", parallel_svg(&title, &run.levels))];
     write_report(&a.out, "parallel", &run, &svgs)?;
-    let partial = run.partial_reason.clone();
+    let partial = run.header.partial_reason.clone();
     if let Some(p) = &partial {
         eprintln!("rtmgr: {p}; partial report written");
     }
