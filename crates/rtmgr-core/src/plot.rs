@@ -4,8 +4,14 @@
 //! activation). Pure string building, no dependencies.
 
 mod budget;
+mod cost;
+mod delay;
+mod parallel;
 
 pub use budget::budget_rates_svg;
+pub use cost::{slowdown_svg, sweep_svg};
+pub use delay::delay_svg;
+pub use parallel::parallel_svg;
 
 use crate::stats::HistData;
 use std::fmt::Write as _;

@@ -81,6 +81,36 @@ impl WaitResult {
 pub struct ChildUsage {
     pub user_ns: Nanos,
     pub system_ns: Nanos,
+    /// The raw wait status (`WIFEXITED`/`WEXITSTATUS` tell how it ended).
+    pub status: i32,
+}
+
+impl ChildUsage {
+    /// The exit code when the child exited (None when a signal ended it).
+    pub fn exit_code(&self) -> Option<i32> {
+        libc::WIFEXITED(self.status).then(|| libc::WEXITSTATUS(self.status))
+    }
+}
+
+/// fork(); the child `_exit(0)`s at once and the parent waits for it: one
+/// fork+exit+wait (DROPS §5.1 / lmbench lat_proc "fork").
+pub fn fork_exit_wait() -> io::Result<()> {
+    // SAFETY: the child calls only the async-signal-safe _exit, so forking a
+    // multi-threaded process is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: _exit ends the child without running any handler.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid with a valid pointer to a status word.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn timeval_ns(tv: libc::timeval) -> Nanos {
@@ -104,6 +134,7 @@ pub fn try_reap(pid: i32) -> io::Result<Option<ChildUsage>> {
     Ok(Some(ChildUsage {
         user_ns: timeval_ns(ru.ru_utime),
         system_ns: timeval_ns(ru.ru_stime),
+        status,
     }))
 }
 

@@ -47,6 +47,9 @@ enum Command {
     /// (internal) A built-in load process, started by rtmgr itself.
     #[command(name = rtmgr_linux::measure::builtin::WORKER_COMMAND, hide = true)]
     LoadWorker(cmd::load_worker::LoadWorkerArgs),
+    /// (internal) One piece of `rtmgr measure cost`'s work, started by rtmgr itself.
+    #[command(name = rtmgr_linux::measure::micro::WORKER_COMMAND, hide = true)]
+    CostWorker(cmd::measure::cost::CostWorkerArgs),
     /// The resource manager: own the RT CPUs, admit and grant reservations on request.
     Serve(cmd::serve::ServeArgs),
     /// Ask the daemon for W every P, then run CMD under it: `reserve --period 4ms --budget 1ms -- CMD`.
@@ -57,6 +60,8 @@ enum Command {
     Release(cmd::reserve::ReleaseArgs),
     /// Check a task set (rtmgr TOML or rt-app JSON) against the RT CPUs, granting nothing.
     Admit(cmd::admit::AdmitArgs),
+    /// Real time or real fast? McKenney's decision flow, answered from this machine's facts.
+    Advise(cmd::advise::AdviseArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::manuals::CompletionsArgs),
     /// (internal) Write the man pages into a directory, for packaging.
@@ -84,11 +89,13 @@ fn main() -> ExitCode {
         Command::Lb(a) => cmd::lb::run(a),
         Command::Balance(a) => cmd::balance::run(a),
         Command::LoadWorker(a) => cmd::load_worker::run(a),
+        Command::CostWorker(a) => cmd::measure::cost::worker(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Reserve(a) => cmd::reserve::reserve(a),
         Command::Reservations(a) => cmd::reserve::list(a),
         Command::Release(a) => cmd::reserve::release(a),
         Command::Admit(a) => cmd::admit::run(a),
+        Command::Advise(a) => cmd::advise::run(a),
         Command::Completions(a) => cmd::manuals::completions(a, Cli::command()),
         Command::GenMan(a) => cmd::manuals::gen_man(a, Cli::command()),
     };

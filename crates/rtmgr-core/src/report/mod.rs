@@ -8,6 +8,7 @@
 
 pub mod budget;
 mod evaluate;
+pub mod parallel;
 mod text;
 
 pub use evaluate::*;
@@ -36,6 +37,43 @@ pub struct Report {
     pub partial_reason: Option<String>,
     #[serde(flatten)]
     pub body: Body,
+}
+
+/// The header of the reports with their own schema (`rtmgr.cost/1`,
+/// `rtmgr.ablation/1`, `rtmgr.parallel/1`), flattened into them: the same
+/// keys as `Report`'s header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub schema: String,
+    pub rtmgr_version: String,
+    /// The command line that produced the report.
+    pub command: Vec<String>,
+    /// Start of the run, seconds since the Unix epoch.
+    pub started_unix_s: u64,
+    pub host: HostInfo,
+    /// True when the run was cut short (Ctrl-C, error): the data are valid but cover less.
+    pub partial: bool,
+    pub partial_reason: Option<String>,
+}
+
+impl Header {
+    /// A header for a run of this rtmgr, with the process's command line.
+    pub fn new(
+        schema: &str,
+        started_unix_s: u64,
+        host: HostInfo,
+        partial: Option<String>,
+    ) -> Header {
+        Header {
+            schema: schema.into(),
+            rtmgr_version: env!("CARGO_PKG_VERSION").into(),
+            command: std::env::args().collect(),
+            started_unix_s,
+            host,
+            partial: partial.is_some(),
+            partial_reason: partial,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

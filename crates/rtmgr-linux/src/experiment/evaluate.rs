@@ -7,6 +7,7 @@
 //! CPU defaults to the one the kernel leaves most alone (`--rt-cpus auto`).
 //! Always resets the partition it applied.
 
+use super::long_run::{rounds_for, write_checkpoint, CHECKPOINT_EVERY};
 use super::session::{lock_memory, machine_lock, report, require_root, stop_flag, STOP_SIGNALS};
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::balance::background::BackgroundBalancer;
@@ -46,6 +47,10 @@ pub struct EvaluateConfig {
     pub interval: Duration,
     /// Explain each configuration's tail with tracefs (see `LatencyConfig::trace`).
     pub trace: Option<Option<u64>>,
+    /// Long runs: where to write the report so far, at most every
+    /// `CHECKPOINT_EVERY` (a valid report marked partial), so a crash loses
+    /// at most that much.
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl EvaluateConfig {
@@ -59,6 +64,7 @@ impl EvaluateConfig {
             load_engine,
             interval: Duration::from_micros(250),
             trace: None,
+            checkpoint: None,
         }
     }
 }
@@ -119,11 +125,21 @@ impl Config {
             cpus: cpus.clone(),
             sched_idle: idle,
             enter,
+            instances: None,
+        };
+        // The same work in every configuration (issue 14): as many workers
+        // per load component as stock runs (one per online CPU), so the
+        // throughput column is the configuration's cost, not the CPUs it took.
+        let same_work = |p: LoadPart| LoadPart {
+            instances: Some(online.len()),
+            ..p
         };
         let parts = match self {
             Config::Idle => return None,
             Config::Stock | Config::Preempt => vec![part(online, false, None)],
-            Config::Shield | Config::Balanced => vec![part(&plan.nrt, false, Some(Role::Nrt))],
+            Config::Shield | Config::Balanced => {
+                vec![same_work(part(&plan.nrt, false, Some(Role::Nrt)))]
+            }
             Config::Rtmgr => vec![
                 part(&plan.nrt, false, Some(Role::Nrt)),
                 part(&plan.rt, true, Some(Role::Rt)),
@@ -229,6 +245,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         ..plan.clone()
     };
     let total = cfg.total;
+    let rounds = rounds_for(rounds, total, configs.len());
     let segment = total / (rounds * configs.len() as u32);
     if segment < Duration::from_millis(100) || cfg.interval.is_zero() || cfg.interval > segment {
         return bad_input(format!(
@@ -278,6 +295,23 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
     ));
 
     let mut acc: Vec<Acc> = configs.iter().map(|_| Acc::default()).collect();
+    let shape = Shape {
+        cfg,
+        configs: &configs,
+        rt_cpu,
+        plan: &plan,
+        program: &program,
+        interval_ns: probe.interval_ns,
+        rounds,
+        segment,
+        rt_choice: &rt_choice,
+        skipped: &skipped,
+        online: &online,
+        started,
+    };
+    let build =
+        |acc: &[Acc], done: u32, partial: Option<String>| build_report(&shape, acc, done, partial);
+    let mut last_checkpoint = Instant::now();
     let t0 = Instant::now();
     let mut rounds_done = 0;
     let mut failure: Option<Error> = None;
@@ -391,6 +425,23 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                         a.events_lost += t.stats.lost;
                     }
                     disturb::accumulate(&mut a.disturbance, &seg.disturbance);
+                    if let Some(path) = &cfg.checkpoint {
+                        if last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+                            last_checkpoint = Instant::now();
+                            let why = format!(
+                                "in progress: round {} of {rounds} (written every minute)",
+                                r + 1
+                            );
+                            if let Err(e) =
+                                write_checkpoint(path, &build(&acc, rounds_done, Some(why)))
+                            {
+                                rep.note(&format!(
+                                    "rtmgr: writing the report so far to {}: {e}",
+                                    path.display()
+                                ));
+                            }
+                        }
+                    }
                 }
                 Err(e) => {
                     failure = Some(e.context(format!("round {} {}", r + 1, c.name())));
@@ -409,9 +460,43 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         }
     }
     // Any guard still alive was dropped (reset) when the loop ended.
-    let configs: Vec<ConfigResult> = configs
+    let partial = if let Some(e) = &failure {
+        Some(format!("failed: {e}"))
+    } else if stopped() {
+        Some("interrupted (SIGINT/SIGTERM): fewer rounds than planned".to_string())
+    } else {
+        None
+    };
+    Ok(EvaluateOutcome {
+        report: build(&acc, rounds_done, partial),
+        mlocked,
+        dma_held: dma.held(),
+        failure,
+    })
+}
+
+/// What the report is built from, besides the data.
+struct Shape<'a> {
+    cfg: &'a EvaluateConfig,
+    configs: &'a [Config],
+    rt_cpu: u32,
+    plan: &'a PartitionPlan,
+    program: &'a LoadProgram,
+    interval_ns: u64,
+    rounds: u32,
+    segment: Duration,
+    rt_choice: &'a Option<String>,
+    skipped: &'a [String],
+    online: &'a CpuSet,
+    started: u64,
+}
+
+fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<String>) -> Report {
+    let (cfg, rt_cpu) = (sh.cfg, sh.rt_cpu);
+    let configs: Vec<ConfigResult> = sh
+        .configs
         .iter()
-        .zip(&acc)
+        .zip(acc)
         .map(|(c, a)| ConfigResult {
             name: c.name().into(),
             description: c.description().into(),
@@ -425,32 +510,59 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         })
         .collect();
     let mut run = EvaluateRun {
-        rt_cpus: plan.rt.clone(),
-        nrt_cpus: plan.nrt.clone(),
+        rt_cpus: sh.plan.rt.clone(),
+        nrt_cpus: sh.plan.nrt.clone(),
         load: cfg.load.name().into(),
-        load_engine: program.engine(),
-        interval_ns: probe.interval_ns,
-        rounds_planned: rounds,
+        load_engine: sh.program.engine(),
+        interval_ns: sh.interval_ns,
+        rounds_planned: sh.rounds,
         rounds_done,
-        segment_ns: segment.as_nanos() as u64,
-        latency_bound_us: plan.latency_bound_us,
+        segment_ns: sh.segment.as_nanos() as u64,
+        latency_bound_us: sh.plan.latency_bound_us,
         configs,
         verdicts: Vec::new(),
-        rt_choice,
-        skipped,
+        rt_choice: sh.rt_choice.clone(),
+        skipped: sh.skipped.to_vec(),
     };
     run.verdicts = evaluate_verdicts(&run);
-    let partial = if let Some(e) = &failure {
-        Some(format!("failed: {e}"))
-    } else if stopped() {
-        Some("interrupted (SIGINT/SIGTERM): fewer rounds than planned".to_string())
-    } else {
-        None
-    };
-    Ok(EvaluateOutcome {
-        report: report(Body::Evaluate(run), &online, started, partial),
-        mlocked,
-        dma_held: dma.held(),
-        failure,
-    })
+    report(Body::Evaluate(run), sh.online, sh.started, partial)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 14: every loaded configuration offers the same number of workers
+    /// per load component (stock's: one per online CPU).
+    #[test]
+    fn every_configuration_offers_the_same_work() {
+        let online: CpuSet = "0-3".parse().unwrap();
+        let plan = validate(
+            &PartitionConfig::default(),
+            Some(&CpuSet::single(3)),
+            &online,
+        )
+        .unwrap();
+        let program = LoadProgram::Builtin(PathBuf::from("/bin/true"));
+        let workers = |c: Config| -> usize {
+            c.load_plan(LoadKind::Compute, &program, &online, &plan)
+                .map(|p| {
+                    p.parts
+                        .iter()
+                        .map(|x| x.instances.unwrap_or(x.cpus.len()))
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        assert_eq!(workers(Config::Idle), 0);
+        for c in [
+            Config::Stock,
+            Config::Preempt,
+            Config::Shield,
+            Config::Rtmgr,
+            Config::Balanced,
+        ] {
+            assert_eq!(workers(c), 4, "{c:?}");
+        }
+    }
 }

@@ -71,6 +71,8 @@ pub struct LoadSpec<'a> {
     pub kind: LoadKind,
     pub program: &'a LoadProgram,
     pub cpus: CpuSet,
+    /// Workers per load component (None: one per CPU of `cpus`).
+    pub instances: Option<usize>,
     /// Run at SCHED_IDLE (ARTiS guests on an RT CPU).
     pub sched_idle: bool,
     /// Upper bound of the run, enforced by the load itself (stress-ng's
@@ -79,6 +81,13 @@ pub struct LoadSpec<'a> {
     pub max_duration: Duration,
     /// Called with the load's pid before it starts (e.g. to enter a cpuset).
     pub before_run: Option<&'a dyn Fn(u32) -> Result<()>>,
+}
+
+impl LoadSpec<'_> {
+    /// Workers per load component.
+    fn instances(&self) -> usize {
+        self.instances.unwrap_or(self.cpus.len()).max(1)
+    }
 }
 
 /// A running load process; `stop` collects its metrics, drop kills it.
@@ -96,7 +105,7 @@ pub fn stress_ng() -> Result<PathBuf> {
 
 /// stress-ng's arguments: the stressors, their bounds, and where its metrics go.
 fn stress_ng_args(spec: &LoadSpec<'_>, dir: &Path) -> Vec<String> {
-    let mut args = spec.kind.stress_ng_args(spec.cpus.len());
+    let mut args = spec.kind.stress_ng_args(spec.instances());
     if spec.kind.stressors().contains(&"sock") {
         // Two loads at once (NRT and guests) must not fight for one port range.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -133,7 +142,7 @@ impl RunningLoad {
             LoadProgram::Builtin(exe) => {
                 let worker = WorkerArgs {
                     kind: spec.kind,
-                    instances: spec.cpus.len(),
+                    instances: spec.instances(),
                     dir: dir.clone(),
                     timeout: spec.max_duration,
                 };
@@ -318,6 +327,7 @@ mod tests {
             kind: LoadKind::Compute,
             program: &LoadProgram::StressNg(stress_ng().unwrap()),
             cpus: CpuSet::single(0),
+            instances: None,
             sched_idle: true,
             max_duration: Duration::from_secs(20),
             before_run: None,
@@ -343,6 +353,7 @@ mod tests {
             kind: LoadKind::Network,
             program: &LoadProgram::StressNg(stress_ng().unwrap()),
             cpus: CpuSet::single(0),
+            instances: None,
             sched_idle: true,
             max_duration: Duration::from_secs(20),
             before_run: None,
@@ -365,6 +376,7 @@ mod tests {
             kind: LoadKind::Compute,
             program: &LoadProgram::StressNg(stress_ng().unwrap()),
             cpus: CpuSet::single(0),
+            instances: None,
             sched_idle: true,
             max_duration: Duration::from_secs(20),
             before_run: Some(&fail),

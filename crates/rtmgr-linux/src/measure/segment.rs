@@ -95,6 +95,8 @@ pub struct LoadPart {
     pub cpus: CpuSet,
     pub sched_idle: bool,
     pub enter: Option<Role>,
+    /// Workers per load component (None: one per CPU of `cpus`).
+    pub instances: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -114,6 +116,7 @@ impl LoadPlan {
                 cpus,
                 sched_idle: false,
                 enter: None,
+                instances: None,
             }],
         }
     }
@@ -165,6 +168,7 @@ impl Loads {
                 kind: plan.kind,
                 program: &plan.program,
                 cpus: part.cpus.clone(),
+                instances: part.instances,
                 sched_idle: part.sched_idle,
                 max_duration: max,
                 before_run: if gated { Some(&enter) } else { None },

@@ -192,6 +192,11 @@ impl GroupChild {
         self.reaped.map(|u| u.user_ns + u.system_ns)
     }
 
+    /// The reaped leader's resource usage and wait status.
+    pub fn usage(&self) -> Option<ChildUsage> {
+        self.reaped
+    }
+
     pub fn exited_ok(&self) -> bool {
         self.reaped.is_some()
     }

@@ -50,6 +50,23 @@ pub struct EvaluateArgs {
     /// p99.9) from a private tracefs instance on the RT CPU.
     #[arg(long, value_name = "THRESHOLD", num_args = 0..=1, default_missing_value = "p99.9", value_parser = parse_trace)]
     pub trace: Option<TraceThreshold>,
+    /// Which knob buys what: stock and one configuration per cumulative
+    /// isolation step of the partition (cpusets, + IRQs, + workqueues, + each
+    /// run-time knob, + the balancer), with 95 % intervals (docs/evaluate.md).
+    #[arg(long, conflicts_with = "trace")]
+    pub ablate: bool,
+    /// Gate (with --ablate): exit 3 when the gated step's p99 exceeds this.
+    #[arg(long, requires = "ablate", value_parser = parse_duration)]
+    pub max_p99: Option<Duration>,
+    /// Gate (with --ablate): exit 3 when the gated step's p99.9 exceeds this.
+    #[arg(long = "max-p99.9", requires = "ablate", value_parser = parse_duration)]
+    pub max_p999: Option<Duration>,
+    /// Gate (with --ablate): exit 3 when the gated step's maximum exceeds this.
+    #[arg(long, requires = "ablate", value_parser = parse_duration)]
+    pub max_latency: Option<Duration>,
+    /// The step the gates check (the start of its name; default: full).
+    #[arg(long, requires = "ablate")]
+    pub gate_config: Option<String>,
 }
 
 pub fn run(args: EvaluateArgs) -> Result<Outcome> {
@@ -63,12 +80,23 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
         trace: args.trace.map(|t| t.0),
         ..defaults
     };
+    if args.ablate {
+        return super::ablate::run(&args, cfg);
+    }
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| output::default_dir("evaluate"));
+    // Long runs write the report so far every minute (a valid partial report).
+    let cfg = EvaluateConfig {
+        checkpoint: Some(dir.join("report.json")),
+        ..cfg
+    };
     let outcome = {
         let mut bar = Bar::new(cfg.total);
         evaluate::run(&host_from_env()?, &cfg, &mut bar)?
     };
     print_run(outcome.run(), outcome.mlocked, outcome.dma_held);
-    let dir = args.out.unwrap_or_else(|| output::default_dir("evaluate"));
     write_outputs(&dir, &outcome.report)?;
     if let Some(e) = outcome.failure {
         return Err(

@@ -3,6 +3,8 @@
 //! (DROPS §5.3), and the side-by-side cross-check with cyclictest.
 
 pub mod common;
+pub mod cost;
+pub mod parallel;
 
 use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
@@ -32,6 +34,8 @@ pub enum MeasureCmd {
     Periodicity(PeriodicityArgs),
     /// Budget enforcement overhead and precision, soft and hard (budget-based RTAI §4).
     Budget(super::budget::BudgetArgs),
+    /// What real time costs ordinary work: micro-benchmarks, a build, a load sweep in stock, shield and balanced.
+    Cost(cost::CostArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -110,6 +114,10 @@ pub struct LatencyArgs {
     /// rounds under the same load and compare their latencies.
     #[arg(long, conflicts_with = "compare_cyclictest")]
     pub trace_cost: bool,
+    /// McKenney Fig. 8: measure with 1, 2, … N parallel tasks per CPU, one
+    /// level after the other, each with --loops samples per task.
+    #[arg(long, value_name = "N", conflicts_with_all = ["compare_cyclictest", "trace_cost", "parallel"])]
+    pub parallel_sweep: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -152,10 +160,15 @@ pub fn run(cmd: MeasureCmd) -> Result<Outcome> {
     match cmd {
         MeasureCmd::Latency(a) if a.compare_cyclictest => compare(a),
         MeasureCmd::Latency(a) if a.trace_cost => trace_cost(a),
+        MeasureCmd::Latency(a) if a.parallel_sweep.is_some() => {
+            let n = a.parallel_sweep.unwrap_or(1);
+            parallel::sweep(a, n)
+        }
         MeasureCmd::Latency(a) => latency(a),
         MeasureCmd::Exec(a) => exec_cmd(a),
         MeasureCmd::Periodicity(a) => periodicity_cmd(a),
         MeasureCmd::Budget(a) => super::budget::run(a),
+        MeasureCmd::Cost(a) => cost::run(a),
     }
 }
 

@@ -1,7 +1,9 @@
 //! Subcommands and what they share: logging set-up, and the mapping of errors
 //! to exit codes (2 = bad input, nothing changed; 1 = failure while running).
 
+pub mod ablate;
 pub mod admit;
+pub mod advise;
 pub mod balance;
 pub mod budget;
 pub mod evaluate;

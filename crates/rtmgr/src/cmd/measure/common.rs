@@ -27,9 +27,10 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
         "ms" => v * 1e6,
         "" | "s" => v * 1e9,
         "m" | "min" => v * 60e9,
+        "h" => v * 3600e9,
         u => {
             return Err(format!(
-                "bad duration unit {u:?} in {s:?}: use ns, us, ms, s or m"
+                "bad duration unit {u:?} in {s:?}: use ns, us, ms, s, m or h"
             ))
         }
     };
@@ -132,6 +133,7 @@ mod tests {
         assert_eq!(parse_duration("2.5s").unwrap(), Duration::from_millis(2500));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("8h").unwrap(), Duration::from_secs(8 * 3600));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("fast").is_err());

@@ -1,0 +1,103 @@
+//! `rtmgr evaluate --ablate` (issue 14): flags glue and output of the
+//! ablation engine `rtmgr_linux::experiment::ablate` — which knob buys what —
+//! with the exit-code gates for CI pipelines (exit 3 when a gate fails).
+
+use super::evaluate::EvaluateArgs;
+use super::measure::common::{write_file, write_json, Bar};
+use super::{output, Outcome};
+use anyhow::Result;
+use rtmgr_core::ablation::{ablation_table, Gate, FULL};
+use rtmgr_core::plot::percentile_svg;
+use rtmgr_core::report::us;
+use rtmgr_linux::experiment::ablate::{self, AblateConfig};
+use rtmgr_linux::experiment::evaluate::EvaluateConfig;
+use rtmgr_linux::experiment::session::host_from_env;
+
+/// The exit code of a run whose gate failed.
+pub const GATE_FAILED: u8 = 3;
+
+/// The gates the flags ask for.
+pub fn gates(args: &EvaluateArgs) -> Vec<Gate> {
+    let ns = |d: std::time::Duration| d.as_nanos() as i64;
+    let mut g = Vec::new();
+    if let Some(d) = args.max_p99 {
+        g.push(Gate {
+            ppm: Some(990_000),
+            limit_ns: ns(d),
+        });
+    }
+    if let Some(d) = args.max_p999 {
+        g.push(Gate {
+            ppm: Some(999_000),
+            limit_ns: ns(d),
+        });
+    }
+    if let Some(d) = args.max_latency {
+        g.push(Gate {
+            ppm: None,
+            limit_ns: ns(d),
+        });
+    }
+    g
+}
+
+pub fn run(args: &EvaluateArgs, evaluate: EvaluateConfig) -> Result<Outcome> {
+    let cfg = AblateConfig {
+        evaluate,
+        gates: gates(args),
+        gate_config: args.gate_config.clone().unwrap_or_else(|| FULL.into()),
+    };
+    let outcome = {
+        let mut bar = Bar::new(cfg.evaluate.total);
+        ablate::run(&host_from_env()?, &cfg, &mut bar)?
+    };
+    let r = &outcome.report;
+    println!(
+        "which knob buys what: RT CPU {} latency under the {} load, {} of {} rounds, {:.1} s per configuration per round\n",
+        r.rt_cpus,
+        r.load,
+        r.rounds_done,
+        r.rounds_planned,
+        r.segment_ns as f64 / 1e9
+    );
+    print!("{}", ablation_table(&r.configs));
+    for g in &r.gates {
+        println!(
+            "gate {} of {} ≤ {} µs: {} ({} µs)",
+            g.what,
+            g.config,
+            us(Some(g.limit_ns)),
+            if g.passed { "passed" } else { "FAILED" },
+            us(g.value_ns)
+        );
+    }
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| output::default_dir("ablate"));
+    write_json(&dir.join("report.json"), r)?;
+    let named: Vec<(&str, &rtmgr_core::stats::HistData)> = r
+        .configs
+        .iter()
+        .filter(|c| c.result.hist.n > 0)
+        .map(|c| (c.name.as_str(), &c.result.hist))
+        .collect();
+    write_file(
+        &dir.join("ablation-percentiles.svg"),
+        &percentile_svg("RT CPU wake-up latency per isolation step", &named),
+    )?;
+    eprintln!("report: {}/report.json", dir.display());
+    if let Some(e) = outcome.failure {
+        return Err(
+            anyhow::Error::new(e).context("--ablate stopped early (partial report written)")
+        );
+    }
+    if let Some(p) = &r.header.partial_reason {
+        eprintln!("rtmgr: {p}; partial report written");
+        return Ok(Outcome::Code(130));
+    }
+    if r.gates.iter().any(|g| !g.passed) {
+        return Ok(Outcome::Code(GATE_FAILED));
+    }
+    Ok(Outcome::Ok)
+}
