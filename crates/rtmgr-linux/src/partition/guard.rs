@@ -1,9 +1,11 @@
 //! A partition held for a while (evaluate's shield configurations, tests): it
-//! is reset when the guard drops, also on error and panic.
+//! is reset when the guard drops, also on error and panic. Being temporary,
+//! it does not refuse a running irqbalance: it bans its RT CPUs in
+//! irqbalance for its lifetime (`partition apply` refuses unless told).
 
 use super::{apply, reset, Applied, ApplyOptions, ResetReport, Result};
 use crate::Host;
-use rtmgr_core::partition::{ApplyReport, PartitionPlan};
+use rtmgr_core::partition::{ApplyReport, IrqbalanceMode, PartitionPlan};
 
 pub struct PartitionGuard {
     host: Host,
@@ -14,7 +16,11 @@ pub struct PartitionGuard {
 
 impl PartitionGuard {
     pub fn apply(host: &Host, plan: &PartitionPlan, opts: &ApplyOptions) -> Result<Self> {
-        let (applied, report) = apply(host, plan, opts)?;
+        let plan = PartitionPlan {
+            irqbalance: IrqbalanceMode::Ban,
+            ..plan.clone()
+        };
+        let (applied, report) = apply(host, &plan, opts)?;
         Ok(PartitionGuard {
             host: host.clone(),
             applied,
