@@ -33,6 +33,7 @@ pub mod procstat;
 pub mod proctext;
 pub mod protocol;
 pub mod report;
+pub mod resources;
 pub mod stats;
 pub mod trace;
 

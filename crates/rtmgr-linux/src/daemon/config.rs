@@ -2,7 +2,8 @@
 //! configured by a script): the partition keys of `rtmgr partition apply
 //! --config` at the top level, plus `[serve]` (where state lives, what runs
 //! beside the socket), `[admission]` (cap per RT CPU, placement), `[policy]`
-//! and `[[client]]` rules (who may reserve what). Unknown keys are errors.
+//! and `[[client]]` rules (who may reserve what), `[resources]` (memory, I/O,
+//! cache: `rtmgr_core::resources`). Unknown keys are errors.
 
 use rtmgr_core::admission::policy::{ClientPolicy, ClientRule};
 use rtmgr_core::admission::{Placement, DEFAULT_CAP};
@@ -98,6 +99,7 @@ pub struct ServeConfig {
     pub serve: ServeSection,
     pub admission: AdmissionSection,
     pub policy: ClientPolicy,
+    pub resources: rtmgr_core::resources::ResourcesConfig,
 }
 
 impl ServeConfig {
@@ -136,6 +138,12 @@ impl ServeConfig {
             ),
             None => None,
         };
+        let resources = match take("resources") {
+            Some(v) => v
+                .try_into()
+                .map_err(|e| format!("[resources]: {}", one_line(&e)))?,
+            None => Default::default(),
+        };
         let rest = toml::to_string(&table).map_err(|e| one_line(&e))?;
         let partition = PartitionConfig::from_toml(&rest).map_err(|e| e.to_string())?;
         let mut pol = ClientPolicy::default();
@@ -148,6 +156,7 @@ impl ServeConfig {
             serve,
             admission,
             policy: pol,
+            resources,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -166,6 +175,7 @@ impl ServeConfig {
         if self.serve.max_connections == 0 {
             return Err("[serve] max_connections must be > 0".into());
         }
+        self.resources.validate()?;
         self.policy.validate()
     }
 
@@ -229,6 +239,9 @@ hard = false
         assert!(ServeConfig::from_toml("rt_cpus = \"1\"\nbogus = 1\n").is_err());
         assert!(ServeConfig::from_toml("[serve]\nbogus = 1\n").is_err());
         assert!(ServeConfig::from_toml("[admission]\ncap = 1.5\n").is_err());
+        assert!(ServeConfig::from_toml("[resources]\nmemlock_share = 2\n").is_err());
+        let r = ServeConfig::from_toml("[resources]\nnrt_io_weight = 50\n").unwrap();
+        assert_eq!(r.resources.nrt_io_weight, Some(50));
         assert!(ServeConfig::from_toml("[[client]]\nmax_priority = 10\n").is_err());
         let d = ServeConfig::from_toml("").unwrap();
         assert_eq!(d.policy, ClientPolicy::default());

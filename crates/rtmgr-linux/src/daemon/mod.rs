@@ -105,6 +105,7 @@ pub fn serve(
     let online = crate::cpus::online(host)?;
     let plan =
         validate(&cfg.partition, None, &online).map_err(|e| ServeError::Config(e.to_string()))?;
+    let resources = crate::resources::prepare(host, &cfg.resources).map_err(ServeError::Config)?;
     let mut report = ServeReport::default();
     let (applied, header, old) = match startup::decide(host, cfg, &plan)? {
         startup::Start::Fresh => {
@@ -113,8 +114,21 @@ pub fn serve(
         }
         startup::Start::Adopt(a, st) => (*a, startup::adopted_header(host, cfg), st.live),
     };
-    let result = run(host, cfg, &applied, header, old, &stop, &mut report);
-    // Whatever happened: the partition goes back exactly.
+    let result = run(
+        host,
+        cfg,
+        &applied,
+        header,
+        old,
+        &stop,
+        &mut report,
+        &resources,
+    );
+    // Whatever happened: resources and the partition go back exactly.
+    match crate::resources::restore_beside(host, &applied.journal) {
+        Ok(p) => report.problems.extend(p),
+        Err(e) => report.problems.push(format!("resources: {e}")),
+    }
     let reset = partition::reset(host, &applied.journal);
     notify::status("stopped");
     result?;
@@ -131,6 +145,7 @@ pub fn serve(
     Ok(report)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     host: &Host,
     cfg: &ServeConfig,
@@ -139,7 +154,13 @@ fn run(
     old: Vec<journal::Grant>,
     stop: &Arc<AtomicBool>,
     report: &mut ServeReport,
+    resources: &crate::resources::Prepared,
 ) -> Result<(), ServeError> {
+    let resources = crate::resources::start(
+        host,
+        resources,
+        &crate::resources::journal::path_beside(&applied.journal),
+    )?;
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
@@ -160,6 +181,7 @@ fn run(
         header,
         next_id,
     );
+    m.resources = resources;
     report.adopted = keep.len();
     for g in keep {
         m.adopt(g);

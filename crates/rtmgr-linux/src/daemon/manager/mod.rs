@@ -59,6 +59,8 @@ pub struct Manager {
     stopping: bool,
     /// "running", "off", or why it stopped.
     pub balancer: String,
+    /// Memory, I/O and cache beside the CPUs (issue 13).
+    pub(super) resources: crate::resources::Resources,
 }
 
 fn refused(reason: RefusalKind, msg: impl Into<String>) -> Response {
@@ -96,6 +98,7 @@ impl Manager {
             started_ns: mono_ns(),
             stopping: false,
             balancer: "off".into(),
+            resources: Default::default(),
         }
     }
 
@@ -209,6 +212,18 @@ impl Manager {
             .policy
             .decide(&client.peer, &ask, &self.usage(client.cred.uid))
             .map_err(|e| refused(RefusalKind::Policy, e.to_string()))?;
+        let before: Vec<(u32, u64)> = tids
+            .iter()
+            .filter_map(|&t| tasks::info(&self.host, pid, t).map(|i| (t, i.start_time)))
+            .collect();
+        let held = self
+            .grants
+            .values()
+            .map(|g| g.resources.memlock_bytes)
+            .sum();
+        let resources =
+            self.resources
+                .for_request(&self.host, v, &before, allow.memlock_bytes, held)?;
         let placed = self.admission.check(&v.demand, count, v.cpu).map_err(|r| {
             Response::new(Reply::Refused {
                 reason: RefusalKind::Admission,
@@ -275,6 +290,7 @@ impl Manager {
             irq,
             cgroup: self.domains.dir(placed.cpu).cloned(),
             response_ns: placed.response_ns,
+            resources,
         };
         self.next_id += 1;
         self.journal
