@@ -4,6 +4,7 @@
 //! `[resources]` configuration, validated before anything changes, and where
 //! each controller lives. Locked-memory admission is `admission::memory`.
 
+pub mod cache;
 pub mod controllers;
 
 use crate::admission::memory::parse_bytes;

@@ -160,6 +160,7 @@ fn run(
         host,
         resources,
         &crate::resources::journal::path_beside(&applied.journal),
+        &applied.plan.rt,
     )?;
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);

@@ -7,12 +7,14 @@
 //! decides what one grant gets (locked-memory admission, ioprio);
 //! `restore` undoes it all from the journal (stop, reset, after `kill -9`).
 //!
-//! Files: `nrt.rs` (NRT cgroups and their files), `grant.rs` (a grant's
+//! Files: `nrt.rs` (NRT cgroups and their files), `resctrl.rs` (the L3
+//! partition, DROPS §4.4), `grant.rs` (a grant's
 //! part, journalled in the grant record), `journal.rs` (machine-wide changes).
 
 pub mod grant;
 pub mod journal;
 pub mod nrt;
+pub mod resctrl;
 
 use crate::host::{Host, HostError};
 use grant::GrantResources;
@@ -29,6 +31,7 @@ pub struct Prepared {
     pub cfg: ResourcesConfig,
     memory: nrt::Found,
     io: nrt::Found,
+    cache: resctrl::CachePlan,
     available_at_start: Option<u64>,
 }
 
@@ -50,6 +53,7 @@ pub fn prepare(host: &Host, cfg: &ResourcesConfig) -> Result<Prepared, String> {
         cfg: cfg.clone(),
         memory: nrt::memory(host, cfg)?,
         io: nrt::io_weight(host, cfg)?,
+        cache: resctrl::plan(host, cfg.rt_cache_share)?,
         available_at_start,
     })
 }
@@ -71,6 +75,10 @@ pub struct Resources {
     pub status: BTreeMap<String, String>,
     /// The resources journal.
     pub journal: Option<PathBuf>,
+    /// The RT resctrl group and its share of the ways, when there is one.
+    pub cache_group: Option<(PathBuf, f64)>,
+    /// What a grant's reply says about its cache.
+    pub cache_note: String,
 }
 
 impl Default for Resources {
@@ -88,13 +96,20 @@ impl Default for Resources {
             },
             status: BTreeMap::new(),
             journal: None,
+            cache_group: None,
+            cache_note: "not available: no [resources] rt_cache_share".into(),
         }
     }
 }
 
 /// Undo a predecessor's leftovers, then journal and apply the machine-wide
 /// settings. On error what was applied is undone again.
-pub fn start(host: &Host, p: &Prepared, journal_path: &Path) -> Result<Resources, HostError> {
+pub fn start(
+    host: &Host,
+    p: &Prepared,
+    journal_path: &Path,
+    rt_cpus: &rtmgr_core::CpuSet,
+) -> Result<Resources, HostError> {
     let left = journal::restore(host, journal_path)?;
     if !left.is_empty() {
         tracing::warn!(
@@ -134,14 +149,38 @@ pub fn start(host: &Host, p: &Prepared, journal_path: &Path) -> Result<Resources
             _ => "RT clients' threads keep their I/O class unless they ask for one".into(),
         },
     );
+    let (cache_line, cache_note) = match &p.cache {
+        resctrl::CachePlan::Off => (
+            "not partitioned (no rt_cache_share)".to_string(),
+            "not available: the daemon partitions no cache (no [resources] rt_cache_share)".into(),
+        ),
+        resctrl::CachePlan::Unavailable(why) => (
+            format!("not available: {why}"),
+            format!("not available: {why}"),
+        ),
+        resctrl::CachePlan::Split { split, .. } => {
+            (resctrl::describe(split), resctrl::describe(split))
+        }
+    };
+    status.insert("cache".into(), cache_line);
     let settings: Vec<&nrt::Setting> = p.memory.settings.iter().chain(&p.io.settings).collect();
-    if !settings.is_empty() {
+    let mut cache_group = None;
+    let splits = matches!(p.cache, resctrl::CachePlan::Split { .. });
+    if !settings.is_empty() || splits {
         let mut j = journal::ResourceJournal::open(host, journal_path)?;
-        for s in settings {
-            if let Err(e) = j.set_file(host, &s.path, &s.value) {
-                let _ = journal::restore(host, journal_path);
-                return Err(e);
+        let r = (|| {
+            for s in settings {
+                j.set_file(host, &s.path, &s.value)?;
             }
+            if let resctrl::CachePlan::Split { split, domains } = &p.cache {
+                let g = resctrl::apply(host, &mut j, split, domains, rt_cpus)?;
+                cache_group = Some((g, split.rt_share()));
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            let _ = journal::restore(host, journal_path);
+            return Err(e);
         }
     }
     Ok(Resources {
@@ -149,6 +188,8 @@ pub fn start(host: &Host, p: &Prepared, journal_path: &Path) -> Result<Resources
         budget,
         status,
         journal: Some(journal_path.to_path_buf()),
+        cache_group,
+        cache_note,
     })
 }
 
@@ -205,11 +246,21 @@ impl Resources {
                 Response::error(rtmgr_core::protocol::ErrorCode::Os, format!("ioprio: {e}"))
             })?;
         }
-        if v.cache_share.is_some() {
-            return Err(Response::refused(
-                RefusalKind::NotServed,
-                "a cache share (cache_share) is not served yet; ask again without it",
-            ));
+        match (&self.cache_group, v.cache_share) {
+            (Some((_, share)), Some(asked)) if asked > *share + 1e-9 => {
+                return Err(refuse(format!(
+                    "cache: {:.0} % of the L3 asked, the RT side has {:.0} % ({}); ask for at most that",
+                    asked * 100.0,
+                    share * 100.0,
+                    self.cache_note
+                )))
+            }
+            (Some((group, _)), _) => {
+                out.cache_group = Some(group.clone());
+                out.cache_note = Some(self.cache_note.clone());
+            }
+            (None, Some(_)) => out.cache_note = Some(self.cache_note.clone()),
+            (None, None) => {}
         }
         Ok(out)
     }

@@ -67,7 +67,7 @@ fn nrt_limits_are_journalled_applied_and_restored() {
     let host = m.host();
     let p = prepare(&host, &cfg("nrt_memory_limit = \"4G\"\nnrt_io_weight = 50")).unwrap();
     let jp = Path::new("/run/rtmgr/resources.jsonl");
-    let r = start(&host, &p, jp).unwrap();
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     let soft = "/sys/fs/cgroup/memory/user.slice/memory.soft_limit_in_bytes";
     assert_eq!(read(&m, soft), (4 * GIB).to_string());
     assert_eq!(
@@ -81,7 +81,7 @@ fn nrt_limits_are_journalled_applied_and_restored() {
     );
     assert!(r.status["memlock"].contains("4 GiB"), "{:?}", r.status);
     // kill -9 here: the next start undoes the leftovers before it applies.
-    let again = start(&host, &p, jp).unwrap();
+    let again = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     assert_eq!(again.status, r.status);
     assert!(journal::restore(&host, jp).unwrap().is_empty());
     assert_eq!(read(&m, soft), "9223372036854771712");
@@ -116,7 +116,13 @@ fn bad_or_impossible_configs_are_refused_before_anything_changes() {
         &cfg("nrt_memory_limit = \"1G\"\nnrt_io_weight = 10"),
     )
     .unwrap();
-    let r = start(&bare.host(), &p, Path::new("/run/rtmgr/resources.jsonl")).unwrap();
+    let r = start(
+        &bare.host(),
+        &p,
+        Path::new("/run/rtmgr/resources.jsonl"),
+        &rtmgr_core::CpuSet::single(1),
+    )
+    .unwrap();
     assert!(
         r.status["nrt_memory"].contains("not available"),
         "{:?}",
@@ -134,7 +140,13 @@ fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
     let m = machine();
     let host = m.host();
     let p = prepare(&host, &cfg("")).unwrap();
-    let r = start(&host, &p, Path::new("/run/rtmgr/resources.jsonl")).unwrap();
+    let r = start(
+        &host,
+        &p,
+        Path::new("/run/rtmgr/resources.jsonl"),
+        &rtmgr_core::CpuSet::single(1),
+    )
+    .unwrap();
     let mut req = ReserveRequest::new(10_000_000, 1_000_000);
     req.memlock_bytes = Some(GIB);
     let v = req.validate().unwrap();
@@ -172,4 +184,93 @@ fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
         .for_request(&host, &req.validate().unwrap(), &threads, 0, 0)
         .unwrap();
     assert_eq!(g.io_label().as_deref(), Some("be:4"));
+}
+
+/// A fake resctrl tree: one L3 domain of 20 ways, all in the default group.
+fn with_resctrl(m: &FakeMachine) {
+    let w = |p: &str, s: &str| {
+        let path = m.root().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, s).unwrap();
+    };
+    w("/sys/fs/resctrl/schemata", "    MB:0=100\n    L3:0=fffff\n");
+    w("/sys/fs/resctrl/tasks", "");
+    w("/sys/fs/resctrl/cpus_list", "0-1\n");
+    w("/sys/fs/resctrl/info/L3/cbm_mask", "fffff\n");
+    w("/sys/fs/resctrl/info/L3/min_cbm_bits", "1\n");
+}
+
+#[test]
+fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
+    let m = machine();
+    with_resctrl(&m);
+    let host = m.host();
+    let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
+    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    assert!(
+        r.status["cache"].contains("10 of 20 ways"),
+        "{:?}",
+        r.status
+    );
+    assert_eq!(read(&m, "/sys/fs/resctrl/schemata"), "L3:0=3ff");
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/schemata"), "L3:0=ffc00");
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/cpus_list"), "1");
+    let mut req = ReserveRequest::new(10_000_000, 1_000_000);
+    req.cache_share = Some(0.75);
+    let threads = [(100, 1100)];
+    let no = r
+        .for_request(&host, &req.validate().unwrap(), &threads, 0, 0)
+        .unwrap_err();
+    assert!(
+        no.to_line().contains("the RT side has 50 %"),
+        "{}",
+        no.to_line()
+    );
+    req.cache_share = Some(0.25);
+    let g = r
+        .for_request(&host, &req.validate().unwrap(), &threads, 0, 0)
+        .unwrap();
+    assert_eq!(
+        g.cache_group.as_deref(),
+        Some(Path::new("/sys/fs/resctrl/rtmgr-rt"))
+    );
+    grant::apply(&host, &g, &[100]).unwrap();
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
+    assert!(grant::revoke(&host, &g, &threads).is_empty());
+    assert_eq!(read(&m, "/sys/fs/resctrl/tasks"), "100");
+    // Another group of that name at start: refused before anything changes.
+    assert!(prepare(&host, &cfg("rt_cache_share = 0.5")).is_err());
+    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert!(!host.exists("/sys/fs/resctrl/rtmgr-rt"));
+    assert_eq!(
+        read(&m, "/sys/fs/resctrl/schemata"),
+        "MB:0=100\n    L3:0=fffff"
+    );
+}
+
+#[test]
+fn without_resctrl_the_cache_is_said_not_available() {
+    let m = machine();
+    let host = m.host();
+    let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
+    let r = start(
+        &host,
+        &p,
+        Path::new("/run/rtmgr/resources.jsonl"),
+        &rtmgr_core::CpuSet::single(1),
+    )
+    .unwrap();
+    assert!(
+        r.status["cache"].starts_with("not available: no /sys/fs/resctrl"),
+        "{:?}",
+        r.status
+    );
+    let mut req = ReserveRequest::new(10_000_000, 1_000_000);
+    req.cache_share = Some(0.25);
+    let g = r
+        .for_request(&host, &req.validate().unwrap(), &[(100, 1100)], 0, 0)
+        .unwrap();
+    assert!(g.cache_group.is_none());
+    assert!(g.cache_note.unwrap().starts_with("not available"));
 }
