@@ -6,6 +6,7 @@
 
 pub mod cache;
 pub mod controllers;
+pub mod starvation;
 
 use crate::admission::memory::parse_bytes;
 use serde::Deserialize;

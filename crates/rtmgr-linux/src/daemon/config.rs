@@ -100,6 +100,7 @@ pub struct ServeConfig {
     pub admission: AdmissionSection,
     pub policy: ClientPolicy,
     pub resources: rtmgr_core::resources::ResourcesConfig,
+    pub starvation: rtmgr_core::resources::starvation::StarvationConfig,
 }
 
 impl ServeConfig {
@@ -144,6 +145,12 @@ impl ServeConfig {
                 .map_err(|e| format!("[resources]: {}", one_line(&e)))?,
             None => Default::default(),
         };
+        let starvation = match take("starvation") {
+            Some(v) => v
+                .try_into()
+                .map_err(|e| format!("[starvation]: {}", one_line(&e)))?,
+            None => Default::default(),
+        };
         let rest = toml::to_string(&table).map_err(|e| one_line(&e))?;
         let partition = PartitionConfig::from_toml(&rest).map_err(|e| e.to_string())?;
         let mut pol = ClientPolicy::default();
@@ -157,6 +164,7 @@ impl ServeConfig {
             admission,
             policy: pol,
             resources,
+            starvation,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -176,6 +184,7 @@ impl ServeConfig {
             return Err("[serve] max_connections must be > 0".into());
         }
         self.resources.validate()?;
+        self.starvation.validate()?;
         self.policy.validate()
     }
 
@@ -242,6 +251,10 @@ hard = false
         assert!(ServeConfig::from_toml("[resources]\nmemlock_share = 2\n").is_err());
         let r = ServeConfig::from_toml("[resources]\nnrt_io_weight = 50\n").unwrap();
         assert_eq!(r.resources.nrt_io_weight, Some(50));
+        assert!(ServeConfig::from_toml(
+            "[starvation]\nenabled = false\nlift_rt_throttling = true\n"
+        )
+        .is_err());
         assert!(ServeConfig::from_toml("[[client]]\nmax_priority = 10\n").is_err());
         let d = ServeConfig::from_toml("").unwrap();
         assert_eq!(d.policy, ClientPolicy::default());

@@ -12,7 +12,8 @@
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
-//! (systemd).
+//! (systemd), `starvation.rs` (the starvation guard beside the RT CPUs).
+//! Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
 mod domains;
@@ -25,6 +26,7 @@ pub mod reconcile;
 mod release;
 pub mod server;
 pub mod startup;
+pub mod starvation;
 
 pub use config::ServeConfig;
 pub use manager::Manager;
@@ -196,6 +198,12 @@ fn run(
     } else {
         "off".into()
     };
+    let rj = crate::resources::journal::path_beside(&applied.journal);
+    let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, &rj)?;
+    let line = guard
+        .as_ref()
+        .map_or("off ([starvation] enabled = false)".into(), |g| g.1.clone());
+    m.resources.status.insert("starvation".into(), line);
     notify::ready(&format!(
         "RT CPUs {}, {} reservation(s) adopted; listening on {}",
         applied.plan.rt,
@@ -215,6 +223,9 @@ fn run(
     let _ = std::fs::remove_file(host.path(&sock));
     report.revoked_at_stop = m.grants().count();
     report.problems.extend(m.revoke_all());
+    if let Some((g, _)) = guard {
+        report.problems.extend(g.stop());
+    }
     if let Some((bstop, handle)) = balancer {
         bstop.store(true, Ordering::Relaxed);
         match handle.join() {
