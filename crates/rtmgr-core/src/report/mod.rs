@@ -8,6 +8,7 @@
 
 pub mod budget;
 mod evaluate;
+pub mod resources;
 mod text;
 
 pub use evaluate::*;

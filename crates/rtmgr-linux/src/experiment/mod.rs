@@ -11,6 +11,7 @@ pub mod evaluate;
 pub mod exec;
 pub mod latency;
 pub mod periodicity;
+pub mod resources;
 pub mod session;
 pub mod trace_cost;
 

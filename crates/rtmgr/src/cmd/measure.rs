@@ -3,6 +3,7 @@
 //! (DROPS §5.3), and the side-by-side cross-check with cyclictest.
 
 pub mod common;
+pub mod resources;
 
 use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
@@ -32,6 +33,8 @@ pub enum MeasureCmd {
     Periodicity(PeriodicityArgs),
     /// Budget enforcement overhead and precision, soft and hard (budget-based RTAI §4).
     Budget(super::budget::BudgetArgs),
+    /// An RT task beside cache-thrashing and I/O-loading NRT neighbours, with and without the resource settings (DROPS §4.4–5).
+    Resources(resources::ResourcesArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -156,6 +159,7 @@ pub fn run(cmd: MeasureCmd) -> Result<Outcome> {
         MeasureCmd::Exec(a) => exec_cmd(a),
         MeasureCmd::Periodicity(a) => periodicity_cmd(a),
         MeasureCmd::Budget(a) => super::budget::run(a),
+        MeasureCmd::Resources(a) => resources::resources_cmd(a),
     }
 }
 
