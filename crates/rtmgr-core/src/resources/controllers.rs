@@ -36,14 +36,8 @@ pub fn find(
     v2_controllers: &str,
 ) -> Option<Hierarchy> {
     let mut v2 = None;
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mount_point = left.split_whitespace().nth(4).unwrap_or("");
-        let mut r = right.split_whitespace();
-        let fstype = r.next().unwrap_or("");
-        let options = r.nth(1).unwrap_or("");
+    for (mount_point, fstype, options) in mountinfo.lines().filter_map(crate::cgroupfs::mount_line)
+    {
         match fstype {
             "cgroup" if options.split(',').any(|o| o == v1_name) => {
                 return Some(Hierarchy::V1(mount_point.into()))

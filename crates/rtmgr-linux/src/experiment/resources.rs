@@ -48,6 +48,14 @@ pub fn check(cfg: &ResourcesConfig) -> Result<()> {
     Ok(())
 }
 
+/// Where the RT routine runs (at `prio`) and where its neighbours run.
+#[derive(Debug, Clone, Copy)]
+struct Cpus {
+    cpu: u32,
+    other: u32,
+    prio: u8,
+}
+
 /// Interleave: round r runs the conditions starting at r (mod their number).
 fn rounds(
     s: &Session,
@@ -77,11 +85,10 @@ fn rounds(
 fn cache_part(
     s: &Session,
     cfg: &ResourcesConfig,
-    cpu: u32,
-    other: u32,
-    prio: u8,
+    at: Cpus,
     rep: &mut dyn Reporter,
 ) -> Result<CachePart> {
+    let Cpus { cpu, other, prio } = at;
     let cache = cache_bytes(&s.host, cpu).unwrap_or(1 << 20);
     let n = cfg
         .matrix_n
@@ -125,14 +132,8 @@ fn cache_part(
     })
 }
 
-fn io_part(
-    s: &Session,
-    cfg: &ResourcesConfig,
-    cpu: u32,
-    other: u32,
-    prio: u8,
-    rep: &mut dyn Reporter,
-) -> Result<IoPart> {
+fn io_part(s: &Session, cfg: &ResourcesConfig, at: Cpus, rep: &mut dyn Reporter) -> Result<IoPart> {
+    let Cpus { cpu, other, prio } = at;
     let pid = std::process::id();
     let target = ReadTarget::create(cfg.dir.join(format!("rtmgr-measure-read.{pid}")), 64 << 20)?;
     let load_file = cfg.dir.join(format!("rtmgr-measure-load.{pid}"));
@@ -208,15 +209,19 @@ pub fn run(s: &Session, cfg: &ResourcesConfig, rep: &mut dyn Reporter) -> Result
     let Some(other) = s.online.iter().find(|&c| c != cpu) else {
         return bad_input("the neighbour needs another online CPU");
     };
-    let prio = max_fifo_priority();
+    let at = Cpus {
+        cpu,
+        other,
+        prio: max_fifo_priority(),
+    };
     let mut notes = Vec::new();
     let cache = if cfg.cache {
-        Some(cache_part(s, cfg, cpu, other, prio, rep)?)
+        Some(cache_part(s, cfg, at, rep)?)
     } else {
         None
     };
     let io = if cfg.io && !s.stopped() {
-        Some(io_part(s, cfg, cpu, other, prio, rep)?)
+        Some(io_part(s, cfg, at, rep)?)
     } else {
         None
     };

@@ -7,10 +7,9 @@
 //! group membership) live in the grant's own record.
 
 use crate::daemon::journal::SavedAttr;
-use crate::host::{io_err, Host, HostError, Result};
+use crate::host::{Host, Result};
 use crate::tasks;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,26 +42,13 @@ pub struct ResourceJournal {
 
 impl ResourceJournal {
     pub fn open(host: &Host, path: &Path) -> Result<Self> {
-        let real = host.path(path);
-        if let Some(dir) = real.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| io_err("mkdir", dir, e))?;
-        }
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&real)
-            .map_err(|e| io_err("open", &real, e))?;
+        let (file, real) = crate::journal::open_append(host, path)?;
         Ok(ResourceJournal { file, real })
     }
 
     /// Write one record durably.
     pub fn record(&mut self, rec: &Record) -> Result<()> {
-        let mut line = serde_json::to_string(rec).expect("records serialize");
-        line.push('\n');
-        self.file
-            .write_all(line.as_bytes())
-            .and_then(|_| self.file.sync_data())
-            .map_err(|e| io_err("write", &self.real, e))
+        crate::journal::append_line(&mut self.file, &self.real, rec)
     }
 
     /// Journal a file's old content, then write `new`. Ok(false): no such file.
@@ -81,27 +67,7 @@ impl ResourceJournal {
 
 /// The records of a resources journal; None when there is none.
 pub fn read(host: &Host, path: &Path) -> Result<Option<Vec<Record>>> {
-    let real = host.path(path);
-    let text = match std::fs::read_to_string(&real) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("read", &real, e)),
-    };
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<Record>(line) {
-            Ok(r) => out.push(r),
-            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
-            Err(e) => {
-                return Err(HostError::Parse {
-                    path: real.display().to_string(),
-                    msg: format!("line {}: {e}", i + 1),
-                })
-            }
-        }
-    }
-    Ok(Some(out))
+    crate::journal::read_lines(host, path)
 }
 
 /// Undo everything a resources journal records, newest first, and remove it
@@ -165,6 +131,7 @@ pub fn restore(host: &Host, path: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn files_and_dirs_go_back_newest_first_and_a_torn_tail_is_ignored() {

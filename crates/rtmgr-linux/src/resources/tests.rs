@@ -11,11 +11,7 @@ const GIB: u64 = 1 << 30;
 /// cgroups, 8 GiB available of 16.
 pub(crate) fn machine() -> FakeMachine {
     let m = FakeMachine::new(2).task(100, "client").build();
-    let w = |p: &str, s: &str| {
-        let path = m.root().join(p.trim_start_matches('/'));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, s).unwrap();
-    };
+    let w = |p: &str, s: &str| put(&m, p, s);
     let mi = std::fs::read_to_string(m.root().join("proc/self/mountinfo")).unwrap();
     w(
         "/proc/self/mountinfo",
@@ -48,6 +44,22 @@ pub(crate) fn machine() -> FakeMachine {
         w(&format!("{io}/blkio.bfq.weight"), "100\n");
     }
     m
+}
+
+/// Write a file of the fake tree (machine path), creating its directory.
+fn put(m: &FakeMachine, p: &str, s: &str) {
+    let path = m.root().join(p.trim_start_matches('/'));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, s).unwrap();
+}
+
+/// The resources of `config` started on `m` (RT CPU 1).
+fn started(m: &FakeMachine, config: &str) -> (crate::Host, Resources) {
+    let host = m.host();
+    let p = prepare(&host, &cfg(config)).unwrap();
+    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    (host, r)
 }
 
 fn cfg(text: &str) -> ResourcesConfig {
@@ -138,15 +150,7 @@ fn bad_or_impossible_configs_are_refused_before_anything_changes() {
 #[test]
 fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
     let m = machine();
-    let host = m.host();
-    let p = prepare(&host, &cfg("")).unwrap();
-    let r = start(
-        &host,
-        &p,
-        Path::new("/run/rtmgr/resources.jsonl"),
-        &rtmgr_core::CpuSet::single(1),
-    )
-    .unwrap();
+    let (host, r) = started(&m, "");
     let mut req = ReserveRequest::new(10_000_000, 1_000_000);
     req.memlock_bytes = Some(GIB);
     let v = req.validate().unwrap();
@@ -188,11 +192,7 @@ fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
 
 /// A fake resctrl tree: one L3 domain of 20 ways, all in the default group.
 fn with_resctrl(m: &FakeMachine) {
-    let w = |p: &str, s: &str| {
-        let path = m.root().join(p.trim_start_matches('/'));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, s).unwrap();
-    };
+    let w = |p: &str, s: &str| put(m, p, s);
     w("/sys/fs/resctrl/schemata", "    MB:0=100\n    L3:0=fffff\n");
     w("/sys/fs/resctrl/tasks", "");
     w("/sys/fs/resctrl/cpus_list", "0-1\n");
@@ -252,15 +252,7 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
 #[test]
 fn without_resctrl_the_cache_is_said_not_available() {
     let m = machine();
-    let host = m.host();
-    let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
-    let r = start(
-        &host,
-        &p,
-        Path::new("/run/rtmgr/resources.jsonl"),
-        &rtmgr_core::CpuSet::single(1),
-    )
-    .unwrap();
+    let (host, r) = started(&m, "rt_cache_share = 0.5");
     assert!(
         r.status["cache"].starts_with("not available: no /sys/fs/resctrl"),
         "{:?}",
