@@ -187,6 +187,8 @@ fn run(
     m.resources = resources;
     report.adopted = keep.len();
     for g in keep {
+        let threads: Vec<(u32, u64)> = g.threads.iter().map(|t| (t.tid, t.start_time)).collect();
+        crate::resources::grant::rejoin(host, &g.resources, &threads);
         m.adopt(g);
     }
     m.rewrite_journal()?;

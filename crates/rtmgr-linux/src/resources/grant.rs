@@ -124,3 +124,16 @@ pub fn revoke(host: &Host, r: &GrantResources, threads: &[(u32, u64)]) -> Vec<St
     }
     problems
 }
+
+/// A grant adopted after a restart: its threads back into the resctrl group
+/// (the new daemon removed and re-created it). Errors are left to drift.
+pub fn rejoin(host: &Host, r: &GrantResources, threads: &[(u32, u64)]) {
+    let Some(group) = r.cache_group.as_ref().filter(|g| host.exists(g)) else {
+        return;
+    };
+    for &(tid, start) in threads {
+        if tasks::same_task(host, tid, start) {
+            let _ = host.write(group.join("tasks"), &tid.to_string());
+        }
+    }
+}

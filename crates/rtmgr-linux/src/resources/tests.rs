@@ -239,6 +239,10 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
     assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
     assert!(grant::revoke(&host, &g, &threads).is_empty());
     assert_eq!(read(&m, "/sys/fs/resctrl/tasks"), "100");
+    // Adopted by a restarted daemon: back into the re-created group.
+    std::fs::write(m.root().join("sys/fs/resctrl/rtmgr-rt/tasks"), "").unwrap();
+    grant::rejoin(&host, &g, &threads);
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
     // Another group of that name at start: refused before anything changes.
     assert!(prepare(&host, &cfg("rt_cache_share = 0.5")).is_err());
     assert!(journal::restore(&host, jp).unwrap().is_empty());
