@@ -61,14 +61,7 @@ impl Mounts {
 /// by the caller from the v2 root's `cgroup.controllers`).
 pub fn parse_mountinfo(text: &str) -> Mounts {
     let mut m = Mounts::default();
-    for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mount_point = left.split_whitespace().nth(4).unwrap_or("");
-        let mut r = right.split_whitespace();
-        let fstype = r.next().unwrap_or("");
-        let options = r.nth(1).unwrap_or("");
+    for (mount_point, fstype, options) in text.lines().filter_map(mount_line) {
         match fstype {
             "cgroup" if options.split(',').any(|o| o == "cpuset") => {
                 m.v1_cpuset
@@ -79,6 +72,17 @@ pub fn parse_mountinfo(text: &str) -> Mounts {
         }
     }
     m
+}
+
+/// One /proc/self/mountinfo line: (mount point, file system type, super
+/// options), or None when it has no " - " separator.
+pub fn mount_line(line: &str) -> Option<(&str, &str, &str)> {
+    let (left, right) = line.split_once(" - ")?;
+    let mount_point = left.split_whitespace().nth(4).unwrap_or("");
+    let mut r = right.split_whitespace();
+    let fstype = r.next().unwrap_or("");
+    let options = r.nth(1).unwrap_or("");
+    Some((mount_point, fstype, options))
 }
 
 /// The cgroup (path relative to the mount) of the hierarchy `layout` names,

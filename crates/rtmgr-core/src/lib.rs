@@ -36,6 +36,7 @@ pub mod procstat;
 pub mod proctext;
 pub mod protocol;
 pub mod report;
+pub mod resources;
 pub mod rt_permission;
 pub mod stats;
 pub mod trace;

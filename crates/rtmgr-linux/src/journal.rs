@@ -104,16 +104,38 @@ impl Journal {
 
     /// Write one record durably before the change it describes is made.
     pub fn record(&mut self, rec: &Record) -> Result<()> {
-        let mut line = serde_json::to_string(rec).map_err(|e| HostError::Parse {
-            path: self.path.display().to_string(),
-            msg: e.to_string(),
-        })?;
-        line.push('\n');
-        self.file
-            .write_all(line.as_bytes())
-            .and_then(|_| self.file.sync_data())
-            .map_err(|e| io("write", &self.path, e))
+        append_line(&mut self.file, &self.path, rec)
     }
+}
+
+/// Open (creating it and its directory) a journal file to append.
+pub(crate) fn open_append(host: &Host, path: &Path) -> Result<(std::fs::File, PathBuf)> {
+    let real = host.path(path);
+    if let Some(dir) = real.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io("mkdir", dir, e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&real)
+        .map_err(|e| io("open", &real, e))?;
+    Ok((file, real))
+}
+
+/// Append one JSON record as a line and make it durable.
+pub(crate) fn append_line(
+    file: &mut std::fs::File,
+    real: &Path,
+    rec: &impl Serialize,
+) -> Result<()> {
+    let mut line = serde_json::to_string(rec).map_err(|e| HostError::Parse {
+        path: real.display().to_string(),
+        msg: e.to_string(),
+    })?;
+    line.push('\n');
+    file.write_all(line.as_bytes())
+        .and_then(|_| file.sync_data())
+        .map_err(|e| io("write", real, e))
 }
 
 fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
@@ -126,6 +148,15 @@ fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
 
 /// Read every complete record; None if there is no journal.
 pub fn read(host: &Host, path: &Path) -> Result<Option<Vec<Record>>> {
+    read_lines(host, path)
+}
+
+/// Every complete JSON record of a journal file, a torn last line ignored;
+/// None if there is no such file.
+pub(crate) fn read_lines<T: serde::de::DeserializeOwned>(
+    host: &Host,
+    path: &Path,
+) -> Result<Option<Vec<T>>> {
     let real = host.path(path);
     let text = match std::fs::read_to_string(&real) {
         Ok(t) => t,
@@ -135,7 +166,7 @@ pub fn read(host: &Host, path: &Path) -> Result<Option<Vec<Record>>> {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::with_capacity(lines.len());
     for (i, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<Record>(line) {
+        match serde_json::from_str::<T>(line) {
             Ok(r) => out.push(r),
             // A torn final line: the process died while writing it.
             Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,

@@ -36,6 +36,7 @@ pub mod lock;
 pub mod measure;
 pub mod partition;
 pub mod preload;
+pub mod resources;
 pub mod sched;
 pub mod snapshot;
 pub mod status;

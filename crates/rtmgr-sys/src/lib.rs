@@ -18,6 +18,7 @@ pub mod errno;
 pub mod fd;
 pub mod filelock;
 pub mod futex;
+pub mod ioprio;
 pub mod lock;
 pub mod mem;
 pub mod ns;

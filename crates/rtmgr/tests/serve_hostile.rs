@@ -134,12 +134,12 @@ fn hostile_lines(me: u32, other_pid: u32) -> Vec<(String, Vec<u8>)> {
         .into_bytes(),
     ));
     for f in [
-        r#""memlock_bytes":1048576"#,
-        r#""io_class":"rt""#,
-        r#""cache_share":0.5"#,
+        r#""memlock_bytes":1152921504606846976"#,
+        r#""io_class":"fast""#,
+        r#""cache_share":1.5"#,
     ] {
         for _ in 0..10 {
-            v.push(("not served".into(), format!(r#"{{"v":1,"op":"reserve","period_ns":10000000,"budget_ns":1000000,"threads":[{me}],{f}}}"#).into_bytes()));
+            v.push(("more than the machine has".into(), format!(r#"{{"v":1,"op":"reserve","period_ns":10000000,"budget_ns":1000000,"threads":[{me}],{f}}}"#).into_bytes()));
         }
     }
     for tid in [1, other_pid, 4_000_000, i32::MAX as u32] {

@@ -12,6 +12,7 @@
 
 pub mod edf;
 mod fmt;
+pub mod memory;
 pub mod place;
 pub mod policy;
 pub mod rate;

@@ -12,7 +12,7 @@ mod response;
 #[cfg(test)]
 mod tests;
 
-pub use reserve::{Invalid, IrqRef, ReserveRequest, ValidReserve, MAX_NAME, MAX_THREADS};
+pub use reserve::{Invalid, IoClass, IrqRef, ReserveRequest, ValidReserve, MAX_NAME, MAX_THREADS};
 pub use response::{
     CpuStatus, ErrorCode, RefusalKind, Reply, ReservationInfo, Response, StatusInfo,
 };

@@ -1,8 +1,8 @@
 //! The reserve request (DROPS §4.1: CPU time, interrupts, memory, I/O and
 //! cache are given on request; budget-based RTAI §3: W every P): its fields,
 //! and their validation into an admission demand. Locked memory, I/O class
-//! and cache share are in the schema already; this version refuses them as
-//! "not served yet" (issue 13 serves them).
+//! and cache share (DROPS §4.3–4.4, issue 13) are validated here and served
+//! by the daemon's resources (memory admission, ioprio, resctrl).
 
 use super::{ErrorCode, ProtoError, RefusalKind};
 use crate::admission::{taskset::kind_of_class, Demand};
@@ -46,13 +46,14 @@ pub struct ReserveRequest {
     /// An IRQ to steer to the reservation's CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irq: Option<IrqRef>,
-    /// Locked memory the client needs, bytes (not served yet).
+    /// Locked memory the client needs, bytes: counted against MemAvailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memlock_bytes: Option<u64>,
-    /// I/O class, "rt" or "be" (not served yet).
+    /// I/O class of the threads, "rt" or "be" (default: the daemon's config).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_class: Option<String>,
-    /// Share of the last-level cache, 0..1 (not served yet).
+    /// Share of the last-level cache, 0..1: the threads join the RT cache
+    /// group when its share is at least this (where resctrl exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_share: Option<f64>,
 }
@@ -90,6 +91,29 @@ pub struct ValidReserve {
     pub threads: Vec<u32>,
     pub name: Option<String>,
     pub irq: Option<IrqRef>,
+    pub memlock_bytes: Option<u64>,
+    pub io_class: Option<IoClass>,
+    pub cache_share: Option<f64>,
+}
+
+/// The I/O class a reservation's threads get (ioprio).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoClass {
+    /// IOPRIO_CLASS_RT: served before best-effort requests.
+    Rt,
+    /// IOPRIO_CLASS_BE: left with the time-sharing work.
+    Be,
+}
+
+impl std::str::FromStr for IoClass {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "rt" => Ok(IoClass::Rt),
+            "be" => Ok(IoClass::Be),
+            _ => Err(format!("io_class {s:?}: \"rt\" or \"be\"")),
+        }
+    }
 }
 
 /// Either an error (the request is malformed) or a refusal (well-formed,
@@ -142,25 +166,10 @@ impl ReserveRequest {
                 return Err(bad(format!("cache_share {s} is not within 0..1")));
             }
         }
-        let not_served = |what: &str| {
-            Invalid::Refused(
-                RefusalKind::NotServed,
-                format!(
-                    "{what} is not served yet: this rtmgr grants CPU reservations and IRQ steering; \
-                     locked memory, I/O classes and cache shares come with the next version. \
-                     Nothing was reserved; ask again without it"
-                ),
-            )
+        let io_class = match &self.io_class {
+            Some(c) => Some(c.parse::<IoClass>().map_err(bad)?),
+            None => None,
         };
-        if self.memlock_bytes.is_some() {
-            return Err(not_served("a locked-memory allowance (memlock_bytes)"));
-        }
-        if self.io_class.is_some() {
-            return Err(not_served("an I/O class (io_class)"));
-        }
-        if self.cache_share.is_some() {
-            return Err(not_served("a cache share (cache_share)"));
-        }
         Ok(ValidReserve {
             demand,
             class,
@@ -168,6 +177,9 @@ impl ReserveRequest {
             threads: self.threads.clone(),
             name: self.name.clone(),
             irq: self.irq.clone(),
+            memlock_bytes: self.memlock_bytes,
+            io_class,
+            cache_share: self.cache_share,
         })
     }
 }

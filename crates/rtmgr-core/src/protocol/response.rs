@@ -93,6 +93,8 @@ pub enum RefusalKind {
     Permission,
     /// An IRQ that cannot be steered (unknown, left alone by the partition, taken).
     Irq,
+    /// Memory or cache the machine cannot give (the message has the numbers).
+    Resource,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,6 +140,15 @@ pub struct ReservationInfo {
     /// RLIMIT_RTTIME (µs) and RLIMIT_MEMLOCK (bytes) set on the client.
     pub rttime_us: u64,
     pub memlock_bytes: u64,
+    /// Locked memory counted for it against MemAvailable (issue 13).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memlock_reserved: Option<u64>,
+    /// The I/O class its threads got, e.g. "rt:4" (None: left as it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_class: Option<String>,
+    /// Its cache: the L3 ways it shares, or why it has none ("not available: …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
 }
 
 /// One RT CPU in `status`.
@@ -172,4 +183,8 @@ pub struct StatusInfo {
     pub balancer: String,
     /// Drift repaired since start: name → count.
     pub drift: std::collections::BTreeMap<String, u64>,
+    /// Memory, I/O, cache and the starvation guard: resource → what is in
+    /// place, or "not available: why" (issue 13).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub resources: std::collections::BTreeMap<String, String>,
 }

@@ -71,7 +71,7 @@ fn each_kind_of_bad_input_has_its_code() {
 }
 
 #[test]
-fn validation_errors_and_not_served_refusals() {
+fn validation_errors_and_resource_fields() {
     let mut r = reserve();
     assert!(r.validate().is_ok());
     r.deadline_ns = Some(5_000_000);
@@ -82,20 +82,17 @@ fn validation_errors_and_not_served_refusals() {
     let mut r = reserve();
     r.threads = vec![5, 5];
     assert!(matches!(r.validate(), Err(reserve::Invalid::Error(_))));
-    for f in [
-        |r: &mut ReserveRequest| r.memlock_bytes = Some(1 << 20),
-        |r: &mut ReserveRequest| r.io_class = Some("rt".into()),
-        |r: &mut ReserveRequest| r.cache_share = Some(0.25),
-    ] {
-        let mut r = reserve();
-        f(&mut r);
-        match r.validate() {
-            Err(reserve::Invalid::Refused(RefusalKind::NotServed, m)) => {
-                assert!(m.contains("not served yet"), "{m}")
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    let mut r = reserve();
+    r.memlock_bytes = Some(1 << 20);
+    r.io_class = Some("rt".into());
+    r.cache_share = Some(0.25);
+    let v = r.validate().unwrap();
+    assert_eq!(
+        (v.memlock_bytes, v.io_class, v.cache_share),
+        (Some(1 << 20), Some(reserve::IoClass::Rt), Some(0.25))
+    );
+    r.io_class = Some("fast".into());
+    assert!(matches!(r.validate(), Err(reserve::Invalid::Error(_))));
 }
 
 #[test]

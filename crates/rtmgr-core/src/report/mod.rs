@@ -9,6 +9,7 @@
 pub mod budget;
 mod evaluate;
 pub mod parallel;
+pub mod resources;
 mod text;
 
 pub use evaluate::*;

@@ -3,7 +3,8 @@
 //! --config` at the top level, plus `[serve]` (where state lives, what runs
 //! beside the socket), `[admission]` (cap per RT CPU, placement), `[policy]`
 //! and `[[client]]` rules (who may reserve what), `[rtkit]` (rtkit's D-Bus
-//! API, `rtkit/config.rs`). Unknown keys are errors.
+//! API, `rtkit/config.rs`), `[resources]` (memory, I/O, cache:
+//! `rtmgr_core::resources`). Unknown keys are errors.
 
 use rtmgr_core::admission::policy::{ClientPolicy, ClientRule};
 use rtmgr_core::admission::{Placement, DEFAULT_CAP};
@@ -103,50 +104,45 @@ pub struct ServeConfig {
     pub policy: ClientPolicy,
     /// `[rtkit]`: the D-Bus front end (rtkit's API).
     pub rtkit: super::rtkit::RtkitSection,
+    pub resources: rtmgr_core::resources::ResourcesConfig,
+    pub starvation: rtmgr_core::resources::starvation::StarvationConfig,
 }
 
 impl ServeConfig {
     /// Parse the file: daemon sections out, the rest is a partition config.
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        let one_line = |e: &dyn std::fmt::Display| {
+        fn one_line(e: &dyn std::fmt::Display) -> String {
             e.to_string()
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join(" ")
-        };
+        }
         let mut table: toml::Table = toml::from_str(text).map_err(|e| one_line(&e))?;
-        let mut take = |key: &str| table.remove(key);
-        let serve: ServeSection = match take("serve") {
-            Some(v) => v
-                .try_into()
-                .map_err(|e| format!("[serve]: {}", one_line(&e)))?,
-            None => ServeSection::default(),
-        };
-        let admission: AdmissionSection = match take("admission") {
-            Some(v) => v
-                .try_into()
-                .map_err(|e| format!("[admission]: {}", one_line(&e)))?,
-            None => AdmissionSection::default(),
-        };
-        let policy: PolicySection = match take("policy") {
-            Some(v) => v
-                .try_into()
-                .map_err(|e| format!("[policy]: {}", one_line(&e)))?,
-            None => PolicySection::default(),
-        };
-        let rules: Option<Vec<ClientRule>> = match take("client") {
+        // One `[section]` of the file, or its default when absent.
+        fn section<T: serde::de::DeserializeOwned + Default>(
+            table: &mut toml::Table,
+            key: &str,
+        ) -> Result<T, String> {
+            match table.remove(key) {
+                Some(v) => v
+                    .try_into()
+                    .map_err(|e| format!("[{key}]: {}", one_line(&e))),
+                None => Ok(T::default()),
+            }
+        }
+        let serve: ServeSection = section(&mut table, "serve")?;
+        let admission: AdmissionSection = section(&mut table, "admission")?;
+        let policy: PolicySection = section(&mut table, "policy")?;
+        let rules: Option<Vec<ClientRule>> = match table.remove("client") {
             Some(v) => Some(
                 v.try_into()
                     .map_err(|e| format!("[[client]]: {}", one_line(&e)))?,
             ),
             None => None,
         };
-        let rtkit: super::rtkit::RtkitSection = match take("rtkit") {
-            Some(v) => v
-                .try_into()
-                .map_err(|e| format!("[rtkit]: {}", one_line(&e)))?,
-            None => Default::default(),
-        };
+        let rtkit: super::rtkit::RtkitSection = section(&mut table, "rtkit")?;
+        let resources = section(&mut table, "resources")?;
+        let starvation = section(&mut table, "starvation")?;
         let rest = toml::to_string(&table).map_err(|e| one_line(&e))?;
         let partition = PartitionConfig::from_toml(&rest).map_err(|e| e.to_string())?;
         let mut pol = ClientPolicy::default();
@@ -160,6 +156,8 @@ impl ServeConfig {
             admission,
             policy: pol,
             rtkit,
+            resources,
+            starvation,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -179,6 +177,8 @@ impl ServeConfig {
             return Err("[serve] max_connections must be > 0".into());
         }
         self.rtkit.validate()?;
+        self.resources.validate()?;
+        self.starvation.validate()?;
         self.policy.validate()
     }
 
@@ -242,6 +242,13 @@ hard = false
         assert!(ServeConfig::from_toml("rt_cpus = \"1\"\nbogus = 1\n").is_err());
         assert!(ServeConfig::from_toml("[serve]\nbogus = 1\n").is_err());
         assert!(ServeConfig::from_toml("[admission]\ncap = 1.5\n").is_err());
+        assert!(ServeConfig::from_toml("[resources]\nmemlock_share = 2\n").is_err());
+        let r = ServeConfig::from_toml("[resources]\nnrt_io_weight = 50\n").unwrap();
+        assert_eq!(r.resources.nrt_io_weight, Some(50));
+        assert!(ServeConfig::from_toml(
+            "[starvation]\nenabled = false\nlift_rt_throttling = true\n"
+        )
+        .is_err());
         assert!(ServeConfig::from_toml("[[client]]\nmax_priority = 10\n").is_err());
         let d = ServeConfig::from_toml("").unwrap();
         assert_eq!(d.policy, ClientPolicy::default());

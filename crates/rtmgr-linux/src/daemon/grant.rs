@@ -185,6 +185,8 @@ pub fn apply(
         if let Some((irq, _)) = g.irq {
             crate::irq::set_affinity(host, irq, &one)?;
         }
+        let tids: Vec<u32> = g.threads.iter().map(|t| t.tid).collect();
+        crate::resources::grant::apply(host, &g.resources, &tids)?;
         Ok(())
     })();
     match r {
@@ -267,7 +269,8 @@ pub fn revoke_placement(
     g: &Grant,
     restore_limits: bool,
 ) -> Vec<String> {
-    let mut problems = Vec::new();
+    let threads: Vec<(u32, u64)> = g.threads.iter().map(|t| (t.tid, t.start_time)).collect();
+    let mut problems = crate::resources::grant::revoke(host, &g.resources, &threads);
     for t in &g.threads {
         if !tasks::same_task(host, t.tid, t.start_time) {
             continue;

@@ -96,6 +96,13 @@ pub struct Grant {
     /// The cpuset the threads were put in (machine path), if any.
     pub cgroup: Option<PathBuf>,
     pub response_ns: u64,
+    /// Locked memory, I/O class, cache group (issue 13).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub resources: crate::resources::grant::GrantResources,
+}
+
+fn is_default(r: &crate::resources::grant::GrantResources) -> bool {
+    *r == Default::default()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -324,6 +331,7 @@ mod tests {
             irq: Some((41, "3".into())),
             cgroup: None,
             response_ns: 0,
+            resources: Default::default(),
         }
     }
 

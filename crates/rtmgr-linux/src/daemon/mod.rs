@@ -13,7 +13,8 @@
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
 //! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`), `metrics/`
-//! (`--metrics`: OpenMetrics over HTTP).
+//! (`--metrics`: OpenMetrics over HTTP), `starvation.rs` (the starvation
+//! guard beside the RT CPUs). Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
 mod domains;
@@ -28,6 +29,7 @@ mod release;
 pub mod rtkit;
 pub mod server;
 pub mod startup;
+pub mod starvation;
 
 pub use config::ServeConfig;
 pub use manager::Manager;
@@ -115,6 +117,7 @@ pub fn serve(
     let online = crate::cpus::online(host)?;
     let plan =
         validate(&cfg.partition, None, &online).map_err(|e| ServeError::Config(e.to_string()))?;
+    let resources = crate::resources::prepare(host, &cfg.resources).map_err(ServeError::Config)?;
     let mut report = ServeReport::default();
     let (applied, header, old) = match startup::decide(host, cfg, &plan)? {
         startup::Start::Fresh => {
@@ -123,8 +126,21 @@ pub fn serve(
         }
         startup::Start::Adopt(a, st) => (*a, startup::adopted_header(host, cfg), st.live),
     };
-    let result = run(host, cfg, &applied, header, old, &stop, &mut report);
-    // Whatever happened: the partition goes back exactly.
+    let result = run(
+        host,
+        cfg,
+        &applied,
+        header,
+        old,
+        &stop,
+        &mut report,
+        &resources,
+    );
+    // Whatever happened: resources and the partition go back exactly.
+    match crate::resources::restore_beside(host, &applied.journal) {
+        Ok(p) => report.problems.extend(p),
+        Err(e) => report.problems.push(format!("resources: {e}")),
+    }
     let reset = partition::reset(host, &applied.journal);
     notify::status("stopped");
     result?;
@@ -141,6 +157,7 @@ pub fn serve(
     Ok(report)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     host: &Host,
     cfg: &ServeConfig,
@@ -149,12 +166,19 @@ fn run(
     old: Vec<journal::Grant>,
     stop: &Arc<AtomicBool>,
     report: &mut ServeReport,
+    resources: &crate::resources::Prepared,
 ) -> Result<(), ServeError> {
     // Owning the bus name may fail (rtkit-daemon owns it): before anything changes.
     let mut rtkit = match cfg.rtkit.enabled {
         true => Some(rtkit::start(&cfg.rtkit, stop.clone()).map_err(ServeError::Rtkit)?),
         false => None,
     };
+    let resources = crate::resources::start(
+        host,
+        resources,
+        &crate::resources::journal::path_beside(&applied.journal),
+        &applied.plan.rt,
+    )?;
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
@@ -175,8 +199,11 @@ fn run(
         header,
         next_id,
     );
+    m.resources = resources;
     report.adopted = keep.len();
     for g in keep {
+        let threads: Vec<(u32, u64)> = g.threads.iter().map(|t| (t.tid, t.start_time)).collect();
+        crate::resources::grant::rejoin(host, &g.resources, &threads);
         m.adopt(g);
     }
     m.rewrite_journal()?;
@@ -190,6 +217,12 @@ fn run(
     } else {
         "off".into()
     };
+    let rj = crate::resources::journal::path_beside(&applied.journal);
+    let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, &rj)?;
+    let line = guard
+        .as_ref()
+        .map_or("off ([starvation] enabled = false)".into(), |g| g.1.clone());
+    m.resources.status.insert("starvation".into(), line);
     notify::ready(&format!(
         "RT CPUs {}, {} reservation(s) adopted; listening on {}",
         applied.plan.rt,
@@ -218,6 +251,9 @@ fn run(
     let _ = std::fs::remove_file(host.path(&sock));
     report.revoked_at_stop = m.grants().count();
     report.problems.extend(m.revoke_all());
+    if let Some((g, _)) = guard {
+        report.problems.extend(g.stop());
+    }
     if let Some((bstop, handle)) = balancer {
         bstop.store(true, Ordering::Relaxed);
         match handle.join() {

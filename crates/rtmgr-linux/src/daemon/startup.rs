@@ -179,6 +179,10 @@ pub fn reset_machine(
         revoked = all.len();
         journal::remove(host, &gj)?;
     }
+    let left = crate::resources::restore_beside(host, partition_journal)?;
+    if !left.is_empty() {
+        return Err(ServeError::Incomplete(left.join("; ")));
+    }
     let r = partition::reset(host, partition_journal)?;
     // A killed daemon's socket: removed when nobody listens on it.
     let sock = host.path(partition_journal.with_file_name("rtmgr.sock"));

@@ -17,6 +17,7 @@ pub mod long_run;
 pub mod own_partition;
 pub mod parallel;
 pub mod periodicity;
+pub mod resources;
 pub mod session;
 pub mod trace_cost;
 

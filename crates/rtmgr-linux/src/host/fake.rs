@@ -8,7 +8,7 @@ use super::{io_err, task_err, Host, Kernel, Result};
 use crate::sched::Policy;
 use rtmgr_core::cgroupfs::{self, is_layout_line, rel_path, Layout};
 use rtmgr_core::CpuSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
 pub(super) struct FakeKernel;
@@ -278,6 +278,33 @@ impl Kernel for FakeKernel {
 
     fn set_limit(&self, _pid: u32, _kind: super::LimitKind, _limit: super::Limit) -> Result<()> {
         Ok(())
+    }
+
+    /// Kept in a file beside the task's: a task that does not exist is ESRCH.
+    fn get_ioprio(&self, host: &Host, tid: u32) -> Result<u16> {
+        let dir = PathBuf::from(format!("/proc/{tid}"));
+        if !host.path(&dir).exists() {
+            return Err(task_err(
+                "ioprio_get",
+                tid,
+                std::io::Error::from_raw_os_error(libc::ESRCH),
+            ));
+        }
+        Ok(
+            std::fs::read_to_string(host.path(dir.join(".rtmgr_ioprio")))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0),
+        )
+    }
+
+    fn set_ioprio(&self, host: &Host, tid: u32, raw: u16) -> Result<()> {
+        self.get_ioprio(host, tid)?;
+        put(
+            host,
+            &PathBuf::from(format!("/proc/{tid}/.rtmgr_ioprio")),
+            &raw.to_string(),
+        )
     }
 
     fn privileged(&self) -> bool {

@@ -87,6 +87,9 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     /// A process's resource limit (prlimit).
     fn get_limit(&self, pid: u32, kind: LimitKind) -> Result<Limit>;
     fn set_limit(&self, pid: u32, kind: LimitKind, limit: Limit) -> Result<()>;
+    /// A thread's raw I/O priority (ioprio_get / ioprio_set).
+    fn get_ioprio(&self, host: &Host, tid: u32) -> Result<u16>;
+    fn set_ioprio(&self, host: &Host, tid: u32, raw: u16) -> Result<()>;
     /// May this process change the machine (root)?
     fn privileged(&self) -> bool;
     /// A debugfs file read in a private mount namespace (debugfs is never
@@ -164,6 +167,16 @@ impl Host {
     /// Set a process's resource limit (a fake tree: accepted).
     pub fn set_limit(&self, pid: u32, kind: LimitKind, limit: Limit) -> Result<()> {
         self.kernel.set_limit(pid, kind, limit)
+    }
+
+    /// A thread's raw I/O priority (a fake tree: kept in `/proc/<tid>/.rtmgr_ioprio`).
+    pub fn get_ioprio(&self, tid: u32) -> Result<u16> {
+        self.kernel.get_ioprio(self, tid)
+    }
+
+    /// Set a thread's raw I/O priority.
+    pub fn set_ioprio(&self, tid: u32, raw: u16) -> Result<()> {
+        self.kernel.set_ioprio(self, tid, raw)
     }
 
     pub fn root(&self) -> &Path {

@@ -69,6 +69,14 @@ impl Kernel for RealKernel {
         rtmgr_sys::process::set_limit(pid, kind, limit).map_err(|e| task_err("prlimit", pid, e))
     }
 
+    fn get_ioprio(&self, _host: &Host, tid: u32) -> Result<u16> {
+        rtmgr_sys::ioprio::get(tid).map_err(|e| task_err("ioprio_get", tid, e))
+    }
+
+    fn set_ioprio(&self, _host: &Host, tid: u32, raw: u16) -> Result<()> {
+        rtmgr_sys::ioprio::set(tid, raw).map_err(|e| task_err("ioprio_set", tid, e))
+    }
+
     fn privileged(&self) -> bool {
         sched::is_root()
     }

@@ -5,6 +5,7 @@
 pub mod common;
 pub mod cost;
 pub mod parallel;
+pub mod resources;
 
 use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
@@ -36,6 +37,8 @@ pub enum MeasureCmd {
     Budget(super::budget::BudgetArgs),
     /// What real time costs ordinary work: micro-benchmarks, a build, a load sweep in stock, shield and balanced.
     Cost(cost::CostArgs),
+    /// An RT task beside cache-thrashing and I/O-loading NRT neighbours, with and without the resource settings (DROPS §4.4–5).
+    Resources(resources::ResourcesArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -169,6 +172,7 @@ pub fn run(cmd: MeasureCmd) -> Result<Outcome> {
         MeasureCmd::Periodicity(a) => periodicity_cmd(a),
         MeasureCmd::Budget(a) => super::budget::run(a),
         MeasureCmd::Cost(a) => cost::run(a),
+        MeasureCmd::Resources(a) => resources::resources_cmd(a),
     }
 }
 

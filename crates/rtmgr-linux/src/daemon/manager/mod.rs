@@ -61,6 +61,8 @@ pub struct Manager {
     pub balancer: String,
     /// `serve --metrics`: where answers and repairs are counted.
     pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
+    /// Memory, I/O and cache beside the CPUs (issue 13).
+    pub(super) resources: crate::resources::Resources,
 }
 
 fn refused(reason: RefusalKind, msg: impl Into<String>) -> Response {
@@ -99,6 +101,7 @@ impl Manager {
             stopping: false,
             balancer: "off".into(),
             metrics: None,
+            resources: Default::default(),
         }
     }
 
@@ -238,6 +241,18 @@ impl Manager {
     ) -> Result<Response, Response> {
         let pid = client.cred.pid;
         let count = tids.len() as u32;
+        let before: Vec<(u32, u64)> = tids
+            .iter()
+            .filter_map(|&t| tasks::info(&self.host, pid, t).map(|i| (t, i.start_time)))
+            .collect();
+        let held = self
+            .grants
+            .values()
+            .map(|g| g.resources.memlock_bytes)
+            .sum();
+        let resources = self
+            .resources
+            .for_request(&self.host, v, &before, limits.1, held)?;
         let placed = self.admission.check(&v.demand, count, v.cpu).map_err(|r| {
             Response::new(Reply::Refused {
                 reason: RefusalKind::Admission,
@@ -304,6 +319,7 @@ impl Manager {
             irq,
             cgroup: self.domains.dir(placed.cpu).cloned(),
             response_ns: placed.response_ns,
+            resources,
         };
         self.next_id += 1;
         self.journal

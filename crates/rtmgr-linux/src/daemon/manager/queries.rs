@@ -67,6 +67,7 @@ impl Manager {
             errors: self.stats.errors,
             balancer: self.balancer.clone(),
             drift: self.stats.drift.clone(),
+            resources: self.resources.status.clone(),
         }
     }
 }
@@ -101,6 +102,9 @@ pub fn info_of(g: &Grant) -> ReservationInfo {
         response_ns: (!g.demand.is_hard()).then_some(g.response_ns),
         rttime_us: limit(crate::host::LimitKind::RtTime),
         memlock_bytes: limit(crate::host::LimitKind::MemLock),
+        memlock_reserved: (g.resources.memlock_bytes > 0).then_some(g.resources.memlock_bytes),
+        io_class: g.resources.io_label(),
+        cache: g.resources.cache_note.clone(),
     }
 }
 

@@ -27,6 +27,9 @@ fn granted(cpu: u32) -> Response {
             response_ns: None,
             rttime_us: 0,
             memlock_bytes: 0,
+            memlock_reserved: None,
+            io_class: None,
+            cache: None,
         }),
     })
 }

@@ -143,6 +143,9 @@ impl Rtkit {
             threads: vec![tid],
             name: Some(GRANT_NAME.into()),
             irq: None,
+            memlock_bytes: None,
+            io_class: None,
+            cache_share: None,
         };
         m.stats.requests += 1;
         let limits = (self.cfg.rttime_usec_max, 0);

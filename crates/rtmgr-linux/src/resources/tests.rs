@@ -1,0 +1,272 @@
+//! The resources against fake trees: v1 memory and blkio hierarchies with
+//! NRT cgroups, /proc/meminfo, ioprio kept beside each fake task.
+
+use super::*;
+use crate::fake::FakeMachine;
+use rtmgr_core::protocol::ReserveRequest;
+
+const GIB: u64 = 1 << 30;
+
+/// A 2-CPU fake with v1 memory and blkio hierarchies holding two NRT
+/// cgroups, 8 GiB available of 16.
+pub(crate) fn machine() -> FakeMachine {
+    let m = FakeMachine::new(2).task(100, "client").build();
+    let w = |p: &str, s: &str| put(&m, p, s);
+    let mi = std::fs::read_to_string(m.root().join("proc/self/mountinfo")).unwrap();
+    w(
+        "/proc/self/mountinfo",
+        &format!(
+            "{mi}35 25 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             38 25 0:35 / /sys/fs/cgroup/blkio rw - cgroup cgroup rw,blkio\n"
+        ),
+    );
+    w(
+        "/proc/meminfo",
+        &format!(
+            "MemTotal: {} kB\nMemAvailable: {} kB\n",
+            16 * GIB / 1024,
+            8 * GIB / 1024
+        ),
+    );
+    for cg in ["system.slice", "user.slice"] {
+        let mem = format!("/sys/fs/cgroup/memory/{cg}");
+        w(&format!("{mem}/cgroup.procs"), "");
+        w(
+            &format!("{mem}/memory.soft_limit_in_bytes"),
+            "9223372036854771712\n",
+        );
+        w(
+            &format!("{mem}/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        );
+        let io = format!("/sys/fs/cgroup/blkio/{cg}");
+        w(&format!("{io}/cgroup.procs"), "");
+        w(&format!("{io}/blkio.bfq.weight"), "100\n");
+    }
+    m
+}
+
+/// Write a file of the fake tree (machine path), creating its directory.
+fn put(m: &FakeMachine, p: &str, s: &str) {
+    let path = m.root().join(p.trim_start_matches('/'));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, s).unwrap();
+}
+
+/// The resources of `config` started on `m` (RT CPU 1).
+fn started(m: &FakeMachine, config: &str) -> (crate::Host, Resources) {
+    let host = m.host();
+    let p = prepare(&host, &cfg(config)).unwrap();
+    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    (host, r)
+}
+
+fn cfg(text: &str) -> ResourcesConfig {
+    toml::from_str(text).unwrap()
+}
+
+fn read(m: &FakeMachine, p: &str) -> String {
+    std::fs::read_to_string(m.root().join(p.trim_start_matches('/')))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn nrt_limits_are_journalled_applied_and_restored() {
+    let m = machine();
+    let host = m.host();
+    let p = prepare(&host, &cfg("nrt_memory_limit = \"4G\"\nnrt_io_weight = 50")).unwrap();
+    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    let soft = "/sys/fs/cgroup/memory/user.slice/memory.soft_limit_in_bytes";
+    assert_eq!(read(&m, soft), (4 * GIB).to_string());
+    assert_eq!(
+        read(&m, "/sys/fs/cgroup/blkio/system.slice/blkio.bfq.weight"),
+        "50"
+    );
+    assert!(
+        r.status["nrt_memory"].contains("system.slice, user.slice"),
+        "{:?}",
+        r.status
+    );
+    assert!(r.status["memlock"].contains("4 GiB"), "{:?}", r.status);
+    // kill -9 here: the next start undoes the leftovers before it applies.
+    let again = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    assert_eq!(again.status, r.status);
+    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert_eq!(read(&m, soft), "9223372036854771712");
+    assert_eq!(
+        read(&m, "/sys/fs/cgroup/blkio/user.slice/blkio.bfq.weight"),
+        "100"
+    );
+}
+
+#[test]
+fn bad_or_impossible_configs_are_refused_before_anything_changes() {
+    let m = machine();
+    let host = m.host();
+    for bad in [
+        "nrt_memory_limit = \"32G\"",
+        "nrt_cgroups = [\"missing.slice\"]\nnrt_memory_limit = \"1G\"",
+        "memlock_share = 0",
+    ] {
+        assert!(prepare(&host, &cfg(bad)).is_err(), "{bad}");
+    }
+    assert_eq!(
+        read(
+            &m,
+            "/sys/fs/cgroup/memory/system.slice/memory.soft_limit_in_bytes"
+        ),
+        "9223372036854771712"
+    );
+    // No NRT cgroup to hold: said, not an error.
+    let bare = FakeMachine::new(2).build();
+    let p = prepare(
+        &bare.host(),
+        &cfg("nrt_memory_limit = \"1G\"\nnrt_io_weight = 10"),
+    )
+    .unwrap();
+    let r = start(
+        &bare.host(),
+        &p,
+        Path::new("/run/rtmgr/resources.jsonl"),
+        &rtmgr_core::CpuSet::single(1),
+    )
+    .unwrap();
+    assert!(
+        r.status["nrt_memory"].contains("not available"),
+        "{:?}",
+        r.status
+    );
+    assert!(
+        r.status["nrt_io_weight"].contains("not available"),
+        "{:?}",
+        r.status
+    );
+}
+
+#[test]
+fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
+    let m = machine();
+    let (host, r) = started(&m, "");
+    let mut req = ReserveRequest::new(10_000_000, 1_000_000);
+    req.memlock_bytes = Some(GIB);
+    let v = req.validate().unwrap();
+    let threads = [(100, 1100)];
+    let g = r.for_request(&host, &v, &threads, 2 * GIB, 0).unwrap();
+    assert_eq!(g.memlock_bytes, GIB);
+    assert_eq!(g.io_label().as_deref(), Some("rt:4"));
+    grant::apply(&host, &g, &[100]).unwrap();
+    assert_eq!(
+        host.get_ioprio(100).unwrap(),
+        ioprio::value(ioprio::CLASS_RT, 4)
+    );
+    assert!(grant::revoke(&host, &g, &threads).is_empty());
+    assert_eq!(host.get_ioprio(100).unwrap(), 0);
+    // 4 GiB may be locked in all (half of 8): 3.5 held leaves 0.5.
+    let refused = r
+        .for_request(&host, &v, &threads, 2 * GIB, 7 * GIB / 2)
+        .unwrap_err();
+    let text = refused.to_line();
+    assert!(
+        text.contains("\"resource\"") && text.contains("at most 512 MiB"),
+        "{text}"
+    );
+    // More than the client's rule allows: a policy refusal.
+    let refused = r.for_request(&host, &v, &threads, GIB / 2, 0).unwrap_err();
+    assert!(
+        refused.to_line().contains("\"policy\""),
+        "{}",
+        refused.to_line()
+    );
+    // A request for best effort.
+    req.memlock_bytes = None;
+    req.io_class = Some("be".into());
+    let g = r
+        .for_request(&host, &req.validate().unwrap(), &threads, 0, 0)
+        .unwrap();
+    assert_eq!(g.io_label().as_deref(), Some("be:4"));
+}
+
+/// A fake resctrl tree: one L3 domain of 20 ways, all in the default group.
+fn with_resctrl(m: &FakeMachine) {
+    let w = |p: &str, s: &str| put(m, p, s);
+    w("/sys/fs/resctrl/schemata", "    MB:0=100\n    L3:0=fffff\n");
+    w("/sys/fs/resctrl/tasks", "");
+    w("/sys/fs/resctrl/cpus_list", "0-1\n");
+    w("/sys/fs/resctrl/info/L3/cbm_mask", "fffff\n");
+    w("/sys/fs/resctrl/info/L3/min_cbm_bits", "1\n");
+}
+
+#[test]
+fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
+    let m = machine();
+    with_resctrl(&m);
+    let host = m.host();
+    let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
+    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    assert!(
+        r.status["cache"].contains("10 of 20 ways"),
+        "{:?}",
+        r.status
+    );
+    assert_eq!(read(&m, "/sys/fs/resctrl/schemata"), "L3:0=3ff");
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/schemata"), "L3:0=ffc00");
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/cpus_list"), "1");
+    let mut req = ReserveRequest::new(10_000_000, 1_000_000);
+    req.cache_share = Some(0.75);
+    let threads = [(100, 1100)];
+    let no = r
+        .for_request(&host, &req.validate().unwrap(), &threads, 0, 0)
+        .unwrap_err();
+    assert!(
+        no.to_line().contains("the RT side has 50 %"),
+        "{}",
+        no.to_line()
+    );
+    req.cache_share = Some(0.25);
+    let g = r
+        .for_request(&host, &req.validate().unwrap(), &threads, 0, 0)
+        .unwrap();
+    assert_eq!(
+        g.cache_group.as_deref(),
+        Some(Path::new("/sys/fs/resctrl/rtmgr-rt"))
+    );
+    grant::apply(&host, &g, &[100]).unwrap();
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
+    assert!(grant::revoke(&host, &g, &threads).is_empty());
+    assert_eq!(read(&m, "/sys/fs/resctrl/tasks"), "100");
+    // Adopted by a restarted daemon: back into the re-created group.
+    std::fs::write(m.root().join("sys/fs/resctrl/rtmgr-rt/tasks"), "").unwrap();
+    grant::rejoin(&host, &g, &threads);
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
+    // Another group of that name at start: refused before anything changes.
+    assert!(prepare(&host, &cfg("rt_cache_share = 0.5")).is_err());
+    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert!(!host.exists("/sys/fs/resctrl/rtmgr-rt"));
+    assert_eq!(
+        read(&m, "/sys/fs/resctrl/schemata"),
+        "MB:0=100\n    L3:0=fffff"
+    );
+}
+
+#[test]
+fn without_resctrl_the_cache_is_said_not_available() {
+    let m = machine();
+    let (host, r) = started(&m, "rt_cache_share = 0.5");
+    assert!(
+        r.status["cache"].starts_with("not available: no /sys/fs/resctrl"),
+        "{:?}",
+        r.status
+    );
+    let mut req = ReserveRequest::new(10_000_000, 1_000_000);
+    req.cache_share = Some(0.25);
+    let g = r
+        .for_request(&host, &req.validate().unwrap(), &[(100, 1100)], 0, 0)
+        .unwrap();
+    assert!(g.cache_group.is_none());
+    assert!(g.cache_note.unwrap().starts_with("not available"));
+}
