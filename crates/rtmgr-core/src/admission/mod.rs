@@ -16,8 +16,7 @@ pub mod place;
 pub mod policy;
 pub mod rate;
 pub mod rta;
-#[cfg(test)]
-mod sim;
+pub mod sim;
 pub mod taskset;
 #[cfg(test)]
 mod tests;
