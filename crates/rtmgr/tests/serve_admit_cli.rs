@@ -22,7 +22,14 @@ fn an_empty_cpu_prints_u_zero_not_minus_zero() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("CPU 2: U 0.000 (SCHED_DEADLINE 0.000)"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("CPU 2: U 0.000 (SCHED_DEADLINE 0.000)"),
+        "{text}"
+    );
     assert!(!text.contains("-0.000"), "{text}");
 }
