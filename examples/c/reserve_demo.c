@@ -25,6 +25,9 @@
 #ifndef SCHED_DEADLINE
 #define SCHED_DEADLINE 6
 #endif
+#ifndef SCHED_RESET_ON_FORK
+#define SCHED_RESET_ON_FORK 0x40000000
+#endif
 
 #define PERIOD_NS 10000000ull
 #define BUDGET_NS 1000000ull
@@ -58,7 +61,9 @@ static void compute(uint64_t ns)
 
 static const char *policy_name(int policy)
 {
-    switch (policy) {
+    /* A grant sets reset-on-fork, which sched_getscheduler() reports in
+     * the policy it returns. */
+    switch (policy & ~SCHED_RESET_ON_FORK) {
     case SCHED_OTHER:
         return "SCHED_OTHER";
     case SCHED_FIFO:

@@ -17,8 +17,7 @@ pub mod place;
 pub mod policy;
 pub mod rate;
 pub mod rta;
-#[cfg(test)]
-mod sim;
+pub mod sim;
 pub mod taskset;
 #[cfg(test)]
 mod tests;
@@ -211,16 +210,25 @@ impl CpuLoad {
     }
 
     pub fn utilisation(&self) -> f64 {
-        self.hard_utilisation() + self.soft.iter().map(Entry::utilisation).sum::<f64>()
+        self.hard_utilisation() + total(&self.soft)
     }
 
     pub fn hard_utilisation(&self) -> f64 {
-        self.hard.iter().map(Entry::utilisation).sum()
+        total(&self.hard)
     }
 
     pub fn reservations(&self) -> usize {
         self.hard.len() + self.soft.len()
     }
+}
+
+/// Σ utilisation from +0.0: `Sum for f64` starts at -0.0, which an empty
+/// CPU would print as "U -0.000".
+fn total(entries: &[Entry]) -> f64 {
+    entries
+        .iter()
+        .map(Entry::utilisation)
+        .fold(0.0, |a, b| a + b)
 }
 
 /// Why one CPU cannot take a reservation, with the numbers.

@@ -1,9 +1,11 @@
-//! Tests only: an exact schedule of one RT CPU over the hyperperiod, to check
+//! An exact schedule of one RT CPU over the hyperperiod, to check
 //! that what admission accepts never misses a deadline. SCHED_DEADLINE jobs
 //! run by EDF above SCHED_FIFO jobs (highest priority first, first come first
 //! served among equals, a running FIFO job is only preempted by a higher
 //! one); every task releases at 0 (the critical instant) and every job runs
-//! exactly its budget, in whole time units.
+//! exactly its budget, in whole time units. Used by the property tests and
+//! the placement example; cost grows with the hyperperiod, so keep periods
+//! harmonic.
 
 use super::{Demand, Kind};
 

@@ -208,3 +208,17 @@ fn the_simulator_sees_a_miss_when_there_is_one() {
     // EDF at U = 1 with D = P: no miss.
     assert_eq!(first_miss(&[hard(4, 2), hard(6, 3)], MS), None);
 }
+
+#[test]
+fn an_empty_cpu_has_utilisation_plus_zero() {
+    // `rtmgr admit` printed "U -0.000" for an empty CPU (f64's Sum starts at -0.0).
+    let a = Admission::new(AdmissionConfig::default(), &cpus("1-2"));
+    let (v, _) = admit_set(AdmissionConfig::default(), &cpus("1-2"), &[]);
+    for c in a.cpus() {
+        assert!(c.utilisation().is_sign_positive() && c.utilisation() == 0.0);
+        assert!(c.hard_utilisation().is_sign_positive());
+    }
+    for (cpu, u, dl) in v.cpus {
+        assert_eq!(format!("{u:.3} {dl:.3}"), "0.000 0.000", "CPU {cpu}");
+    }
+}

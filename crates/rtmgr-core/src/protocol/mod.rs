@@ -5,7 +5,8 @@
 //! validation here, sockets in rtmgr-linux (daemon) and rtmgr-rt (client).
 //!
 //! Every request gets a grant, a refusal with its reason and numbers, or an
-//! error; the parser never panics on any input (fuzzed: fuzz/).
+//! error; the parser never panics on any input (fuzzed: fuzz/, see
+//! docs/protocol.md "Fuzzing").
 
 mod reserve;
 mod response;

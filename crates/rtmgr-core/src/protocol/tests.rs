@@ -125,6 +125,9 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
                     Just("threads".to_string()),
                     Just("class".to_string()),
                     Just("irq".to_string()),
+                    Just("deadline_ns".to_string()),
+                    Just("cache_share".to_string()),
+                    Just("name".to_string()),
                     "[a-z_]{1,8}"
                 ],
                 inner,
@@ -161,4 +164,20 @@ proptest! {
             prop_assert_eq!(again, req);
         }
     }
+}
+
+/// Found by the fuzz target (fuzz/): a float must parse to the value a
+/// client wrote, so that the request a daemon logs or journals is the one
+/// sent (serde_json's default float parser may be one ULP off).
+#[test]
+fn floats_parse_exactly_and_round_trip() {
+    let line =
+        br#"{"v":1,"op":"reserve","period_ns":1000000,"budget_ns":100000,"cache_share":0.231e085}"#;
+    let req = parse_request(line).unwrap();
+    let Op::Reserve(r) = &req.op else {
+        panic!("a reserve request")
+    };
+    assert_eq!(r.cache_share, Some(0.231e085));
+    let again = parse_request(req.to_line().trim_end().as_bytes()).unwrap();
+    assert_eq!(again, req);
 }

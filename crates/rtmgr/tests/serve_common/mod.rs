@@ -170,12 +170,18 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(cfg: &Path, socket: &Path, dir: &Path) -> Daemon {
+        Daemon::start_env(cfg, socket, dir, &[])
+    }
+
+    /// `start` with more environment variables (e.g. NOTIFY_SOCKET).
+    pub fn start_env(cfg: &Path, socket: &Path, dir: &Path, env: &[(&str, &Path)]) -> Daemon {
         let log = std::fs::File::create(dir.join("serve.log")).unwrap();
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .arg("--config")
             .arg(cfg)
             .env("RTMGR_LOCK_HELD", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log);
         // A test killed outright (timeout, SIGKILL) still stops its daemon.
