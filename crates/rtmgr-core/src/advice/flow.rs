@@ -256,7 +256,7 @@ fn kernel_share(w: &Workload, f: &Facts, missing: &mut Vec<String>) -> Reason {
         .map_or(Source::Unknown, |c| Source::Report(c.source.clone()));
     let finding = match (w.kernel_share, kernel) {
         (Some(k), Some(s)) => format!(
-            "{:.0}% kernel; kernel services run {s:.2}x slower shielded: the work {:.2}x",
+            "{:.0}% kernel; kernel services take {s:.2}x stock's time shielded: the work {:.2}x",
             k * 100.0,
             work_slowdown(w, f, "shield")
         ),
@@ -266,7 +266,7 @@ fn kernel_share(w: &Workload, f: &Facts, missing: &mut Vec<String>) -> Reason {
         ),
         (None, Some(s)) => {
             missing.push("--kernel-share (share of the work in system calls)".into());
-            format!("not said; kernel services run {s:.2}x slower shielded")
+            format!("not said; kernel services take {s:.2}x stock's time shielded")
         }
         (None, None) => {
             missing.push("--kernel-share (share of the work in system calls)".into());
@@ -298,8 +298,9 @@ fn duration(w: &Workload, f: &Facts, missing: &mut Vec<String>) -> Reason {
             .as_ref()
             .map(|t| t.source.clone())
             .unwrap_or_default();
-        return match crossover_ns(&stock, &shield) {
-            Some(x) if shield.latency_ns < stock.latency_ns => {
+        let shield_lower = shield.latency_ns < stock.latency_ns;
+        return match (crossover_ns(&stock, &shield), shield_lower) {
+            (Some(x), true) => {
                 let long = work * 1e3 > x;
                 reason(
                     6,
@@ -313,12 +314,36 @@ fn duration(w: &Workload, f: &Facts, missing: &mut Vec<String>) -> Reason {
                 )
                 .to(fast_if(long))
             }
-            _ => reason(
+            (Some(x), false) => {
+                let short = work * 1e3 < x;
+                reason(
+                    6,
+                    q,
+                    format!(
+                        "{work:.0} µs of work; stock has the lower tail, the shield the faster work: they cross at {:.0} µs, {}",
+                        x / 1e3,
+                        if short { "below it stock finishes first" } else { "above it the shield finishes first" }
+                    ),
+                    Source::Report(src),
+                )
+                .to(fast_if(short))
+            }
+            (None, true) => reason(
                 6,
                 q,
-                format!("{work:.0} µs of work; the shield's tail is no lower than stock's here: no crossover"),
+                format!(
+                    "{work:.0} µs of work; the shield has the lower tail and its work takes {:.2}x stock's time: it finishes first at every duration, no crossover",
+                    shield.slowdown / stock.slowdown
+                ),
                 Source::Report(src),
             ),
+            (None, false) => reason(
+                6,
+                q,
+                format!("{work:.0} µs of work; the shield's tail is no lower than stock's and its work no faster: stock finishes first at every duration, no crossover"),
+                Source::Report(src),
+            )
+            .to(fast_if(true)),
         }
         .check(check);
     }

@@ -321,3 +321,69 @@ fn a_short_evaluate_run_falls_back_to_the_highest_supported_percentile() {
         "p99.9"
     );
 }
+
+/// The shield's cost, with its work `user` and kernel services `kernel` × stock's time.
+fn with_shield_cost(mut f: Facts, user: f64, kernel: f64) -> Facts {
+    let cost = f.cost.as_mut().expect("measured() has a cost");
+    let shield = cost
+        .configs
+        .iter_mut()
+        .find(|c| c.config == "shield")
+        .expect("a shield row");
+    shield.user_slowdown = Some(user);
+    shield.kernel_slowdown = Some(kernel);
+    f
+}
+
+#[test]
+fn a_shield_with_the_lower_tail_and_faster_work_wins_at_every_duration() {
+    // As measured on the 2-vCPU VM: the shield's work ran at 0.74x stock's time.
+    let f = with_shield_cost(measured(), 0.9, 0.74);
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[5];
+    assert_eq!(r.leads_to, None, "{}", r.finding);
+    assert!(
+        r.finding.contains("finishes first at every duration"),
+        "{}",
+        r.finding
+    );
+    assert!(r.finding.contains("lower tail"), "{}", r.finding);
+    assert!(
+        a.reasons[4].finding.contains("stock's time"),
+        "{}",
+        a.reasons[4].finding
+    );
+}
+
+#[test]
+fn stock_with_the_lower_tail_and_faster_work_wins_at_every_duration() {
+    let mut f = with_shield_cost(measured(), 1.2, 1.5);
+    f.tail.as_mut().expect("a tail").latency_ns[1].1 = 500_000; // shield above stock's 400 µs
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[5];
+    assert_eq!(r.leads_to, Some(Answer::RealFast), "{}", r.finding);
+    assert!(
+        r.finding.contains("stock finishes first at every duration"),
+        "{}",
+        r.finding
+    );
+}
+
+#[test]
+fn stock_with_the_lower_tail_but_slower_work_wins_only_below_the_crossover() {
+    // Stock 400 µs + w; shield 500 µs + 0.9 w: they cross at w = 1000 µs.
+    let mut f = with_shield_cost(measured(), 0.9, 0.9);
+    f.tail.as_mut().expect("a tail").latency_ns[1].1 = 500_000;
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[5];
+    assert!(r.finding.contains("cross at 1000 µs"), "{}", r.finding);
+    assert_eq!(r.leads_to, Some(Answer::RealFast), "{}", r.finding);
+    let long = Workload {
+        work_us: Some(5_000.0),
+        deadline_us: Some(10_000.0),
+        ..tight()
+    };
+    let r = advise(&long, &f).reasons[5].clone();
+    assert_eq!(r.leads_to, None, "{}", r.finding);
+    assert!(r.finding.contains("above it the shield"), "{}", r.finding);
+}
