@@ -166,15 +166,7 @@ fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
 impl GrantJournal {
     /// Open (creating if needed) to append.
     pub fn open(host: &Host, path: &Path) -> Result<Self> {
-        let real = host.path(path);
-        if let Some(dir) = real.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| io("mkdir", dir, e))?;
-        }
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&real)
-            .map_err(|e| io("open", &real, e))?;
+        let (file, real) = crate::journal::open_append(host, path)?;
         Ok(GrantJournal {
             file,
             real,
@@ -184,15 +176,7 @@ impl GrantJournal {
 
     /// Write one record durably.
     pub fn record(&mut self, rec: &Record) -> Result<()> {
-        let mut line = serde_json::to_string(rec).map_err(|e| HostError::Parse {
-            path: self.real.display().to_string(),
-            msg: e.to_string(),
-        })?;
-        line.push('\n');
-        self.file
-            .write_all(line.as_bytes())
-            .and_then(|_| self.file.sync_data())
-            .map_err(|e| io("write", &self.real, e))?;
+        crate::journal::append_line(&mut self.file, &self.real, rec)?;
         if matches!(rec, Record::Release { .. }) {
             self.released += 1;
         }
