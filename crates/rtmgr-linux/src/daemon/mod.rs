@@ -218,7 +218,8 @@ fn run(
         "off".into()
     };
     let rj = crate::resources::journal::path_beside(&applied.journal);
-    let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, &rj)?;
+    let events = m.metrics.clone().map(|mx| crate::balance::EventSink(mx));
+    let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, &rj, events)?;
     let line = guard
         .as_ref()
         .map_or("off ([starvation] enabled = false)".into(), |g| g.1.clone());

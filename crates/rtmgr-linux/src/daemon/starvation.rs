@@ -7,6 +7,7 @@
 //! stop, `rtmgr partition reset` and a restart after `kill -9` undo it. Only
 //! while it runs may RT throttling be lifted (`sched_rt_runtime_us = -1`).
 
+use crate::balance::EventSink;
 use crate::host::{Host, HostError};
 use crate::resources::journal::{Record, ResourceJournal};
 use crate::tasks;
@@ -53,12 +54,14 @@ pub fn sample(host: &Host, rt: &CpuSet) -> Vec<Sample> {
 }
 
 /// Start the guard (None when disabled); lift RT throttling first when
-/// configured (journalled). `journal` is the resources journal.
+/// configured (journalled). `journal` is the resources journal; each boost
+/// is also told to `events` (the daemon's metrics), by RT CPU.
 pub fn start(
     host: &Host,
     cfg: &StarvationConfig,
     rt: &CpuSet,
     journal: &Path,
+    events: Option<EventSink>,
 ) -> Result<Option<(Guard, String)>, HostError> {
     if !cfg.enabled {
         return Ok(None);
@@ -87,7 +90,7 @@ pub fn start(
     let (h, s, rt) = (host.clone(), stop.clone(), rt.clone());
     let handle = std::thread::Builder::new()
         .name("rtmgr-starve".into())
-        .spawn(move || run(&h, p, &rt, j, &s, lifted))
+        .spawn(move || run(&h, p, &rt, j, &s, lifted, events))
         .map_err(|e| crate::host::io_err("spawn", Path::new("rtmgr-starve"), e))?;
     Ok(Some((Guard { stop, handle }, line)))
 }
@@ -99,6 +102,7 @@ fn run(
     mut j: ResourceJournal,
     stop: &AtomicBool,
     lifted: Option<String>,
+    events: Option<EventSink>,
 ) -> Vec<String> {
     let mut tracker = Tracker::new(policy);
     let mut old: BTreeMap<(u32, u64), SchedAttr> = BTreeMap::new();
@@ -122,6 +126,9 @@ fn run(
                             starved / 1_000_000_000
                         );
                         old.insert((tid, start), a);
+                        if let (Some(ev), Some(cpu)) = (&events, guarded_cpu(&comm, rt)) {
+                            ev.0.starvation_boost(cpu);
+                        }
                     }
                     Err(e) if e.is_gone() => {}
                     Err(e) => tracing::warn!("{comm}-{tid} starved, boost refused: {e}"),
@@ -226,7 +233,7 @@ mod tests {
             lift_rt_throttling: true,
             ..Default::default()
         };
-        let (g, line) = start(&host, &cfg, &rt, jp).unwrap().unwrap();
+        let (g, line) = start(&host, &cfg, &rt, jp, None).unwrap().unwrap();
         assert!(line.contains("was 950000"), "{line}");
         assert_eq!(host.read(RT_RUNTIME).unwrap().trim(), "-1");
         // kill -9 now: reset restores from the journal alone.
@@ -241,6 +248,6 @@ mod tests {
             enabled: false,
             ..Default::default()
         };
-        assert!(start(&host, &off, &rt, jp).unwrap().is_none());
+        assert!(start(&host, &off, &rt, jp, None).unwrap().is_none());
     }
 }
