@@ -20,22 +20,16 @@
 //! policy runs unchanged live (rtmgr-linux) and in the deterministic simulator
 //! (rtmgr-sim), and is property-tested without a machine.
 
-pub mod ablation;
 pub mod admission;
-pub mod advice;
 pub mod balance;
 pub mod budget;
 pub mod cgroupfs;
 pub mod class;
-pub mod cost;
 pub mod cpuset;
-pub mod load;
 pub mod partition;
-pub mod plot;
 pub mod procstat;
 pub mod proctext;
 pub mod protocol;
-pub mod report;
 pub mod resources;
 pub mod rt_permission;
 pub mod stats;

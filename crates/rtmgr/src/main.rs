@@ -45,10 +45,10 @@ enum Command {
     /// Live asymmetric balancer: lend RT CPUs to ordinary tasks under a latency guard.
     Balance(cmd::balance::BalanceArgs),
     /// (internal) A built-in load process, started by rtmgr itself.
-    #[command(name = rtmgr_linux::measure::builtin::WORKER_COMMAND, hide = true)]
+    #[command(name = rtmgr_lab::measure::builtin::WORKER_COMMAND, hide = true)]
     LoadWorker(cmd::load_worker::LoadWorkerArgs),
     /// (internal) One piece of `rtmgr measure cost`'s work, started by rtmgr itself.
-    #[command(name = rtmgr_linux::measure::micro::WORKER_COMMAND, hide = true)]
+    #[command(name = rtmgr_lab::measure::micro::WORKER_COMMAND, hide = true)]
     CostWorker(cmd::measure::cost::CostWorkerArgs),
     /// The resource manager: own the RT CPUs, admit and grant reservations on request.
     Serve(cmd::serve::ServeArgs),

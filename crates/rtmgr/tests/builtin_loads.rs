@@ -6,11 +6,11 @@
 
 mod measure_common;
 use measure_common::live_ready;
-use rtmgr_core::load::{LoadEngine, LoadKind, ALL_KINDS};
 use rtmgr_core::partition::{validate, PartitionConfig};
 use rtmgr_core::CpuSet;
-use rtmgr_linux::measure::builtin::{WorkerReport, METRICS_FILE, WORKER_COMMAND};
-use rtmgr_linux::measure::load::{LoadProgram, LoadSpec, RunningLoad};
+use rtmgr_lab::load::{LoadEngine, LoadKind, ALL_KINDS};
+use rtmgr_lab::measure::builtin::{WorkerReport, METRICS_FILE, WORKER_COMMAND};
+use rtmgr_lab::measure::load::{LoadProgram, LoadSpec, RunningLoad};
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard, Role};
 use rtmgr_linux::{cgroup, cpus, sched, tasks, Host};
 use rtmgr_sys::process;
@@ -211,7 +211,7 @@ fn builtin_guests_run_sched_idle_inside_the_rt_cpuset() {
     let program = program();
     let enter = |pid: u32| {
         partition::enter(&host, &applied, Role::Rt, pid)
-            .map_err(|e| rtmgr_linux::measure::MeasureError::Setup(e.to_string()))
+            .map_err(|e| rtmgr_lab::measure::MeasureError::Setup(e.to_string()))
     };
     let mut load = RunningLoad::start(LoadSpec {
         kind: LoadKind::All,

@@ -7,7 +7,6 @@
 use super::{fmt::parse_duration, Demand, Kind, SetTask};
 use crate::class::TaskClass;
 use crate::cpuset::CpuSet;
-use crate::report::{Body, Report};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -193,21 +192,6 @@ fn parse_rt_app(text: &str) -> Result<TaskSetFile, String> {
         });
     }
     Ok(out)
-}
-
-/// The worst run of a `rtmgr measure exec --json` report (the loaded pass
-/// when there is one), used as a measured WCET.
-pub fn wcet_from_report(json: &str) -> Result<u64, String> {
-    let r: Report = serde_json::from_str(json).map_err(|e| format!("not an rtmgr report: {e}"))?;
-    let Body::Exec(x) = r.body else {
-        return Err("not a `measure exec` report".into());
-    };
-    let res = x.loaded.as_ref().unwrap_or(&x.unloaded);
-    res.summary
-        .max_ns
-        .filter(|&v| v > 0)
-        .map(|v| v as u64)
-        .ok_or_else(|| "the report has no runs".into())
 }
 
 #[cfg(test)]

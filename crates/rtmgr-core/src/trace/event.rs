@@ -248,6 +248,13 @@ pub fn parse_line(line: &str) -> Option<Event> {
     })
 }
 
+/// A system call's name on this architecture (x86_64 numbers on x86_64).
+pub fn syscall_name(nr: u32) -> String {
+    syscalls::Sysno::new(nr as usize)
+        .map(|s| s.name().to_string())
+        .unwrap_or_else(|| format!("syscall {nr}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

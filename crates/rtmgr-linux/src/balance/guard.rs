@@ -8,12 +8,12 @@
 
 use super::mover::Evictor;
 use crate::cgroup;
-use crate::measure::probe::{max_fifo_priority, setup_rt_thread, Prepare};
-use crate::measure::{mono_ns, sleep_until, MeasureError};
 use crate::partition::Applied;
+use crate::rt_thread::{max_fifo_priority, setup_rt_thread, MeasureError, Prepare};
 use crate::sched::Policy;
 use crate::Host;
 use rtmgr_core::CpuSet;
+use rtmgr_sys::time::{mono_ns, sleep_until};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};

@@ -10,8 +10,6 @@ pub mod background;
 pub mod entry_watch;
 pub mod events;
 pub mod guard;
-pub mod lbu;
-pub mod live_lb;
 pub mod mover;
 pub mod observe;
 pub mod procfile;
@@ -23,8 +21,8 @@ pub use mover::{Evictor, Mover};
 pub use run::run_balancer;
 
 use crate::host::HostError;
-use crate::measure::MeasureError;
 use crate::partition::Applied;
+use crate::rt_thread::MeasureError;
 use observe::Scope;
 use rtmgr_core::balance::{PolicyConfig, Reason};
 use serde::Serialize;

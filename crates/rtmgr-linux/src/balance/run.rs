@@ -8,10 +8,10 @@ use super::guard::{Immediate, LatencyGuard, Trip};
 use super::mover::Mover;
 use super::observe::Observer;
 use super::{reason_name, v2_lending, BalanceError, LiveConfig, LiveReport};
-use crate::measure::{mono_ns, sleep_until, thread_cpu_ns};
 use crate::partition::Applied;
 use crate::Host;
 use rtmgr_core::balance::{Balancer, Move, Observation, Place};
+use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -225,7 +225,7 @@ fn mark_entries(report: &mut LiveReport, obs: &mut Observation, entries: &[Entry
         if let Some(nr) = e.syscall {
             *report
                 .entry_syscalls
-                .entry(rtmgr_core::trace::attribute::syscall_name(nr))
+                .entry(rtmgr_core::trace::syscall_name(nr))
                 .or_default() += 1;
         } else {
             *report

@@ -6,7 +6,7 @@ use rtmgr_core::partition::{validate, PartitionConfig};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
 use rtmgr_linux::partition::{self, Applied, ApplyOptions, PartitionGuard};
-use rtmgr_linux::{cpus, measure, Host};
+use rtmgr_linux::{cpus, Host};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,7 +90,7 @@ impl Busy {
             .map(|_| {
                 let (done, syscalls, tx) = (done.clone(), syscalls.clone(), tx.clone());
                 std::thread::spawn(move || {
-                    tx.send(measure::gettid()).unwrap();
+                    tx.send(rtmgr_sys::sched::gettid()).unwrap();
                     let t0 = Instant::now();
                     let mut x = 0u64;
                     while !done.load(Ordering::Relaxed) && t0.elapsed() < limit {

@@ -1,17 +1,17 @@
 //! `rtmgr evaluate --ablate` (issue 14): flags glue and output of the
-//! ablation engine `rtmgr_linux::experiment::ablate` — which knob buys what —
+//! ablation engine `rtmgr_lab::experiment::ablate` — which knob buys what —
 //! with the exit-code gates for CI pipelines (exit 3 when a gate fails).
 
 use super::evaluate::EvaluateArgs;
 use super::measure::common::{write_file, write_json, Bar};
 use super::{output, Outcome};
 use anyhow::Result;
-use rtmgr_core::ablation::{ablation_table, Gate, FULL};
-use rtmgr_core::plot::percentile_svg;
-use rtmgr_core::report::us;
-use rtmgr_linux::experiment::ablate::{self, AblateConfig};
-use rtmgr_linux::experiment::evaluate::EvaluateConfig;
-use rtmgr_linux::experiment::session::host_from_env;
+use rtmgr_lab::ablation::{ablation_table, Gate, FULL};
+use rtmgr_lab::experiment::ablate::{self, AblateConfig};
+use rtmgr_lab::experiment::evaluate::EvaluateConfig;
+use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_lab::plot::percentile_svg;
+use rtmgr_lab::report::us;
 
 /// The exit code of a run whose gate failed.
 pub const GATE_FAILED: u8 = 3;

@@ -5,9 +5,10 @@
 //! some do not.
 
 use super::{bad_input, host, Outcome};
-use rtmgr_core::admission::taskset::{self, wcet_from_report};
+use rtmgr_core::admission::taskset;
 use rtmgr_core::admission::{admit_set, AdmissionConfig, Placement, DEFAULT_CAP};
 use rtmgr_core::CpuSet;
+use rtmgr_lab::report::wcet_from_report;
 use rtmgr_linux::daemon::ServeConfig;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use std::path::{Path, PathBuf};

@@ -42,7 +42,7 @@ pub struct BalanceArgs {
 /// SIGINT/SIGTERM/SIGHUP set the returned flag (the loop then restores and exits).
 pub fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    Ok(rtmgr_linux::experiment::session::stop_flag(&[
+    Ok(rtmgr_lab::experiment::session::stop_flag(&[
         SIGINT, SIGTERM, SIGHUP,
     ])?)
 }

@@ -1,15 +1,15 @@
 //! `rtmgr measure budget`: flags and output of the budget experiment
-//! (budget-based RTAI §4; engine: `rtmgr_linux::experiment::budget`): the table,
+//! (budget-based RTAI §4; engine: `rtmgr_lab::experiment::budget`): the table,
 //! and the JSON report and Fig. 6-style plot where `--out`/`--json`/`--svg` say
 //! (by default a new directory under the user's state directory).
 
 use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Context;
-use rtmgr_core::plot::budget_rates_svg;
-use rtmgr_core::report::budget::{budget_table, BudgetRun};
-use rtmgr_linux::experiment::budget::{self, taskset, BudgetConfig, Experiment};
-use rtmgr_linux::experiment::session::host_from_env;
+use rtmgr_lab::experiment::budget::{self, taskset, BudgetConfig, Experiment};
+use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_lab::plot::budget_rates_svg;
+use rtmgr_lab::report::budget::{budget_table, BudgetRun};
 use rtmgr_rt::periodic::SoftVariant;
 use std::path::PathBuf;
 
@@ -73,7 +73,7 @@ pub fn run(args: BudgetArgs) -> anyhow::Result<Outcome> {
         taskset,
         rounds: args.rounds,
     };
-    let report = budget::run(&host_from_env()?, &cfg, &mut rtmgr_linux::experiment::Quiet)?;
+    let report = budget::run(&host_from_env()?, &cfg, &mut rtmgr_lab::experiment::Quiet)?;
     print!("{}", budget_table(&report.runs));
     let prec: Vec<&BudgetRun> = report
         .runs

@@ -1,5 +1,5 @@
 //! `rtmgr evaluate`: flags and output of the main job (the engine is
-//! `rtmgr_linux::experiment::evaluate`): the table with ratios and verdicts,
+//! `rtmgr_lab::experiment::evaluate`): the table with ratios and verdicts,
 //! report.json, report.html and the SVG plots in the output directory.
 
 use super::measure::common::{
@@ -7,12 +7,12 @@ use super::measure::common::{
 };
 use super::{output, Outcome};
 use anyhow::{Context, Result};
-use rtmgr_core::load::{LoadEngine, LoadKind};
-use rtmgr_core::plot::{histogram_svg, percentile_svg, XScale};
-use rtmgr_core::report::{disturbance_text, evaluate_html, evaluate_table, EvaluateRun, Report};
-use rtmgr_core::trace::causes_text;
-use rtmgr_linux::experiment::evaluate::{self, EvaluateConfig};
-use rtmgr_linux::experiment::session::host_from_env;
+use rtmgr_lab::experiment::evaluate::{self, EvaluateConfig};
+use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_lab::load::{LoadEngine, LoadKind};
+use rtmgr_lab::plot::{histogram_svg, percentile_svg, XScale};
+use rtmgr_lab::report::{disturbance_text, evaluate_html, evaluate_table, EvaluateRun, Report};
+use rtmgr_lab::trace::causes_text;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -155,7 +155,7 @@ fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
 fn write_outputs(dir: &Path, rep: &Report) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     write_json(&dir.join("report.json"), rep)?;
-    let rtmgr_core::report::Body::Evaluate(e) = &rep.body else {
+    let rtmgr_lab::report::Body::Evaluate(e) = &rep.body else {
         unreachable!("an evaluate report")
     };
     let named: Vec<(&str, &rtmgr_core::stats::HistData)> = e

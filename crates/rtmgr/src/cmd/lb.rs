@@ -8,7 +8,7 @@ use super::{bad_input, Outcome};
 use anyhow::Context;
 use rtmgr_core::balance::scenario::{self, Scenario};
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::live_lb::{self, LiveLbConfig};
+use rtmgr_lab::lbu::{self, LiveLbConfig};
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_sim::{BalancerKind, LbResult, SimConfig, SimReport};
 use serde::Serialize;
@@ -163,7 +163,7 @@ pub fn run(args: LbArgs) -> anyhow::Result<Outcome> {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_JOURNAL)),
         };
         let stop = super::balance::stop_on_signals()?;
-        runs = live_lb::run(&super::host()?, &sc, &cfg, &stop)
+        runs = lbu::run(&super::host()?, &sc, &cfg, &stop)
             .with_context(|| format!("live run of {}", args.scenario.display()))?
             .into_iter()
             .map(|r| LbRun {

@@ -11,18 +11,18 @@ use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Result;
 use common::*;
-use rtmgr_core::load::{LoadEngine, LoadKind};
-use rtmgr_core::plot::{histogram_svg, percentile_svg, series_svg, XScale};
-use rtmgr_core::report::{disturbance_text, ratio_text, summary_table, Body, PolicySpec};
-use rtmgr_core::trace::causes_text;
 use rtmgr_core::CpuSet;
-use rtmgr_linux::experiment::compare::CompareConfig;
-use rtmgr_linux::experiment::exec::ExecConfig;
-use rtmgr_linux::experiment::latency::LatencyConfig;
-use rtmgr_linux::experiment::periodicity::PeriodicityConfig;
-use rtmgr_linux::experiment::session::{host_from_env, LoadRequest};
-use rtmgr_linux::experiment::{self, Session};
-use rtmgr_linux::measure::probe::max_fifo_priority;
+use rtmgr_lab::experiment::compare::CompareConfig;
+use rtmgr_lab::experiment::exec::ExecConfig;
+use rtmgr_lab::experiment::latency::LatencyConfig;
+use rtmgr_lab::experiment::periodicity::PeriodicityConfig;
+use rtmgr_lab::experiment::session::{host_from_env, LoadRequest};
+use rtmgr_lab::experiment::{self, Session};
+use rtmgr_lab::load::{LoadEngine, LoadKind};
+use rtmgr_lab::measure::probe::max_fifo_priority;
+use rtmgr_lab::plot::{histogram_svg, percentile_svg, series_svg, XScale};
+use rtmgr_lab::report::{disturbance_text, ratio_text, summary_table, Body, PolicySpec};
+use rtmgr_lab::trace::causes_text;
 use std::time::Duration;
 
 #[derive(clap::Subcommand)]
@@ -404,8 +404,8 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
     );
     println!(
         "T_min {} µs; max − T_min = {} µs ({})",
-        rtmgr_core::report::us(run.t_min_ns),
-        rtmgr_core::report::us(run.max_over_t_min_ns),
+        rtmgr_lab::report::us(run.t_min_ns),
+        rtmgr_lab::report::us(run.max_over_t_min_ns),
         run.max_over_t_min_pct
             .map(|p| format!("{p:.2}%"))
             .unwrap_or("-".into())

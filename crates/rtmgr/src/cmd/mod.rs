@@ -20,7 +20,7 @@ pub mod status;
 
 use std::process::ExitCode;
 
-pub use rtmgr_linux::experiment::session::{host_from_env as host, machine_lock, require_root};
+pub use rtmgr_lab::experiment::session::{host_from_env as host, machine_lock, require_root};
 
 /// An error caused by the user's input, detected before anything changed: exit 2.
 #[derive(Debug)]
@@ -75,6 +75,6 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
 
 /// An engine's bad-input error (nothing was changed), under any context.
 fn is_engine_input(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<rtmgr_linux::experiment::Error>()
+    e.downcast_ref::<rtmgr_lab::experiment::Error>()
         .is_some_and(|x| x.is_input())
 }

@@ -93,7 +93,7 @@ fn start(
     let resolved = if program.contains('/') {
         Some(PathBuf::from(&program))
     } else {
-        rtmgr_linux::measure::which(&program)
+        rtmgr_lab::measure::which(&program)
     };
     let mut env = Vec::new();
     let preload = if a.mlock {

@@ -4,10 +4,10 @@
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use rtmgr_core::load::LoadEngine;
 use rtmgr_core::CpuSet;
-use rtmgr_linux::experiment::Reporter;
-use rtmgr_linux::measure::load::EngineChoice;
+use rtmgr_lab::experiment::Reporter;
+use rtmgr_lab::load::LoadEngine;
+use rtmgr_lab::measure::load::EngineChoice;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! `rtmgr measure cost` (issue 14; DROPS §5.1–5.2, McKenney §2.2 Table 1):
-//! flags and output of the cost engine `rtmgr_linux::experiment::cost` — the
+//! flags and output of the cost engine `rtmgr_lab::experiment::cost` — the
 //! tables, the JSON report (`rtmgr.cost/1`) and the Fig. 4 / Fig. 5 plots;
 //! and the hidden `__cost` worker it starts.
 
@@ -7,10 +7,10 @@ use super::common::{parse_duration, Bar};
 use crate::cmd::output::{write_report, OutArgs};
 use crate::cmd::Outcome;
 use anyhow::{Context, Result};
-use rtmgr_core::cost::{build_table, micro_table, sweep_table, CostReport};
-use rtmgr_core::plot::{slowdown_svg, sweep_svg};
-use rtmgr_linux::experiment::cost::{self, CostConfig, Parts};
-use rtmgr_linux::experiment::session::host_from_env;
+use rtmgr_lab::cost::{build_table, micro_table, sweep_table, CostReport};
+use rtmgr_lab::experiment::cost::{self, CostConfig, Parts};
+use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_lab::plot::{slowdown_svg, sweep_svg};
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -47,7 +47,7 @@ pub struct CostArgs {
 fn planned(cfg: &CostConfig, cpus: usize) -> Duration {
     let per_config = cfg.micro_time * 7 * u32::from(cfg.parts.micro)
         + cfg.sweep_time
-            * rtmgr_core::cost::sweep_levels(cpus, cfg.sweep_max).len() as u32
+            * rtmgr_lab::cost::sweep_levels(cpus, cfg.sweep_max).len() as u32
             * u32::from(cfg.parts.sweep)
         + Duration::from_secs(15) * u32::from(cfg.parts.build);
     per_config * 3 * cfg.rounds
@@ -131,12 +131,12 @@ fn print_report(r: &CostReport) {
 /// `rtmgr __cost …` (hidden): one piece of the offered work.
 #[derive(clap::Args)]
 pub struct CostWorkerArgs {
-    /// The request, as `rtmgr_linux::measure::micro::WorkerRequest` writes it.
+    /// The request, as `rtmgr_lab::measure::micro::WorkerRequest` writes it.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
 }
 
 pub fn worker(a: CostWorkerArgs) -> Result<Outcome> {
-    rtmgr_linux::measure::micro::main(&a.args).map_err(anyhow::Error::msg)?;
+    rtmgr_lab::measure::micro::main(&a.args).map_err(anyhow::Error::msg)?;
     Ok(Outcome::Ok)
 }

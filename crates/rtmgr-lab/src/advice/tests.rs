@@ -1,0 +1,389 @@
+//! Fig. 9's flow, branch by branch.
+
+use super::*;
+
+const GIB: u64 = 1 << 30;
+
+fn bare_metal() -> Facts {
+    Facts {
+        hypervisor: None,
+        steal_share: Some(0.0),
+        steal_window_ms: 1000,
+        mem_available_bytes: Some(4 * GIB),
+        swap_total_bytes: Some(0),
+        swap_free_bytes: Some(0),
+        online_cpus: 4,
+        rt_cap: 0.9,
+        tail: None,
+        cost: None,
+    }
+}
+
+/// McKenney's example: 100 µs of work, 250 µs deadline.
+fn tight() -> Workload {
+    Workload {
+        throughput_only: Some(false),
+        work_us: Some(100.0),
+        deadline_us: Some(250.0),
+        utilization: Some(0.4),
+        memory_mib: Some(64.0),
+        kernel_share: Some(0.1),
+        ..Workload::default()
+    }
+}
+
+fn decided(a: &Advice) -> &Reason {
+    &a.reasons[a.decided_by.expect("decided")]
+}
+
+#[test]
+fn throughput_only_is_real_fast() {
+    let w = Workload {
+        throughput_only: Some(true),
+        ..tight()
+    };
+    let a = advise(&w, &bare_metal());
+    assert_eq!(a.answer, Answer::RealFast);
+    assert_eq!(decided(&a).principle, 1);
+    assert_eq!(a.setup, None);
+}
+
+#[test]
+fn utilization_over_the_cap_is_real_fast_and_work_over_period_counts() {
+    let w = Workload {
+        utilization: Some(0.95),
+        ..tight()
+    };
+    let a = advise(&w, &bare_metal());
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 2));
+    assert!(
+        decided(&a).finding.contains("95%"),
+        "{}",
+        decided(&a).finding
+    );
+    // No --utilization: work / period.
+    let w = Workload {
+        utilization: None,
+        work_us: Some(950.0),
+        period_us: Some(1000.0),
+        deadline_us: Some(1000.0),
+        ..tight()
+    };
+    assert_eq!(decided(&advise(&w, &bare_metal())).principle, 2);
+    // Under the cap but over 50 %: a caveat, not a decision.
+    let w = Workload {
+        utilization: Some(0.7),
+        ..tight()
+    };
+    let a = advise(&w, &bare_metal());
+    assert_eq!(a.reasons[1].leads_to, None);
+    assert!(a.reasons[1].finding.contains("rule of thumb"));
+}
+
+#[test]
+fn memory_that_cannot_be_locked_is_real_fast() {
+    let w = Workload {
+        memory_mib: Some(8192.0),
+        ..tight()
+    };
+    let a = advise(&w, &bare_metal());
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 3));
+    assert!(matches!(decided(&a).source, Source::Measured(_)));
+    let fits = advise(&tight(), &bare_metal());
+    assert_eq!(fits.reasons[2].leads_to, None);
+}
+
+#[test]
+fn a_hypervisor_that_steals_is_real_fast_one_that_does_not_is_a_caveat() {
+    let mut f = bare_metal();
+    f.hypervisor = Some("kvm".into());
+    f.steal_share = Some(0.05);
+    let a = advise(&tight(), &f);
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 4));
+    assert!(decided(&a).finding.contains("5.0% steal"));
+    f.steal_share = Some(0.001);
+    let a = advise(&tight(), &f);
+    assert_eq!(a.reasons[3].leads_to, None);
+    assert_eq!(a.answer, Answer::RealTime);
+}
+
+#[test]
+fn long_work_items_are_real_fast_by_rule_without_measurements() {
+    let w = Workload {
+        work_us: Some(200_000.0),
+        deadline_us: Some(1_000_000.0),
+        ..tight()
+    };
+    let a = advise(&w, &bare_metal());
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 6));
+    assert!(matches!(decided(&a).source, Source::Rule(_)));
+}
+
+fn measured() -> Facts {
+    let mut f = bare_metal();
+    f.tail = Some(TailFact {
+        source: "ev.json".into(),
+        percentile: "p99.9".into(),
+        latency_ns: vec![
+            ("stock".into(), 400_000),
+            ("shield".into(), 80_000),
+            ("balanced".into(), 150_000),
+        ],
+    });
+    f.cost = Some(CostFact {
+        source: "cost.json".into(),
+        configs: vec![
+            ConfigCost {
+                config: "stock".into(),
+                user_slowdown: Some(1.0),
+                kernel_slowdown: Some(1.0),
+                build_slowdown: Some(1.0),
+                throughput: Some(1.0),
+            },
+            ConfigCost {
+                config: "shield".into(),
+                user_slowdown: Some(1.1),
+                kernel_slowdown: Some(2.0),
+                build_slowdown: Some(2.0),
+                throughput: Some(0.5),
+            },
+            ConfigCost {
+                config: "balanced".into(),
+                user_slowdown: Some(1.05),
+                kernel_slowdown: Some(1.5),
+                build_slowdown: Some(1.3),
+                throughput: Some(0.8),
+            },
+        ],
+    });
+    f
+}
+
+#[test]
+fn work_above_the_measured_crossover_is_real_fast() {
+    // Shield work slowdown = 0.9 × 1.1 + 0.1 × 2 = 1.19; crossover = 320 µs / 0.19 ≈ 1684 µs.
+    let w = Workload {
+        work_us: Some(5_000.0),
+        deadline_us: Some(10_000.0),
+        ..tight()
+    };
+    let a = advise(&w, &measured());
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 6));
+    assert!(
+        decided(&a).finding.contains("1684 µs"),
+        "{}",
+        decided(&a).finding
+    );
+    let short = advise(&tight(), &measured());
+    assert_eq!(short.reasons[5].leads_to, None);
+    assert!(short.reasons[5].finding.contains("below it the shield"));
+}
+
+#[test]
+fn the_deadline_against_the_measured_tail_picks_the_set_up() {
+    // Stock: 400 + 100 = 500 µs > 250; balanced: 150 + 100×1.095 ≈ 260 > 250; shield: 80 + 119 = 199.
+    let a = advise(&tight(), &measured());
+    assert_eq!(a.answer, Answer::RealTime);
+    assert_eq!(decided(&a).principle, 0);
+    assert_eq!(a.setup, Some(Setup::Shield));
+    // A looser deadline: the balanced set-up meets it and keeps throughput.
+    let w = Workload {
+        deadline_us: Some(300.0),
+        ..tight()
+    };
+    assert_eq!(advise(&w, &measured()).setup, Some(Setup::Balanced));
+    // Looser still: stock meets it.
+    let w = Workload {
+        deadline_us: Some(600.0),
+        ..tight()
+    };
+    let a = advise(&w, &measured());
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 0));
+    // Tighter than anything measured: real time, and said that nothing here meets it.
+    let w = Workload {
+        deadline_us: Some(150.0),
+        ..tight()
+    };
+    let a = advise(&w, &measured());
+    assert_eq!(
+        (a.answer, a.setup.clone()),
+        (Answer::RealTime, Some(Setup::Shield))
+    );
+    assert!(decided(&a).finding.contains("no measured set-up meets it"));
+}
+
+#[test]
+fn without_measurements_tight_slack_is_real_time_else_benchmark() {
+    let a = advise(&tight(), &bare_metal());
+    assert_eq!(a.answer, Answer::RealTime);
+    assert!(matches!(decided(&a).source, Source::Rule(_)));
+    let w = Workload {
+        deadline_us: Some(50_000.0),
+        ..tight()
+    };
+    let a = advise(&w, &bare_metal());
+    assert_eq!(
+        (a.answer, a.decided_by, a.setup.clone()),
+        (Answer::Benchmark, None, None)
+    );
+}
+
+#[test]
+fn periodic_work_gets_a_reservation_with_headroom() {
+    let w = Workload {
+        period_us: Some(1000.0),
+        ..tight()
+    };
+    let a = advise(&w, &measured());
+    // 100 µs × 1.19 × 1.2 = 142.8 → 143 µs.
+    assert_eq!(
+        a.setup,
+        Some(Setup::Reservation {
+            period_ns: 1_000_000,
+            budget_ns: 143_000
+        })
+    );
+    let text = advice_text(&a);
+    assert!(
+        text.contains("rtmgr reserve --period 1000us --budget 143us"),
+        "{text}"
+    );
+}
+
+#[test]
+fn nothing_said_asks_for_everything_and_benchmarks() {
+    let a = advise(&Workload::default(), &bare_metal());
+    assert_eq!(a.answer, Answer::Benchmark);
+    assert!(a.missing.len() >= 5, "{:?}", a.missing);
+    assert!(a.missing.iter().any(|m| m.contains("--work")));
+    let text = advice_text(&a);
+    assert!(text.starts_with("BENCHMARK"), "{text}");
+    assert!(text.contains("check: "), "{text}");
+}
+
+#[test]
+fn advice_round_trips_through_json() {
+    let a = advise(&tight(), &measured());
+    let back: Advice = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+    assert_eq!(back, a);
+    assert_eq!(back.schema, ADVICE_SCHEMA);
+}
+
+fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
+    let mut h = rtmgr_core::stats::Hist::new();
+    for i in 0..samples {
+        h.record(base + i as i64);
+    }
+    crate::report::ConfigResult {
+        name: name.into(),
+        description: String::new(),
+        result: crate::report::CpuResult {
+            cpu: 1,
+            summary: h.summary(0),
+            hist: h.to_data(),
+        },
+        throughput: vec![],
+        segments: 1,
+        disturbance: Default::default(),
+        tail_causes: None,
+    }
+}
+
+#[test]
+fn a_short_evaluate_run_falls_back_to_the_highest_supported_percentile() {
+    let mut run = crate::report::EvaluateRun {
+        rt_cpus: "1".parse().unwrap(),
+        nrt_cpus: "0".parse().unwrap(),
+        load: "all".into(),
+        load_engine: crate::load::LoadEngine::Builtin,
+        interval_ns: 250_000,
+        rounds_planned: 1,
+        rounds_done: 1,
+        segment_ns: 1,
+        latency_bound_us: 300,
+        configs: vec![
+            config("stock", 5_000, 1_000),
+            config("shield", 20_000, 100),
+            config("idle", 0, 0),
+        ],
+        verdicts: vec![],
+        rt_choice: None,
+        skipped: vec![],
+    };
+    // 5 000 samples support p99 (50 beyond it) but not p99.9 (5 beyond it).
+    let t = tail_from_evaluate(&run, 999_000, "ev.json");
+    assert_eq!(t.percentile, "p99");
+    assert_eq!(t.latency_ns.len(), 2);
+    assert!(t.get("stock").unwrap() >= 5_900);
+    run.configs[0] = config("stock", 20_000, 1_000);
+    assert_eq!(
+        tail_from_evaluate(&run, 999_000, "ev.json").percentile,
+        "p99.9"
+    );
+}
+
+/// The shield's cost, with its work `user` and kernel services `kernel` × stock's time.
+fn with_shield_cost(mut f: Facts, user: f64, kernel: f64) -> Facts {
+    let cost = f.cost.as_mut().expect("measured() has a cost");
+    let shield = cost
+        .configs
+        .iter_mut()
+        .find(|c| c.config == "shield")
+        .expect("a shield row");
+    shield.user_slowdown = Some(user);
+    shield.kernel_slowdown = Some(kernel);
+    f
+}
+
+#[test]
+fn a_shield_with_the_lower_tail_and_faster_work_wins_at_every_duration() {
+    // As measured on the 2-vCPU VM: the shield's work ran at 0.74x stock's time.
+    let f = with_shield_cost(measured(), 0.9, 0.74);
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[5];
+    assert_eq!(r.leads_to, None, "{}", r.finding);
+    assert!(
+        r.finding.contains("finishes first at every duration"),
+        "{}",
+        r.finding
+    );
+    assert!(r.finding.contains("lower tail"), "{}", r.finding);
+    assert!(
+        a.reasons[4].finding.contains("stock's time"),
+        "{}",
+        a.reasons[4].finding
+    );
+}
+
+#[test]
+fn stock_with_the_lower_tail_and_faster_work_wins_at_every_duration() {
+    let mut f = with_shield_cost(measured(), 1.2, 1.5);
+    f.tail.as_mut().expect("a tail").latency_ns[1].1 = 500_000; // shield above stock's 400 µs
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[5];
+    assert_eq!(r.leads_to, Some(Answer::RealFast), "{}", r.finding);
+    assert!(
+        r.finding.contains("stock finishes first at every duration"),
+        "{}",
+        r.finding
+    );
+}
+
+#[test]
+fn stock_with_the_lower_tail_but_slower_work_wins_only_below_the_crossover() {
+    // Stock 400 µs + w; shield 500 µs + 0.9 w: they cross at w = 1000 µs.
+    let mut f = with_shield_cost(measured(), 0.9, 0.9);
+    f.tail.as_mut().expect("a tail").latency_ns[1].1 = 500_000;
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[5];
+    assert!(r.finding.contains("cross at 1000 µs"), "{}", r.finding);
+    assert_eq!(r.leads_to, Some(Answer::RealFast), "{}", r.finding);
+    let long = Workload {
+        work_us: Some(5_000.0),
+        deadline_us: Some(10_000.0),
+        ..tight()
+    };
+    let r = advise(&long, &f).reasons[5].clone();
+    assert_eq!(r.leads_to, None, "{}", r.finding);
+    assert!(r.finding.contains("above it the shield"), "{}", r.finding);
+}

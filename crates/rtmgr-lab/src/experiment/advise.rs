@@ -1,0 +1,91 @@
+//! The facts behind `rtmgr advise` (McKenney §5 Fig. 9): measured now on
+//! this machine — the hypervisor flag and the steal time over a short window,
+//! MemAvailable and swap — and read from earlier reports (`--from`: an
+//! evaluate report gives the tail per configuration, a cost report the
+//! slowdowns). The flow itself is pure: `crate::advice::advise`.
+
+use super::{bad_input, Error, Result};
+use crate::advice::{
+    cost_from_report, evaluate_run, parse_meminfo, steal_share, tail_from_evaluate, Facts,
+};
+use crate::cost::{CostReport, COST_SCHEMA};
+use crate::report::{Report, SCHEMA};
+use rtmgr_core::admission::DEFAULT_CAP;
+use rtmgr_linux::Host;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to gather.
+#[derive(Debug, Clone)]
+pub struct FactsConfig {
+    /// How long to watch steal time.
+    pub steal_window: Duration,
+    /// Earlier reports: evaluate (`rtmgr.report/2`, kind evaluate) or cost (`rtmgr.cost/1`).
+    pub from: Vec<PathBuf>,
+    /// The latency percentile taken from an evaluate report, ppm.
+    pub percentile_ppm: u32,
+}
+
+/// Read an earlier report into the facts; anything else is bad input.
+fn read_report(facts: &mut Facts, path: &PathBuf, ppm: u32) -> Result<()> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read {shown}"), e))?;
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return bad_input(format!("--from {shown}: not JSON ({e})")),
+    };
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s == COST_SCHEMA => {
+            let r: CostReport = serde_json::from_value(value)
+                .or_else(|e| bad_input(format!("--from {shown}: {e}")))?;
+            facts.cost = Some(cost_from_report(&r, &shown));
+        }
+        Some(s) if s == SCHEMA => {
+            let r: Report = serde_json::from_value(value)
+                .or_else(|e| bad_input(format!("--from {shown}: {e}")))?;
+            let Some(run) = evaluate_run(&r) else {
+                return bad_input(format!(
+                    "--from {shown}: a measurement report but not `rtmgr evaluate`'s"
+                ));
+            };
+            facts.tail = Some(tail_from_evaluate(run, ppm, &shown));
+        }
+        other => {
+            return bad_input(format!(
+                "--from {shown}: schema {other:?}; expected {COST_SCHEMA} (measure cost) or {SCHEMA} (evaluate)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Measure and read everything `advise` can know about this machine.
+pub fn gather(host: &Host, cfg: &FactsConfig) -> Result<Facts> {
+    let online = rtmgr_linux::cpus::online(host)?;
+    let mut facts = Facts {
+        online_cpus: online.len() as u32,
+        rt_cap: DEFAULT_CAP,
+        steal_window_ms: cfg.steal_window.as_millis() as u64,
+        ..Facts::default()
+    };
+    for p in &cfg.from {
+        read_report(&mut facts, p, cfg.percentile_ppm)?;
+    }
+    let cpuinfo = host.read_opt("/proc/cpuinfo").unwrap_or_default();
+    facts.hypervisor = match host.read_opt("/sys/hypervisor/type") {
+        Some(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+        _ => cpuinfo
+            .contains(" hypervisor")
+            .then(|| "cpuinfo hypervisor flag".to_string()),
+    };
+    let (avail, swap_total, swap_free) =
+        parse_meminfo(&host.read_opt("/proc/meminfo").unwrap_or_default());
+    facts.mem_available_bytes = avail;
+    facts.swap_total_bytes = swap_total;
+    facts.swap_free_bytes = swap_free;
+    let before = host.read_opt("/proc/stat").unwrap_or_default();
+    std::thread::sleep(cfg.steal_window);
+    let after = host.read_opt("/proc/stat").unwrap_or_default();
+    facts.steal_share = steal_share(&before, &after, facts.steal_window_ms);
+    Ok(facts)
+}

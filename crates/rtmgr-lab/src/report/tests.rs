@@ -1,0 +1,209 @@
+use super::*;
+use rtmgr_core::stats::Hist;
+
+fn cpu_result(cpu: u32, vals: &[i64]) -> CpuResult {
+    let mut h = Hist::new();
+    for &v in vals {
+        h.record(v);
+    }
+    CpuResult {
+        cpu,
+        summary: h.summary(1),
+        hist: h.to_data(),
+    }
+}
+
+fn sample_latency_report() -> Report {
+    let r = cpu_result(1, &[1000, 2000, 3000, 50_000]);
+    Report {
+        schema: SCHEMA.into(),
+        rtmgr_version: "0.1.0".into(),
+        command: vec!["rtmgr".into(), "measure".into(), "latency".into()],
+        started_unix_s: 1_700_000_000,
+        host: HostInfo {
+            hostname: "h".into(),
+            kernel: "6.18".into(),
+            cpus_online: "0-1".parse().unwrap(),
+            hypervisor: Some("kvm".into()),
+        },
+        partial: true,
+        partial_reason: Some("interrupted".into()),
+        body: Body::Latency(LatencyRun {
+            settings: ProbeSettings {
+                probe: ProbeSpec {
+                    mode: ProbeMode::Absolute,
+                    cpus: "1".parse().unwrap(),
+                    interval_ns: 1_000_000,
+                    duration_ns: Some(1_000_000_000),
+                    loops: None,
+                    policy: PolicySpec::Fifo { priority: 99 },
+                    parallel: 1,
+                },
+                mlocked: true,
+                dma_latency_held: true,
+            },
+            load: Some(LoadResult {
+                kind: "all".into(),
+                engine: crate::load::LoadEngine::Builtin,
+                cpus: "0".parse().unwrap(),
+                guest_cpus: CpuSet::new(),
+                metrics: vec![ComponentMetrics {
+                    component: "cpu".into(),
+                    ops: 10,
+                    ops_per_s: 5.5,
+                    op: "bogo-op".into(),
+                }],
+            }),
+            elapsed_ns: 4_000_000,
+            threads: vec![ThreadResult {
+                cpu: 1,
+                index: 0,
+                summary: r.summary.clone(),
+                hist: r.hist.clone(),
+                voluntary_ctxt_switches: 4,
+                involuntary_ctxt_switches: 0,
+                cpu_time_ns: 12345,
+            }],
+            per_cpu: vec![r.clone()],
+            overall: r,
+            disturbance: Disturbance {
+                steal: vec![CpuSteal {
+                    cpu: 1,
+                    steal_ns: 1000,
+                }],
+                interrupts: vec![CpuEvents {
+                    cpu: 1,
+                    total: 3,
+                    top: vec![rtmgr_core::procstat::SourceCount {
+                        source: "LOC".into(),
+                        count: 3,
+                    }],
+                }],
+                softirqs: vec![],
+            },
+            tail_causes: None,
+        }),
+    }
+}
+
+#[test]
+fn json_round_trip_and_kind_tag() {
+    let rep = sample_latency_report();
+    let json = serde_json::to_string_pretty(&rep).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["schema"], SCHEMA);
+    assert_eq!(v["kind"], "latency");
+    assert_eq!(v["settings"]["policy"]["policy"], "fifo");
+    let back: Report = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, rep);
+}
+
+#[test]
+fn trace_cost_kind_is_snake_case() {
+    let r = cpu_result(1, &[1000, 2000]);
+    let mut rep = sample_latency_report();
+    rep.body = Body::TraceCost(TraceCostRun {
+        cpus: "1".parse().unwrap(),
+        interval_ns: 1_000_000,
+        rounds: 1,
+        segment_ns: 1_000_000_000,
+        load: None,
+        untraced: r.clone(),
+        traced: r,
+        events: 10,
+        events_per_s: 10.0,
+        events_lost: 0,
+    });
+    let json = serde_json::to_string(&rep).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["kind"], "trace_cost");
+    assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), rep);
+}
+
+#[test]
+fn evaluate_round_trip_table_and_verdicts() {
+    let m = |v: f64| {
+        vec![ComponentMetrics {
+            component: "cpu".into(),
+            ops: 1,
+            ops_per_s: v,
+            op: "bogo-op".into(),
+        }]
+    };
+    let mk = |name: &str, base: i64, thr: Vec<ComponentMetrics>| ConfigResult {
+        name: name.into(),
+        description: String::new(),
+        result: cpu_result(1, &(0..2000).map(|i| base + i).collect::<Vec<_>>()),
+        throughput: thr,
+        segments: 2,
+        disturbance: Disturbance::default(),
+        tail_causes: None,
+    };
+    let e = EvaluateRun {
+        rt_cpus: "1".parse().unwrap(),
+        nrt_cpus: "0".parse().unwrap(),
+        load: "all".into(),
+        load_engine: crate::load::LoadEngine::StressNg,
+        interval_ns: 250_000,
+        rounds_planned: 2,
+        rounds_done: 2,
+        segment_ns: 1_000_000_000,
+        latency_bound_us: 300,
+        configs: vec![
+            mk("idle", 1000, vec![]),
+            mk("stock", 100_000, m(100.0)),
+            mk("shield", 10_000, m(50.0)),
+            mk("rtmgr", 10_000, m(75.0)),
+        ],
+        verdicts: vec![],
+        rt_choice: None,
+        skipped: vec![],
+    };
+    let t = evaluate_table(&e);
+    assert!(t.contains("shield"), "{t}");
+    assert!(t.contains("0.50x"), "{t}"); // shield throughput / stock
+    let v = evaluate_verdicts(&e);
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("shield: p99 latency") && l.contains("lower")),
+        "{v:?}"
+    );
+    assert!(v.iter().any(|l| l.contains("recovered 50%")), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("stock: max") && l.contains("within")),
+        "{v:?}"
+    );
+    let json = serde_json::to_string(&e).unwrap();
+    assert_eq!(serde_json::from_str::<EvaluateRun>(&json).unwrap(), e);
+}
+
+#[test]
+fn summary_table_shows_only_supported_columns() {
+    let r = cpu_result(0, &[5, 6]);
+    let t = summary_table(&[("cpu0".into(), &r.summary)]);
+    assert!(!t.contains("p50"), "{t}");
+    assert!(t.contains("missed"));
+    assert_eq!(us(Some(1500)), "1.5");
+    assert_eq!(us(None), "-");
+}
+
+#[test]
+fn ratios_keep_significant_digits_whatever_their_size() {
+    let cases = [
+        (221.4, "221"),
+        (4312.0, "4312"),
+        (22.14, "22.1"),
+        (2.714, "2.71"),
+        (1.0, "1.00"),
+        (0.3412, "0.34"),
+        (0.05, "0.050"),
+        (1.0 / 221.0, "0.0045"),
+        (0.0, "0"),
+    ];
+    for (r, text) in cases {
+        assert_eq!(ratio_text(r), text, "{r}");
+    }
+    assert_eq!(text::ratio_cell(Some(1.0 / 221.0)), "0.0045x");
+    assert_eq!(text::ratio_cell(None), "-");
+}
