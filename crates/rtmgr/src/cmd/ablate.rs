@@ -2,22 +2,45 @@
 //! ablation engine `rtmgr_lab::experiment::ablate` — which knob buys what —
 //! with the exit-code gates for CI pipelines (exit 3 when a gate fails).
 
-use super::evaluate::EvaluateArgs;
-use super::measure::common::{write_file, write_json, Bar};
+use super::measure::common::{parse_duration, write_file, write_json, Bar};
 use super::{output, Outcome};
 use anyhow::Result;
+use clap::Args;
 use rtmgr_lab::ablation::{ablation_table, Gate, FULL};
 use rtmgr_lab::experiment::ablate::{self, AblateConfig};
 use rtmgr_lab::experiment::evaluate::EvaluateConfig;
 use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::plot::percentile_svg;
 use rtmgr_lab::report::us;
+use std::time::Duration;
+
+/// `rtmgr evaluate`'s ablation flags (flattened into its arguments).
+#[derive(Args, Debug, Clone)]
+pub struct AblationFlags {
+    /// Which knob buys what: stock and one configuration per cumulative
+    /// isolation step of the partition (cpusets, + IRQs, + workqueues, + each
+    /// run-time knob, + the balancer), with 95 % intervals (docs/evaluate.md).
+    #[arg(long, conflicts_with = "trace")]
+    pub ablate: bool,
+    /// Gate (with --ablate): exit 3 when the gated step's p99 exceeds this.
+    #[arg(long, requires = "ablate", value_parser = parse_duration)]
+    pub max_p99: Option<Duration>,
+    /// Gate (with --ablate): exit 3 when the gated step's p99.9 exceeds this.
+    #[arg(long = "max-p99.9", requires = "ablate", value_parser = parse_duration)]
+    pub max_p999: Option<Duration>,
+    /// Gate (with --ablate): exit 3 when the gated step's maximum exceeds this.
+    #[arg(long, requires = "ablate", value_parser = parse_duration)]
+    pub max_latency: Option<Duration>,
+    /// The step the gates check (the start of its name; default: full).
+    #[arg(long, requires = "ablate")]
+    pub gate_config: Option<String>,
+}
 
 /// The exit code of a run whose gate failed.
 pub const GATE_FAILED: u8 = 3;
 
 /// The gates the flags ask for.
-pub fn gates(args: &EvaluateArgs) -> Vec<Gate> {
+pub fn gates(args: &AblationFlags) -> Vec<Gate> {
     let ns = |d: std::time::Duration| d.as_nanos() as i64;
     let mut g = Vec::new();
     if let Some(d) = args.max_p99 {
@@ -41,7 +64,11 @@ pub fn gates(args: &EvaluateArgs) -> Vec<Gate> {
     g
 }
 
-pub fn run(args: &EvaluateArgs, evaluate: EvaluateConfig) -> Result<Outcome> {
+pub fn run(
+    args: &AblationFlags,
+    out: Option<std::path::PathBuf>,
+    evaluate: EvaluateConfig,
+) -> Result<Outcome> {
     let cfg = AblateConfig {
         evaluate,
         gates: gates(args),
@@ -71,10 +98,7 @@ pub fn run(args: &EvaluateArgs, evaluate: EvaluateConfig) -> Result<Outcome> {
             us(g.value_ns)
         );
     }
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| output::default_dir("ablate"));
+    let dir = out.unwrap_or_else(|| output::default_dir("ablate"));
     write_json(&dir.join("report.json"), r)?;
     let named: Vec<(&str, &rtmgr_core::stats::HistData)> = r
         .configs

@@ -2,6 +2,7 @@
 //! `rtmgr_lab::experiment::evaluate`): the table with ratios and verdicts,
 //! report.json, report.html and the SVG plots in the output directory.
 
+use super::ablate::AblationFlags;
 use super::measure::common::{
     engine_choice, parse_duration, parse_trace, write_file, write_json, Bar, TraceThreshold,
 };
@@ -50,23 +51,8 @@ pub struct EvaluateArgs {
     /// p99.9) from a private tracefs instance on the RT CPU.
     #[arg(long, value_name = "THRESHOLD", num_args = 0..=1, default_missing_value = "p99.9", value_parser = parse_trace)]
     pub trace: Option<TraceThreshold>,
-    /// Which knob buys what: stock and one configuration per cumulative
-    /// isolation step of the partition (cpusets, + IRQs, + workqueues, + each
-    /// run-time knob, + the balancer), with 95 % intervals (docs/evaluate.md).
-    #[arg(long, conflicts_with = "trace")]
-    pub ablate: bool,
-    /// Gate (with --ablate): exit 3 when the gated step's p99 exceeds this.
-    #[arg(long, requires = "ablate", value_parser = parse_duration)]
-    pub max_p99: Option<Duration>,
-    /// Gate (with --ablate): exit 3 when the gated step's p99.9 exceeds this.
-    #[arg(long = "max-p99.9", requires = "ablate", value_parser = parse_duration)]
-    pub max_p999: Option<Duration>,
-    /// Gate (with --ablate): exit 3 when the gated step's maximum exceeds this.
-    #[arg(long, requires = "ablate", value_parser = parse_duration)]
-    pub max_latency: Option<Duration>,
-    /// The step the gates check (the start of its name; default: full).
-    #[arg(long, requires = "ablate")]
-    pub gate_config: Option<String>,
+    #[command(flatten)]
+    pub ablation: AblationFlags,
 }
 
 pub fn run(args: EvaluateArgs) -> Result<Outcome> {
@@ -80,8 +66,8 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
         trace: args.trace.map(|t| t.0),
         ..defaults
     };
-    if args.ablate {
-        return super::ablate::run(&args, cfg);
+    if args.ablation.ablate {
+        return super::ablate::run(&args.ablation, args.out.clone(), cfg);
     }
     let dir = args
         .out
