@@ -20,6 +20,8 @@
 //! call, so they are tested without a machine; live parts go through
 //! rtmgr-linux's `Host` like the manager does.
 
+#![forbid(unsafe_code)]
+
 pub mod ablation;
 pub mod advice;
 pub mod cost;

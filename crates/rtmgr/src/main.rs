@@ -2,13 +2,15 @@
 //!
 //! **What it is.** One module per subcommand under `cmd/`: each parses its
 //! flags into a library config type, calls the library (rtmgr-linux's
-//! engines and partition, rtmgr-core's reports, rtmgr-sim), prints a human
-//! table and writes the versioned JSON report where `--out`/`--json` say.
+//! partition, balancer and daemon, rtmgr-lab's engines and reports,
+//! rtmgr-sim), prints a human table and writes the versioned JSON report where `--out`/`--json` say.
 //!
 //! **Key decision.** Safe code only, and no engine, no cgroup layout, no journal
 //! record lives here, so everything the CLI does is also a library call.
 //! Exit codes: 0 success, 1 failure at run time, 2 bad input (nothing
 //! changed), 130 interrupted with a partial report.
+
+#![forbid(unsafe_code)]
 
 mod cmd;
 
