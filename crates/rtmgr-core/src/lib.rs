@@ -1,19 +1,22 @@
-//! rtmgr-core: the pure core of rtmgr — every policy, model and report, and
+//! rtmgr-core: the manager's pure policy — every decision rtmgr makes, and
 //! nothing that touches the machine.
 //!
-//! **What it is.** The decisions rtmgr makes, written once (DESIGN.md "one
-//! policy, two worlds"): the ARTiS balancing policy ([`balance::Balancer`],
-//! ARTiS §2.3), budget accounting ([`budget`], budget-based RTAI §3.2), the
-//! task classes and where each may run ([`class`], ARTiS §2.1), the partition
-//! description and its validation ([`partition`], DROPS §4.1), latency
-//! statistics ([`stats`], McKenney §3), the versioned reports with their
-//! tables and SVG plots ([`report`], [`plot`]), and the parsers of the /proc
-//! files the live side reads ([`proctext`], [`procstat`]).
+//! **What it is.** The decisions rtmgr makes, written once (docs/architecture.md
+//! "Rules of the design": policies are pure and run live and in the
+//! simulator): the ARTiS balancing policy ([`balance::Balancer`], ARTiS §2.3),
+//! admission ([`admission`]: EDF and response-time analysis, placement),
+//! budget accounting ([`budget`], budget-based RTAI §3.2), the task classes
+//! and where each may run ([`class`], ARTiS §2.1), the partition description
+//! and its validation ([`partition`], DROPS §4.1), the daemon's protocol
+//! ([`protocol`]) and resource split ([`resources`], DROPS §4.3–4.4), latency
+//! statistics ([`stats`], McKenney §3), and the parsers of the /proc and
+//! tracefs text the live side reads ([`proctext`], [`procstat`], [`trace`]).
+//! The lab's pure parts (reports, plots, advice, cost) are in rtmgr-lab.
 //!
 //! **Central types.** [`CpuSet`]; `balance::{Observation, Move, Balancer}` —
 //! the seam of the balancer: an observation in, moves out; `partition::
-//! {PartitionConfig, PartitionPlan}`; `stats::{Hist, Summary}`;
-//! `report::{Report, Body}`.
+//! {PartitionConfig, PartitionPlan}`; `admission::Admission`;
+//! `stats::{Hist, Summary}`.
 //!
 //! **Key decision.** Nothing here makes a system call, reads a clock, opens a
 //! file or starts a thread: time and machine state come in as data. So every

@@ -1,4 +1,4 @@
-//! Disturbance attribution (DESIGN.md "Measuring": what disturbed the run; McKenney
+//! Disturbance attribution (docs/architecture.md "Measuring": what disturbed the run; McKenney
 //! §2.1: IRQs on the measured CPU): parsers for `/proc/interrupts`, `/proc/softirqs`
 //! and the per-CPU lines of `/proc/stat`, and the per-CPU deltas with the top
 //! sources named. Pure text processing; rtmgr-linux reads the files.

@@ -1,4 +1,4 @@
-//! Latency statistics (DESIGN.md "Measuring"; McKenney §3: average, 99.999 % and
+//! Latency statistics (docs/architecture.md "Measuring"; McKenney §3: average, 99.999 % and
 //! maximum): a signed HDR histogram at nanosecond resolution with no upper bound,
 //! nearest-rank percentiles, and summaries that report a percentile only when the
 //! sample count supports it.
@@ -299,7 +299,7 @@ pub struct PercentileValue {
     pub value_ns: i64,
 }
 
-/// What rtmgr reports for one set of samples (McKenney §3, DESIGN.md "Measuring").
+/// What rtmgr reports for one set of samples (McKenney §3, docs/architecture.md "Measuring").
 /// In JSON each reported percentile also appears under its own key beside the
 /// list (`p99_ns`, `p99_9_ns`, …: see `percentile_key`), so `jq .summary.p99_ns`
 /// picks it out; reading ignores those keys (the list is the data).

@@ -1,7 +1,7 @@
 //! `rtmgr evaluate --ablate`: which knob buys what. One configuration per
 //! isolation step of the partition (cpusets only; + IRQ steering; + kernel
 //! threads' workqueues; + each run-time knob; + the live balancer), measured
-//! interleaved like evaluate (DESIGN.md "Measuring"; McKenney §2.1: what must
+//! interleaved like evaluate (docs/architecture.md "Measuring"; McKenney §2.1: what must
 //! be shut down on a real-time CPU), each tail with a 95 % confidence
 //! interval, and exit-code gates for CI pipelines. Pure: steps, intervals,
 //! gates, the report (`rtmgr.ablation/1`) and its table.

@@ -1,4 +1,4 @@
-//! Plain SVG plots for measurement reports (DESIGN.md "Measuring"): latency
+//! Plain SVG plots for measurement reports (docs/architecture.md "Measuring"): latency
 //! histograms with a log y-axis, HDR-style percentile plots (x in "nines"), and
 //! the DROPS §5.3 Figs. 6–8 series (time since the previous activation per
 //! activation). Pure string building, no dependencies.

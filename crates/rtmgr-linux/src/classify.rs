@@ -1,5 +1,5 @@
 //! Putting a task in its ARTiS class on a (possibly) partitioned machine
-//! (ARTiS §2.4: the helper program that sets a task's class; DESIGN.md words
+//! (ARTiS §2.4: the helper program that sets a task's class; docs/architecture.md words
 //! RT0/RT1+/Linux): find the RT0 tasks already bound to a CPU, and move a
 //! running process — all its threads — into the cpuset, affinity and policy
 //! of its class. Starting a new program in its class is `launch`.

@@ -1,4 +1,4 @@
-//! The undo journal (DESIGN.md: every change is first written to a journal and
+//! The undo journal (docs/architecture.md: every change is first written to a journal and
 //! can be undone exactly, also after a crash). One JSON record per line,
 //! appended and fsync'd *before* the change it describes, so that after a
 //! `kill -9` at any point the journal holds the old value of everything that

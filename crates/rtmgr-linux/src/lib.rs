@@ -1,17 +1,18 @@
 //! rtmgr-linux: everything rtmgr does to or reads from the running kernel.
 //!
-//! **What it is.** The OS side of rtmgr (DESIGN.md: the only crate, with the
+//! **What it is.** The OS side of rtmgr (docs/architecture.md: the only crate, with the
 //! syscall layer, that touches the machine): the partition and its exact
 //! undo ([`partition`], one knob per file, journalled first in [`journal`];
 //! ARTiS §2.1, DROPS §4.1), tasks in their class ([`launch`], [`classify`];
 //! ARTiS §2.4), the live balancer ([`balance`]: /proc observer, mover,
-//! latency guard; ARTiS §2.3), measurement probes and loads ([`measure`];
-//! McKenney §2–3), the experiment engines behind `rtmgr measure` and
-//! `rtmgr evaluate` ([`experiment`]), and `rtmgr status` ([`status`]).
+//! latency guard; ARTiS §2.3), the daemon `rtmgr serve` ([`daemon`], DROPS
+//! §4.1), its resources ([`resources`]), and `rtmgr status` ([`status`]).
+//! The lab (measurement, experiments) is rtmgr-lab, which builds on this
+//! crate; nothing here imports it.
 //!
 //! **Central types.** [`Host`] — the machine: a root path and a kernel
 //! backend; `partition::{Applied, PartitionGuard}`; `journal::Record`;
-//! `balance::{LiveConfig, LiveReport}`; `experiment::{Session, Reporter}`.
+//! `balance::{LiveConfig, LiveReport}`; `daemon::Manager`.
 //!
 //! **Key decision.** Every file access and every scheduling call goes through
 //! a `Host`, whose kernel is either the running one or (feature `fake`, tests)

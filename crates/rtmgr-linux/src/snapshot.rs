@@ -1,7 +1,7 @@
 //! A snapshot of everything a partition may change (IRQ masks, default IRQ
 //! affinity, workqueue mask, every control file a knob watches, cpuset root
 //! flags, rtmgr cgroups, every task's cpuset and affinity), so tests can assert
-//! that `reset` gave the machine back exactly (DESIGN.md: every change can be
+//! that `reset` gave the machine back exactly (docs/architecture.md: every change can be
 //! undone exactly).
 
 use crate::host::Host;

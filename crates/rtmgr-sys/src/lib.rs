@@ -1,5 +1,5 @@
 //! rtmgr-sys: the one thin syscall layer under `rtmgr-linux` and `rtmgr-rt`
-//! (DESIGN.md "syscall layer"): safe functions over the calls the seeds rely on
+//! (docs/architecture.md "syscall layer"): safe functions over the calls the seeds rely on
 //! (McKenney §2.1: CLOCK_MONOTONIC, absolute sleeps, SCHED_FIFO, mlockall;
 //! ARTiS §2.4: affinity and policies; budget-based RTAI §3.3: the thread CPU
 //! clock and SCHED_DEADLINE).

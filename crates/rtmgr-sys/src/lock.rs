@@ -1,6 +1,6 @@
 //! One machine-wide lock for everything that changes the partition, IRQs or
 //! runs latency measurements, so that two rtmgr processes (or two tests) never
-//! interleave their changes (DESIGN.md "Measuring": one measurement at a time).
+//! interleave their changes (docs/architecture.md "Measuring": one measurement at a time).
 //! An flock on /run/lock/rtmgr.lock, removed on release.
 
 use rustix::fs::FlockOperation;

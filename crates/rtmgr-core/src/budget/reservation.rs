@@ -1,5 +1,5 @@
 //! A budget reservation (budget-based RTAI §3.1: period P, budget W per
-//! period, optional deadline D ≤ P; DESIGN.md "Reservation"): validation and
+//! period, optional deadline D ≤ P; docs/architecture.md "Reservation"): validation and
 //! the release times of its windows.
 
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 //! configuration, as mean ± sd and the slowdown against stock Linux — DROPS
 //! §5.1 Fig. 4 (micro-benchmarks), McKenney §2.2 Table 1 (a build's real/user/
 //! sys) and DROPS §5.2 Fig. 5 (jobs per minute against load). Pure data,
-//! statistics and tables; the engine is `rtmgr_linux::experiment::cost`.
+//! statistics and tables; the engine is `rtmgr_lab::experiment::cost`.
 
 mod text;
 

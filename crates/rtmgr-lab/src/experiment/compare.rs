@@ -1,6 +1,6 @@
 //! `rtmgr measure latency --compare-cyclictest`: rtmgr's probe and cyclictest
 //! (rt-tests) alternated on one CPU under the same load, in rounds, so an
-//! independent tool checks the probe (DESIGN.md "Measuring").
+//! independent tool checks the probe (docs/architecture.md "Measuring").
 
 use super::latency::LatencyConfig;
 use super::{bad_input, progress_line, Reporter, Result, Session};

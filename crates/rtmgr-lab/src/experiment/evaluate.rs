@@ -1,6 +1,6 @@
 //! `rtmgr evaluate`, the main job: the RT CPU's wake-up latency under the
 //! `all` load (ARTiS §3.1) in five configurations, interleaved in rounds so
-//! drift hits them alike (DESIGN.md "Measuring"): idle, stock, shield, rtmgr
+//! drift hits them alike (docs/architecture.md "Measuring"): idle, stock, shield, rtmgr
 //! (SCHED_IDLE guests on the RT CPU, ARTiS §2.2) and balanced (the live
 //! balancer lending the RT CPU, ARTiS §2.3), plus preempt (Table 1's "Linux
 //! with preemption") where the kernel can switch its preemption model. The RT

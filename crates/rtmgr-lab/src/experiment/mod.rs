@@ -1,5 +1,5 @@
 //! The experiment engines behind `rtmgr measure …` and `rtmgr evaluate`
-//! (DESIGN.md "Measuring"; McKenney §2–3, ARTiS §3.1–3.2, DROPS §5.3,
+//! (docs/architecture.md "Measuring"; McKenney §2–3, ARTiS §3.1–3.2, DROPS §5.3,
 //! budget-based RTAI §4). Each takes a library config type and a `Reporter`
 //! for progress, and returns the report body; the CLI parses flags, prints and
 //! writes files.

@@ -1,5 +1,5 @@
 //! What every command that measures or changes the machine sets up first, in
-//! this order (DESIGN.md "Measuring"; McKenney §2.1 Fig. 3): root, the machine
+//! this order (docs/architecture.md "Measuring"; McKenney §2.1 Fig. 3): root, the machine
 //! lock, the applied partition, Ctrl-C handling, mlockall, /dev/cpu_dma_latency.
 
 use super::error::{bad_input, Result};

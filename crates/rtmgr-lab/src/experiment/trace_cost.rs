@@ -1,5 +1,5 @@
 //! `rtmgr measure latency --trace-cost`: what the tail tracer costs the
-//! latency it explains (DESIGN.md "Measuring": configurations compared in one
+//! latency it explains (docs/architecture.md "Measuring": configurations compared in one
 //! run, interleaved, as ratios) — the same probe with and without tracing,
 //! alternated in rounds under one load.
 

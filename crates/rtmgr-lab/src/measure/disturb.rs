@@ -1,4 +1,4 @@
-//! Snapshots of what can disturb a measured CPU (DESIGN.md "Measuring"): IRQ and
+//! Snapshots of what can disturb a measured CPU (docs/architecture.md "Measuring"): IRQ and
 //! softirq counters and hypervisor steal time, taken before and after a run and
 //! turned into per-CPU deltas with the top sources named (rtmgr_core::procstat).
 

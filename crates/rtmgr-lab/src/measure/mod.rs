@@ -1,4 +1,4 @@
-//! Honest real-time measurement on the running machine (DESIGN.md "Measuring";
+//! Honest real-time measurement on the running machine (docs/architecture.md "Measuring";
 //! ARTiS §3.1–3.2, McKenney §2.1 and §3, DROPS §5.3): latency probe threads,
 //! stress-ng loads, disturbance snapshots, execution-time variation,
 //! periodicity, and the cyclictest cross-check. Statistics and report types are

@@ -1,4 +1,4 @@
-//! The latency probe (DESIGN.md "Measuring"; McKenney §2.1 Figs. 1–3, §3 Fig. 8):
+//! The latency probe (docs/architecture.md "Measuring"; McKenney §2.1 Figs. 1–3, §3 Fig. 8):
 //! one thread per measured CPU (or K with --parallel), memory locked by the
 //! caller, SCHED_FIFO at the top priority by default, sleeping with
 //! clock_nanosleep(TIMER_ABSTIME) on CLOCK_MONOTONIC to t0 + k·interval.

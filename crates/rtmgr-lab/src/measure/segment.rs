@@ -1,4 +1,4 @@
-//! One measured segment (DESIGN.md "Measuring"; ARTiS §3.1 loads): load up →
+//! One measured segment (docs/architecture.md "Measuring"; ARTiS §3.1 loads): load up →
 //! probe → load down, with disturbance snapshots around the probe. Also what
 //! runs a segment needs: the orchestrating thread kept off the measured CPUs,
 //! loads placed by partition role, and the latency report body.

@@ -1,4 +1,4 @@
-//! The grants journal (DESIGN.md: every change is journalled before it is
+//! The grants journal (docs/architecture.md: every change is journalled before it is
 //! made; DROPS §4.1: the manager knows everything it handed out): one JSON
 //! record per line, fsync'd before the grant it describes takes effect, with
 //! the old value of everything a grant changes (policy, cpuset, affinity,

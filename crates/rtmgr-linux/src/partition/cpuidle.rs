@@ -1,5 +1,5 @@
 //! The cpuidle knob (tuned's latency-performance profile, under realtime
-//! through network-latency: `force_latency=cstate.id_no_zero:1`; DESIGN.md
+//! through network-latency: `force_latency=cstate.id_no_zero:1`; docs/architecture.md
 //! "Measuring": deep C-state exits cost tens to hundreds of µs): the idle
 //! states deeper than C1 disabled on the RT CPUs only.
 

@@ -1,4 +1,4 @@
-//! The resources journal (DESIGN.md: every change journalled before it takes
+//! The resources journal (docs/architecture.md: every change journalled before it takes
 //! effect, undone exactly on stop, reset and after `kill -9`): the machine-wide
 //! changes the daemon makes beside its partition — NRT memory limits and I/O
 //! weights, the resctrl group and schemata, RT throttling, starvation boosts.

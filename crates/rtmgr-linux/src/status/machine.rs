@@ -1,4 +1,4 @@
-//! Status items about the machine under the kernel (McKenney §2.1; DESIGN.md
+//! Status items about the machine under the kernel (McKenney §2.1; docs/architecture.md
 //! "Measuring"): CPUs and SMT siblings, the clocksource, the hypervisor and its
 //! steal time, and whether deep C-states can be held off.
 

@@ -1,4 +1,4 @@
-//! `rtmgr measure …` (issue #3; DESIGN.md "Measuring"): latency (McKenney §2.1,
+//! `rtmgr measure …` (issue #3; docs/architecture.md "Measuring"): latency (McKenney §2.1,
 //! §3; ARTiS §3.1 loads), execution-time variation (ARTiS §3.2), periodicity
 //! (DROPS §5.3), and the side-by-side cross-check with cyclictest.
 

@@ -1,5 +1,5 @@
 //! The configurations `rtmgr measure cost` compares and the interleaved
-//! rounds that visit them (DESIGN.md "Measuring": one run, interleaved, as
+//! rounds that visit them (docs/architecture.md "Measuring": one run, interleaved, as
 //! ratios): stock, shield, balanced, and preempt-full where the kernel can
 //! switch its preemption model (McKenney Table 1's "-rt"-style row). The
 //! partition is applied and reset through `partition::PartitionGuard`, the
