@@ -67,7 +67,7 @@ mod tests {
         write_checkpoint(&path, &r).unwrap();
         write_checkpoint(&path, &r).unwrap();
         let back: Report = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        assert!(back.partial);
+        assert!(back.header.partial);
         assert_eq!(
             std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
             1

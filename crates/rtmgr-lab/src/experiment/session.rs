@@ -7,7 +7,7 @@ use crate::load::LoadKind;
 use crate::measure::load::EngineChoice;
 use crate::measure::segment::LoadPlan;
 use crate::measure::{unix_now_s, DmaLatencyGuard};
-use crate::report::{Body, Report, SCHEMA};
+use crate::report::{Body, Header, Report, SCHEMA};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
 use rtmgr_linux::partition::Applied;
@@ -193,13 +193,7 @@ impl Session {
 /// Wrap a body into a report with the header filled in.
 pub fn report(body: Body, online: &CpuSet, started: u64, partial: Option<String>) -> Report {
     Report {
-        schema: SCHEMA.into(),
-        rtmgr_version: env!("CARGO_PKG_VERSION").into(),
-        command: std::env::args().collect(),
-        started_unix_s: started,
-        host: crate::measure::host_info(online),
-        partial: partial.is_some(),
-        partial_reason: partial,
+        header: Header::new(SCHEMA, started, crate::measure::host_info(online), partial),
         body,
     }
 }

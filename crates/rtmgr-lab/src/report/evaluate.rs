@@ -216,14 +216,14 @@ pub fn evaluate_html(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>rtmgr evaluate</title></head><body>\
          <h1>rtmgr evaluate</h1><p>{host} ({kernel}){partial}</p><ul>{configs}</ul><pre>{table}</pre><ul>{verdicts}</ul>\
          {hist_svg}{pct_svg}<p>Data: <a href=\"report.json\">report.json</a> (schema {schema}).</p></body></html>\n",
-        host = esc(&rep.host.hostname),
-        kernel = esc(&rep.host.kernel),
-        partial = if rep.partial {
-            format!(" — <b>PARTIAL</b>: {}", esc(rep.partial_reason.as_deref().unwrap_or("")))
+        host = esc(&rep.header.host.hostname),
+        kernel = esc(&rep.header.host.kernel),
+        partial = if rep.header.partial {
+            format!(" — <b>PARTIAL</b>: {}", esc(rep.header.partial_reason.as_deref().unwrap_or("")))
         } else {
             String::new()
         },
         table = esc(&evaluate_table(e)),
-        schema = rep.schema,
+        schema = rep.header.schema,
     )
 }

@@ -26,23 +26,15 @@ pub const SCHEMA: &str = "rtmgr.report/2";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
-    pub schema: String,
-    pub rtmgr_version: String,
-    /// The command line that produced the report.
-    pub command: Vec<String>,
-    /// Start of the run, seconds since the Unix epoch.
-    pub started_unix_s: u64,
-    pub host: HostInfo,
-    /// True when the run was cut short (Ctrl-C, error): the data are valid but cover less.
-    pub partial: bool,
-    pub partial_reason: Option<String>,
+    #[serde(flatten)]
+    pub header: Header,
     #[serde(flatten)]
     pub body: Body,
 }
 
-/// The header of the reports with their own schema (`rtmgr.cost/1`,
-/// `rtmgr.ablation/1`, `rtmgr.parallel/1`), flattened into them: the same
-/// keys as `Report`'s header.
+/// The header of every report, flattened into it: `Report` (`rtmgr.report/2`)
+/// and the reports with their own schema (`rtmgr.cost/1`, `rtmgr.ablation/1`,
+/// `rtmgr.parallel/1`) carry the same keys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub schema: String,

@@ -16,18 +16,20 @@ fn cpu_result(cpu: u32, vals: &[i64]) -> CpuResult {
 fn sample_latency_report() -> Report {
     let r = cpu_result(1, &[1000, 2000, 3000, 50_000]);
     Report {
-        schema: SCHEMA.into(),
-        rtmgr_version: "0.1.0".into(),
-        command: vec!["rtmgr".into(), "measure".into(), "latency".into()],
-        started_unix_s: 1_700_000_000,
-        host: HostInfo {
-            hostname: "h".into(),
-            kernel: "6.18".into(),
-            cpus_online: "0-1".parse().unwrap(),
-            hypervisor: Some("kvm".into()),
+        header: Header {
+            schema: SCHEMA.into(),
+            rtmgr_version: "0.1.0".into(),
+            command: vec!["rtmgr".into(), "measure".into(), "latency".into()],
+            started_unix_s: 1_700_000_000,
+            host: HostInfo {
+                hostname: "h".into(),
+                kernel: "6.18".into(),
+                cpus_online: "0-1".parse().unwrap(),
+                hypervisor: Some("kvm".into()),
+            },
+            partial: true,
+            partial_reason: Some("interrupted".into()),
         },
-        partial: true,
-        partial_reason: Some("interrupted".into()),
         body: Body::Latency(LatencyRun {
             settings: ProbeSettings {
                 probe: ProbeSpec {

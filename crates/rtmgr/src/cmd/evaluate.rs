@@ -89,7 +89,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
             anyhow::Error::new(e).context("evaluate stopped early (partial report written)")
         );
     }
-    if let Some(p) = &outcome.report.partial_reason {
+    if let Some(p) = &outcome.report.header.partial_reason {
         eprintln!("rtmgr: {p}; partial report written");
         return Ok(Outcome::Code(130));
     }

@@ -11,6 +11,7 @@ use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Result;
 use common::*;
+use rtmgr_core::stats::HistData;
 use rtmgr_core::CpuSet;
 use rtmgr_lab::experiment::compare::CompareConfig;
 use rtmgr_lab::experiment::exec::ExecConfig;
@@ -207,6 +208,32 @@ fn latency_config(a: &LatencyArgs) -> Result<LatencyConfig> {
 }
 
 /// Exit code of a run that may have been cut short.
+/// A latency comparison's two plots: the histogram and the percentile curve.
+fn latency_plots(
+    title: &str,
+    named: &[(&str, &HistData)],
+    xs: XScale,
+) -> [(&'static str, String); 2] {
+    [
+        ("", histogram_svg(title, named, xs)),
+        ("-percentiles", percentile_svg(title, named)),
+    ]
+}
+
+/// Write a session's report (partial when it was interrupted) and its plots;
+/// the partial reason, if any.
+fn write_session_report(
+    s: &Session,
+    out: &OutArgs,
+    kind: &str,
+    body: Body,
+    svgs: &[(&str, String)],
+) -> Result<Option<String>> {
+    let partial = s.partial();
+    write_report(out, kind, &s.report(body, partial.clone()), svgs)?;
+    Ok(partial)
+}
+
 fn outcome(partial: &Option<String>) -> Outcome {
     if partial.is_some() {
         Outcome::Code(130)
@@ -274,13 +301,8 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
     } else {
         XScale::Log
     };
-    let svgs = [
-        ("", histogram_svg(&title, &named, xs)),
-        ("-percentiles", percentile_svg(&title, &named)),
-    ];
-    let partial = s.partial();
-    let rep = s.report(Body::Latency(run), partial.clone());
-    write_report(&a.out, "latency", &rep, &svgs)?;
+    let svgs = latency_plots(&title, &named, xs);
+    let partial = write_session_report(&s, &a.out, "latency", Body::Latency(run), &svgs)?;
     if let Some(p) = &partial {
         eprintln!("rtmgr: {p}; partial report written");
     }
@@ -327,13 +349,8 @@ fn compare(a: LatencyArgs) -> Result<Outcome> {
         ("cyclictest", &run.cyclictest.result.hist),
     ];
     let title = format!("rtmgr probe vs cyclictest on CPU {}", run.cpu);
-    let svgs = [
-        ("", histogram_svg(&title, &named, XScale::Log)),
-        ("-percentiles", percentile_svg(&title, &named)),
-    ];
-    let partial = s.partial();
-    let rep = s.report(Body::Compare(run), partial.clone());
-    write_report(&a.out, "compare", &rep, &svgs)?;
+    let svgs = latency_plots(&title, &named, XScale::Log);
+    let partial = write_session_report(&s, &a.out, "compare", Body::Compare(run), &svgs)?;
     Ok(outcome(&partial))
 }
 
@@ -373,13 +390,8 @@ fn trace_cost(a: LatencyArgs) -> Result<Outcome> {
         "wake-up latency with and without the tracer on CPUs {}",
         run.cpus
     );
-    let svgs = [
-        ("", histogram_svg(&title, &named, XScale::Log)),
-        ("-percentiles", percentile_svg(&title, &named)),
-    ];
-    let partial = s.partial();
-    let rep = s.report(Body::TraceCost(run), partial.clone());
-    write_report(&a.out, "trace-cost", &rep, &svgs)?;
+    let svgs = latency_plots(&title, &named, XScale::Log);
+    let partial = write_session_report(&s, &a.out, "trace-cost", Body::TraceCost(run), &svgs)?;
     Ok(outcome(&partial))
 }
 
@@ -422,9 +434,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
             XScale::Linear,
         ),
     )];
-    let partial = s.partial();
-    let rep = s.report(Body::Exec(run), partial.clone());
-    write_report(&a.out, "exec", &rep, &svgs)?;
+    let partial = write_session_report(&s, &a.out, "exec", Body::Exec(run), &svgs)?;
     Ok(outcome(&partial))
 }
 
