@@ -11,15 +11,8 @@
 
 use super::grant;
 use super::journal::{Grant, Record, ThreadBefore};
-use super::manager::Manager;
+use super::manager::{Deferred, Manager};
 use rtmgr_sys::time::mono_ns;
-
-/// A half-revoked grant.
-#[derive(Debug)]
-pub struct Deferred {
-    pub due_ns: u64,
-    pub grant: Grant,
-}
 
 /// Margin after the period for the kernel's inactive timer.
 const MARGIN_NS: u64 = 2_000_000;

@@ -31,6 +31,14 @@ pub struct Stats {
     pub drift: BTreeMap<String, u64>,
 }
 
+/// A half-revoked grant: its policies are back, its placement goes back at
+/// `due_ns` (`release.rs` finishes it).
+#[derive(Debug)]
+pub struct Deferred {
+    pub due_ns: u64,
+    pub grant: Grant,
+}
+
 /// A process holding grants, watched until it exits.
 #[derive(Debug)]
 pub(super) struct Watched {
@@ -47,7 +55,7 @@ pub struct Manager {
     pub(super) grants: BTreeMap<u64, Grant>,
     pub(super) watched: BTreeMap<u32, Watched>,
     /// Half-revoked deadline grants waiting out their last period.
-    pub(super) deferred: Vec<super::release::Deferred>,
+    pub(super) deferred: Vec<Deferred>,
     /// Threads that left SCHED_DEADLINE: when they may leave their RT CPU.
     pub(super) leaving: BTreeMap<u32, u64>,
     pub(super) journal: GrantJournal,
