@@ -72,12 +72,8 @@ impl Manager {
         for d in due {
             let g = d.grant;
             let last_of_pid = !self.pid_busy(g.pid);
-            problems.extend(grant::revoke_placement(
-                &self.host,
-                &self.applied.layout,
-                &g,
-                last_of_pid,
-            ));
+            let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
+            problems.extend(grant::revoke_placement(&cx, &g));
             let _ = self.journal.record(&Record::Release { id: g.id });
             if last_of_pid {
                 self.watched.remove(&g.pid);
