@@ -41,6 +41,7 @@ pub fn reconcile(m: &mut Manager) {
         let cx = grant::Cx::new(&m.host, &m.applied.layout, true);
         let drifted = grant::drift(&cx, &g);
         if !drifted.is_empty() {
+            tracing::debug!("reservation {id} drifted: {drifted:?}");
             for p in grant::repair(&cx, &g, &drifted) {
                 tracing::debug!("reservation {id}: repair: {p}");
             }

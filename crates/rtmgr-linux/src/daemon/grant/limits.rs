@@ -98,6 +98,18 @@ fn soft_only(c: &LimitChange) -> Limit {
     }
 }
 
+/// CAP_SYS_RESOURCE (capability 24) in the daemon's effective set, from its
+/// /proc/self/status (unreadable: assumed, as for root).
+fn can_raise_hard_limits(host: &Host) -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    host.read_opt("/proc/self/status")
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_none_or(|bits| bits & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
 fn set_limit(host: &Host, pid: u32, c: &LimitChange) -> Result<(), HostError> {
     match host.set_limit(pid, c.kind, c.new) {
         Err(e) if e.errno() == Some(libc::EPERM) => {
@@ -152,19 +164,22 @@ impl GrantStep for LimitStep {
             .try_for_each(|c| set_limit(cx.host, g.pid, c))
     }
 
-    /// The limit as set, or as far as the kernel let it be set
-    /// (`soft_only`), unless that is the old limit: a limit the kernel would
-    /// not raise at all (no CAP_SYS_RESOURCE) shows as drift, repaired in vain.
+    /// The limit as set; without CAP_SYS_RESOURCE, as far as the kernel
+    /// lets it be set (`soft_only`: a raise of the hard limit is refused
+    /// every time, so repairing it would be in vain).
     fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         if !tasks::same_task(cx.host, g.pid, g.pid_start) {
             return Vec::new();
         }
+        let soft_only_too = !can_raise_hard_limits(cx.host);
+        let as_granted =
+            |c: &LimitChange, now: Limit| now == c.new || (soft_only_too && now == soft_only(c));
         self.changes(g)
             .filter(|c| {
                 get(cx.host, g.pid, c.kind)
                     .ok()
                     .flatten()
-                    .is_some_and(|now| now != c.new && (now != soft_only(c) || now == c.old))
+                    .is_some_and(|now| !as_granted(c, now))
             })
             .map(|c| format!("process {} {:?}", g.pid, c.kind))
             .collect()

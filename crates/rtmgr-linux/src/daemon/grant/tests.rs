@@ -213,6 +213,32 @@ fn each_drift_is_seen_and_repaired() {
     }
 }
 
+/// Without CAP_SYS_RESOURCE the kernel raises no hard limit, and a limit
+/// set soft-only is as granted; with it, the same limit has drifted.
+#[test]
+fn a_limit_the_kernel_let_be_raised_soft_only_is_as_granted() {
+    let (m, layout, mut g) = machine();
+    let host = m.host();
+    let cx = Cx::new(&host, &layout, true);
+    snapshot(&cx, &draft(), &mut g).unwrap();
+    apply(&cx, &g).unwrap();
+    // RLIMIT_MEMLOCK was 64 KiB soft and hard: soft-only, nothing rises.
+    let soft_only = Limit {
+        soft: Some(65536),
+        hard: Some(65536),
+    };
+    host.set_limit(PID, LimitKind::MemLock, soft_only).unwrap();
+    let memory = step("locked memory");
+    assert_eq!(
+        memory.verify(&cx, &g),
+        vec![format!("process {PID} MemLock")]
+    );
+    std::fs::create_dir_all(host.path("/proc/self")).unwrap();
+    let no_sys_resource = "Name:\trtmgr\nCapEff:\t000001fffeffffff\n";
+    host.write("/proc/self/status", no_sys_resource).unwrap();
+    assert!(memory.verify(&cx, &g).is_empty());
+}
+
 /// The whole pipeline: granted, then revoked in two halves (policy, then
 /// placement a period later) — the machine is as before.
 #[test]
