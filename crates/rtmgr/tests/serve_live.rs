@@ -1,8 +1,9 @@
 //! `rtmgr serve` end to end on this machine (root): grants and their undo,
 //! SIGTERM resets everything, a foreign partition is refused, `kill -9` then
 //! restart re-adopts live clients, `kill -9` then `rtmgr partition reset`
-//! alone restores the machine, `kill -9` at random moments of grants, and the
-//! periodic task API asking the daemon for its (P, W).
+//! alone restores the machine, `kill -9` at random moments of grants, the
+//! periodic task API asking the daemon for its (P, W), and drift of a grant
+//! repaired (and none found in a fresh one).
 
 mod serve_common;
 
@@ -239,4 +240,51 @@ fn the_periodic_task_api_reserves_through_the_daemon() {
     assert_eq!(after, Some(SCHED_OTHER));
     assert!(d.stop().success());
     live.assert_restored("after the periodic task");
+}
+
+/// The drift check on this kernel (every step of the grant pipeline
+/// verifies): fresh grants (deadline and FIFO) show no drift; a policy and an RLIMIT_RTTIME
+/// changed behind the daemon's back are put back, and only then is a repair
+/// counted.
+#[test]
+fn a_grant_changed_behind_the_daemon_is_put_back() {
+    use rtmgr_sys::process::{get_limit, set_limit, Limit, LimitKind};
+    let Some(live) = Live::new() else { return };
+    let d = live.start("");
+    let soft = live.reserve_child(
+        &["--period", "20ms", "--budget", "2ms", "--class", "rt1:20"],
+        &["sleep", "30"],
+    );
+    let hard = live.reserve_child(&["--period", "10ms", "--budget", "1ms"], &["sleep", "30"]);
+    let pid = soft.id();
+    let mut c = live.client();
+    eventually("two grants", || listed(&mut c).len() == 2);
+    assert_eq!(policy_of(hard.id()), Some(SCHED_DEADLINE));
+    let reapplied = |c: &mut rtmgr_rt::client::Client| {
+        let st = c.status().unwrap();
+        st.drift.get("grants_reapplied").copied().unwrap_or(0)
+    };
+    // Several reconciliations (reconcile_ms = 200) find nothing to repair.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(reapplied(&mut c), 0, "a fresh grant drifted");
+    let granted = get_limit(pid, LimitKind::RtTime).unwrap();
+    assert!(granted.soft.is_some(), "a soft grant sets RLIMIT_RTTIME");
+    rtmgr_sys::sched::set_attr(pid, &Default::default()).unwrap();
+    let unlimited = Limit {
+        soft: granted.hard,
+        hard: granted.hard,
+    };
+    set_limit(pid, LimitKind::RtTime, unlimited).unwrap();
+    eventually("policy and limit back", || {
+        policy_of(pid) == Some(SCHED_FIFO)
+            && get_limit(pid, LimitKind::RtTime).ok() == Some(granted)
+    });
+    assert!(reapplied(&mut c) >= 1);
+    let st = d.stop();
+    assert!(st.success(), "daemon exit {st}");
+    for mut child in [soft, hard] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    live.assert_restored("after SIGTERM");
 }

@@ -8,7 +8,7 @@
 //! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
 //! `manager/` (requests → grants: the API every front end calls; giving
 //! back in `revoke.rs`, list and status in `queries.rs`),
-//! `grant.rs` (what a grant changes and its undo), `journal.rs` (grants
+//! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `journal.rs` (grants
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
@@ -201,9 +201,9 @@ fn run(
     );
     m.resources = resources;
     report.adopted = keep.len();
+    // Their drift (a cache group re-created by `resources::start` too) was
+    // repaired by `split_live`.
     for g in keep {
-        let threads: Vec<(u32, u64)> = g.threads.iter().map(|t| (t.tid, t.start_time)).collect();
-        crate::resources::grant::rejoin(host, &g.resources, &threads);
         m.adopt(g);
     }
     m.rewrite_journal()?;

@@ -1,7 +1,8 @@
 //! Drift (DROPS §4.1: Linux stays confined to what it was granted; ARTiS
 //! §2.1): what changed behind the daemon's back since the last look, and its
-//! repair — granted threads whose policy, cpuset or affinity was changed,
-//! steered IRQs rewritten (irqbalance), partition IRQ masks that point at RT
+//! repair — grants that drifted in any step (`grant::drift`: cpuset,
+//! affinity, limits, steered IRQ, ioprio, cache group, policy; irqbalance
+//! rewriting a steered IRQ, say), partition IRQ masks that point at RT
 //! CPUs again, new tasks or unbound kernel threads allowed on RT and NRT CPUs
 //! at once (their old affinity is journalled in the partition journal so
 //! `reset` gives it back), RT CPUs going offline (their grants are revoked)
@@ -9,7 +10,6 @@
 
 use super::domains;
 use super::grant;
-use super::journal::Grant;
 use super::manager::Manager;
 use crate::journal::{Journal, Record, TaskBefore};
 use crate::{cgroup, cpus, irq, tasks, Host};
@@ -37,8 +37,14 @@ pub fn reconcile(m: &mut Manager) {
             bump(m, "grants_of_exited_threads");
             continue;
         }
-        if !grant::drift(&m.host, &g).is_empty() {
-            repair(&m.host, &m.applied.layout, &g);
+        // Limits included: the process's limits are the grant's while it lives.
+        let cx = grant::Cx::new(&m.host, &m.applied.layout, true);
+        let drifted = grant::drift(&cx, &g);
+        if !drifted.is_empty() {
+            tracing::debug!("reservation {id} drifted: {drifted:?}");
+            for p in grant::repair(&cx, &g, &drifted) {
+                tracing::debug!("reservation {id}: repair: {p}");
+            }
             bump(m, "grants_reapplied");
         }
     }
@@ -63,25 +69,6 @@ fn add(m: &mut Manager, what: &str, n: u64) {
     }
     if n > 0 {
         *m.stats.drift.entry(what.into()).or_default() += n;
-    }
-}
-
-/// Re-apply a grant to its live threads and its IRQ (gone threads are skipped).
-pub fn repair(host: &Host, layout: &cgroup::Layout, g: &Grant) {
-    let attr = grant::granted_attr(&g.demand);
-    let one = CpuSet::single(g.cpu);
-    for t in &g.threads {
-        if !tasks::same_task(host, t.tid, t.start_time) {
-            continue;
-        }
-        if let (cgroup::Layout::V1(_), Some(dir)) = (layout, &g.cgroup) {
-            let _ = cgroup::attach(host, layout, dir, t.tid);
-        }
-        let _ = host.set_affinity(t.tid, &one);
-        let _ = host.set_attr(t.tid, &attr);
-    }
-    if let Some((n, _)) = g.irq {
-        let _ = irq::set_affinity(host, n, &one);
     }
 }
 

@@ -11,15 +11,8 @@
 
 use super::grant;
 use super::journal::{Grant, Record, ThreadBefore};
-use super::manager::Manager;
+use super::manager::{Deferred, Manager};
 use rtmgr_sys::time::mono_ns;
-
-/// A half-revoked grant.
-#[derive(Debug)]
-pub struct Deferred {
-    pub due_ns: u64,
-    pub grant: Grant,
-}
 
 /// Margin after the period for the kernel's inactive timer.
 const MARGIN_NS: u64 = 2_000_000;
@@ -79,12 +72,8 @@ impl Manager {
         for d in due {
             let g = d.grant;
             let last_of_pid = !self.pid_busy(g.pid);
-            problems.extend(grant::revoke_placement(
-                &self.host,
-                &self.applied.layout,
-                &g,
-                last_of_pid,
-            ));
+            let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
+            problems.extend(grant::revoke_placement(&cx, &g));
             let _ = self.journal.record(&Record::Release { id: g.id });
             if last_of_pid {
                 self.watched.remove(&g.pid);

@@ -7,7 +7,6 @@
 use super::config::ServeConfig;
 use super::grant;
 use super::journal::{self, Grant, JournalState, Record, GRANTS_VERSION};
-use super::reconcile::repair;
 use super::ServeError;
 use crate::cgroup::Layout;
 use crate::partition::{self, Applied, ApplyOptions};
@@ -63,7 +62,7 @@ pub fn decide(host: &Host, cfg: &ServeConfig, plan: &PartitionPlan) -> Result<St
             // Half-revoked grants: finish them (their period has long passed).
             for g in &st.releasing {
                 let restore = !st.live.iter().any(|l| l.pid == g.pid);
-                grant::revoke(host, &a.layout, g, restore);
+                grant::revoke(&grant::Cx::new(host, &a.layout, restore), g);
             }
             Ok(Start::Adopt(Box::new(a), st))
         }
@@ -130,7 +129,9 @@ pub fn split_live(host: &Host, layout: &Layout, grants: Vec<Grant>) -> (Vec<Gran
         g.threads
             .retain(|t| alive && tasks::same_task(host, t.tid, t.start_time));
         if alive && !g.threads.is_empty() {
-            repair(host, layout, &g);
+            // Limits included: the process's limits are the grant's while it lives.
+            let cx = grant::Cx::new(host, layout, true);
+            grant::repair(&cx, &g, &grant::drift(&cx, &g));
             keep.push(g);
         } else {
             dead.push(g);
@@ -139,7 +140,7 @@ pub fn split_live(host: &Host, layout: &Layout, grants: Vec<Grant>) -> (Vec<Gran
     for g in &dead {
         // Limits go back only with the last grant of a process that lives.
         let restore = !keep.iter().any(|k| k.pid == g.pid);
-        grant::revoke(host, layout, g, restore);
+        grant::revoke(&grant::Cx::new(host, layout, restore), g);
         dropped.push(g.id);
     }
     (keep, dropped)
@@ -156,7 +157,7 @@ pub fn revoke_journalled(host: &Host, layout: Option<&Layout>, grants: &[Grant])
     for (i, g) in grants.iter().enumerate().rev() {
         let older_of_pid = grants[..i].iter().any(|o| o.pid == g.pid);
         let restore = !older_of_pid && done_pids.insert(g.pid);
-        problems.extend(grant::revoke(host, layout, g, restore));
+        problems.extend(grant::revoke(&grant::Cx::new(host, layout, restore), g));
     }
     problems
 }

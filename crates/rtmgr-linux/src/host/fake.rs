@@ -264,20 +264,52 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    fn get_attr(&self, _tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
-        Ok(rtmgr_sys::sched::SchedAttr::default())
+    /// Kept beside the task (`.rtmgr_attr`: policy flags nice priority
+    /// runtime deadline period); a task without one is SCHED_OTHER.
+    fn get_attr(&self, host: &Host, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
+        let text = read_plain(host, &format!("/proc/{tid}/.rtmgr_attr")).unwrap_or_default();
+        let n: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let &[policy, flags, nice, priority, runtime, deadline, period] = n.as_slice() else {
+            return Ok(rtmgr_sys::sched::SchedAttr::default());
+        };
+        Ok(rtmgr_sys::sched::SchedAttr {
+            policy: policy as u32,
+            flags,
+            nice: nice as i64 as i32,
+            priority: priority as u32,
+            runtime,
+            deadline,
+            period,
+        })
     }
 
-    fn set_attr(&self, _tid: u32, _attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
-        Ok(())
+    /// Accepted; a task of the tree keeps it (`get_attr` shows it).
+    fn set_attr(&self, host: &Host, tid: u32, a: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
+        let line = format!(
+            "{} {} {} {} {} {} {}",
+            a.policy, a.flags, a.nice as i64 as u64, a.priority, a.runtime, a.deadline, a.period
+        );
+        write_beside(host, tid, ".rtmgr_attr", &line)
     }
 
-    fn get_limit(&self, _pid: u32, _kind: super::LimitKind) -> Result<super::Limit> {
-        Ok(super::Limit::default())
+    /// Kept beside the process (`.rtmgr_limit_<kind>`); unset is unlimited.
+    fn get_limit(&self, host: &Host, pid: u32, kind: super::LimitKind) -> Result<super::Limit> {
+        Ok(read_limit(host, pid, kind).unwrap_or_default())
     }
 
-    fn set_limit(&self, _pid: u32, _kind: super::LimitKind, _limit: super::Limit) -> Result<()> {
-        Ok(())
+    /// Accepted; a process of the tree keeps it (`get_limit` shows it).
+    fn set_limit(
+        &self,
+        host: &Host,
+        pid: u32,
+        kind: super::LimitKind,
+        limit: super::Limit,
+    ) -> Result<()> {
+        let text = serde_json::to_string(&limit).expect("a limit serializes");
+        write_beside(host, pid, &limit_file(kind), &text)
     }
 
     /// Kept in a file beside the task's: a task that does not exist is ESRCH.
@@ -332,6 +364,25 @@ impl Kernel for FakeKernel {
         let errno = read_plain(host, super::FAKE_FIFO_ERRNO)?;
         errno.trim().parse().ok().map(Err)
     }
+}
+
+/// A process's emulated limit, kept as JSON in a hidden file of its /proc directory.
+fn read_limit(host: &Host, pid: u32, kind: super::LimitKind) -> Option<super::Limit> {
+    let text = read_plain(host, &format!("/proc/{pid}/{}", limit_file(kind)))?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Keep a task's emulated kernel state; a task not in the tree keeps nothing.
+fn write_beside(host: &Host, tid: u32, name: &str, text: &str) -> Result<()> {
+    let dir = PathBuf::from(format!("/proc/{tid}"));
+    if !host.path(&dir).is_dir() {
+        return Ok(());
+    }
+    put(host, &dir.join(name), text)
+}
+
+fn limit_file(kind: super::LimitKind) -> String {
+    format!(".rtmgr_limit_{kind:?}")
 }
 
 fn status_path(tid: u32) -> String {

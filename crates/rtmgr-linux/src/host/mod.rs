@@ -82,11 +82,11 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn get_policy(&self, tid: u32) -> Result<crate::sched::Policy>;
     fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()>;
     /// A thread's full scheduling attributes (sched_getattr / sched_setattr).
-    fn get_attr(&self, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr>;
-    fn set_attr(&self, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()>;
+    fn get_attr(&self, host: &Host, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr>;
+    fn set_attr(&self, host: &Host, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()>;
     /// A process's resource limit (prlimit).
-    fn get_limit(&self, pid: u32, kind: LimitKind) -> Result<Limit>;
-    fn set_limit(&self, pid: u32, kind: LimitKind, limit: Limit) -> Result<()>;
+    fn get_limit(&self, host: &Host, pid: u32, kind: LimitKind) -> Result<Limit>;
+    fn set_limit(&self, host: &Host, pid: u32, kind: LimitKind, limit: Limit) -> Result<()>;
     /// A thread's raw I/O priority (ioprio_get / ioprio_set).
     fn get_ioprio(&self, host: &Host, tid: u32) -> Result<u16>;
     fn set_ioprio(&self, host: &Host, tid: u32, raw: u16) -> Result<()>;
@@ -149,24 +149,24 @@ impl Host {
         self.kernel.privileged()
     }
 
-    /// A thread's scheduling attributes (a fake tree: SCHED_OTHER, nice 0).
+    /// A thread's scheduling attributes (a fake tree: what was set, else SCHED_OTHER, nice 0).
     pub fn get_attr(&self, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
-        self.kernel.get_attr(tid)
+        self.kernel.get_attr(self, tid)
     }
 
-    /// Set a thread's scheduling attributes, flags included (a fake tree: accepted).
+    /// Set a thread's scheduling attributes, flags included (a fake tree: kept beside the task).
     pub fn set_attr(&self, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
-        self.kernel.set_attr(tid, attr)
+        self.kernel.set_attr(self, tid, attr)
     }
 
-    /// A process's resource limit (a fake tree: unlimited).
+    /// A process's resource limit (a fake tree: what was set, else unlimited).
     pub fn get_limit(&self, pid: u32, kind: LimitKind) -> Result<Limit> {
-        self.kernel.get_limit(pid, kind)
+        self.kernel.get_limit(self, pid, kind)
     }
 
-    /// Set a process's resource limit (a fake tree: accepted).
+    /// Set a process's resource limit (a fake tree: kept beside the process).
     pub fn set_limit(&self, pid: u32, kind: LimitKind, limit: Limit) -> Result<()> {
-        self.kernel.set_limit(pid, kind, limit)
+        self.kernel.set_limit(self, pid, kind, limit)
     }
 
     /// A thread's raw I/O priority (a fake tree: kept in `/proc/<tid>/.rtmgr_ioprio`).

@@ -53,19 +53,25 @@ impl Kernel for RealKernel {
         sched::set_policy(tid, policy).map_err(|e| task_err("sched_setattr", tid, e))
     }
 
-    fn get_attr(&self, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
+    fn get_attr(&self, _host: &Host, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr> {
         rtmgr_sys::sched::get_attr(tid).map_err(|e| task_err("sched_getattr", tid, e))
     }
 
-    fn set_attr(&self, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
+    fn set_attr(&self, _host: &Host, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
         rtmgr_sys::sched::set_attr(tid, attr).map_err(|e| task_err("sched_setattr", tid, e))
     }
 
-    fn get_limit(&self, pid: u32, kind: super::LimitKind) -> Result<super::Limit> {
+    fn get_limit(&self, _host: &Host, pid: u32, kind: super::LimitKind) -> Result<super::Limit> {
         rtmgr_sys::process::get_limit(pid, kind).map_err(|e| task_err("prlimit", pid, e))
     }
 
-    fn set_limit(&self, pid: u32, kind: super::LimitKind, limit: super::Limit) -> Result<()> {
+    fn set_limit(
+        &self,
+        _host: &Host,
+        pid: u32,
+        kind: super::LimitKind,
+        limit: super::Limit,
+    ) -> Result<()> {
         rtmgr_sys::process::set_limit(pid, kind, limit).map_err(|e| task_err("prlimit", pid, e))
     }
 

@@ -31,6 +31,14 @@ pub struct Stats {
     pub drift: BTreeMap<String, u64>,
 }
 
+/// A half-revoked grant: its policies are back, its placement goes back at
+/// `due_ns` (`release.rs` finishes it).
+#[derive(Debug)]
+pub struct Deferred {
+    pub due_ns: u64,
+    pub grant: Grant,
+}
+
 /// A process holding grants, watched until it exits.
 #[derive(Debug)]
 pub(super) struct Watched {
@@ -47,7 +55,7 @@ pub struct Manager {
     pub(super) grants: BTreeMap<u64, Grant>,
     pub(super) watched: BTreeMap<u32, Watched>,
     /// Half-revoked deadline grants waiting out their last period.
-    pub(super) deferred: Vec<super::release::Deferred>,
+    pub(super) deferred: Vec<Deferred>,
     /// Threads that left SCHED_DEADLINE: when they may leave their RT CPU.
     pub(super) leaving: BTreeMap<u32, u64>,
     pub(super) journal: GrantJournal,
@@ -273,39 +281,37 @@ impl Manager {
             }
         };
         let mut threads = Vec::new();
+        let mut fresh_tids = Vec::new();
         for &tid in &tids {
             // A thread still leaving an earlier grant keeps that grant's before-state.
             let t = match self.take_deferred_thread(tid) {
                 Some(t) => t,
-                None => grant::snapshot_thread(&self.host, &layout, pid, tid).map_err(gone)?,
+                None => {
+                    fresh_tids.push(tid);
+                    grant::new_thread(&self.host, pid, tid).map_err(gone)?
+                }
             };
             threads.push(t);
         }
         // Limits are per process: the first grant of a process sets them,
         // later ones carry the same record, the last one to go restores them.
-        let limits = match self
+        let carried = self
             .grants
             .values()
             .chain(self.deferred.iter().map(|d| &d.grant))
             .find(|g| g.pid == pid)
-        {
-            Some(g) => g.limits.clone(),
-            None => grant::limit_changes(
-                &self.host,
-                pid,
-                &v.demand,
-                limits.0,
-                limits.1,
-                client.cred.uid != 0,
-            )
-            .map_err(gone)?,
+            .map(|g| g.limits.clone());
+        let draft = grant::Draft {
+            allowance: grant::Allowance {
+                rttime_us: limits.0,
+                memlock_bytes: limits.1,
+                enforce: client.cred.uid != 0,
+            },
+            fresh_tids,
+            fresh_limits: carried.is_none(),
         };
         let first_of_pid = !self.pid_busy(pid);
-        let irq = match irq {
-            Some(n) => Some((n, crate::irq::raw_mask(&self.host, n).map_err(gone)?)),
-            None => None,
-        };
-        let g = Grant {
+        let mut g = Grant {
             id: self.next_id,
             pid,
             pid_start: client.start_time,
@@ -315,17 +321,19 @@ impl Manager {
             class: v.class.to_string(),
             demand: v.demand,
             threads,
-            limits,
-            irq,
+            limits: carried.unwrap_or_default(),
+            irq: irq.map(|n| (n, String::new())),
             cgroup: self.domains.dir(placed.cpu).cloned(),
             response_ns: placed.response_ns,
             resources,
         };
+        let cx = grant::Cx::new(&self.host, &layout, first_of_pid);
+        grant::snapshot(&cx, &draft, &mut g).map_err(gone)?;
         self.next_id += 1;
         self.journal
             .record(&Record::Grant(Box::new(g.clone())))
             .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
-        if let Err(e) = grant::apply(&self.host, &layout, &g, first_of_pid) {
+        if let Err(e) = grant::apply(&cx, &g) {
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
                 return Err(refused(

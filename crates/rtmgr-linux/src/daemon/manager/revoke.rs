@@ -54,13 +54,15 @@ impl Manager {
         self.admission.remove(id);
         let problems = if let Some(due_ns) = self.placement_due(&g) {
             let _ = self.journal.record(&Record::Revoking { id });
-            let problems = grant::revoke_policy(&self.host, &g);
+            let cx = grant::Cx::new(&self.host, &self.applied.layout, false);
+            let problems = grant::revoke_policy(&cx, &g);
             self.defer(g, due_ns);
             problems
         } else {
             let _ = self.journal.record(&Record::Release { id });
             let last_of_pid = !self.pid_busy(g.pid);
-            let problems = grant::revoke(&self.host, &self.applied.layout, &g, last_of_pid);
+            let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
+            let problems = grant::revoke(&cx, &g);
             if last_of_pid {
                 self.watched.remove(&g.pid);
             }
@@ -82,7 +84,8 @@ impl Manager {
     }
 
     pub(super) fn revoke(&mut self, id: u64, g: &Grant, restore_limits: bool) -> Vec<String> {
-        let problems = grant::revoke(&self.host, &self.applied.layout, g, restore_limits);
+        let cx = grant::Cx::new(&self.host, &self.applied.layout, restore_limits);
+        let problems = grant::revoke(&cx, g);
         self.admission.remove(id);
         for p in &problems {
             tracing::warn!("reservation {id}: could not undo {p}");

@@ -1,0 +1,228 @@
+//! What a grant does to the machine, as one pipeline of steps (DROPS "Taming
+//! Linux" §4: the resource manager grants CPU, memory, I/O and cache and
+//! takes them back; budget-based RTAI §3.3: hard reservations as
+//! SCHED_DEADLINE, soft ones as SCHED_FIFO; ARTiS §2.4: an RT task is bound
+//! to one RT CPU; rtkit: RLIMIT_RTTIME and reset-on-fork on every grant).
+//!
+//! Each `GrantStep` records what it will change in the grant record
+//! (`snapshot`, journalled before anything changes), changes it (`apply`),
+//! says what drifted (`verify`) and gives it back from the record alone
+//! (`undo`, so it also works for a daemon that was `kill -9`ed). The steps,
+//! in order: cpuset membership, affinity (`placement.rs`), rlimits, locked
+//! memory (`limits.rs`), IRQ steering (`irq.rs`), I/O priority, cache group
+//! (`io.rs`), scheduling attributes (`sched.rs`, last: a deadline thread must
+//! be on its RT CPU first, and its policy goes back first). Grant, revoke,
+//! drift check and repair all run through `STEPS`.
+
+mod io;
+mod irq;
+mod limits;
+mod placement;
+mod sched;
+#[cfg(test)]
+mod tests;
+
+pub use sched::granted_attr;
+
+use super::journal::{Grant, ThreadBefore};
+use crate::cgroup::Layout;
+use crate::host::{Host, HostError};
+use crate::tasks;
+
+/// Where a step works: the machine, its cpuset hierarchy, and whether this
+/// grant sets (apply) or gives back (undo) its process's limits — the first
+/// grant of a process sets them, the last one to go restores them.
+pub struct Cx<'a> {
+    pub host: &'a Host,
+    pub layout: &'a Layout,
+    pub process_limits: bool,
+}
+
+impl<'a> Cx<'a> {
+    pub fn new(host: &'a Host, layout: &'a Layout, process_limits: bool) -> Self {
+        Cx {
+            host,
+            layout,
+            process_limits,
+        }
+    }
+}
+
+/// The grant's threads that are still the same threads.
+fn live<'g>(host: &'g Host, g: &'g Grant) -> impl Iterator<Item = &'g ThreadBefore> + 'g {
+    g.threads
+        .iter()
+        .filter(move |t| tasks::same_task(host, t.tid, t.start_time))
+}
+
+/// What the client's policy allowed, for the limits a new grant sets.
+#[derive(Debug, Clone, Copy)]
+pub struct Allowance {
+    /// RLIMIT_RTTIME of a SCHED_FIFO grant, µs.
+    pub rttime_us: u64,
+    /// RLIMIT_MEMLOCK at least this, bytes.
+    pub memlock_bytes: u64,
+    /// Hard limits too (unprivileged clients).
+    pub enforce: bool,
+}
+
+/// What a snapshot has to read: the threads new to rtmgr (a thread taken
+/// over from a grant still being revoked keeps that grant's before-state)
+/// and whether the process's limits are new (a later grant of a process
+/// carries its first grant's limit record).
+#[derive(Debug, Clone)]
+pub struct Draft {
+    pub allowance: Allowance,
+    pub fresh_tids: Vec<u32>,
+    pub fresh_limits: bool,
+}
+
+impl Draft {
+    fn is_fresh(&self, t: &ThreadBefore) -> bool {
+        self.fresh_tids.contains(&t.tid)
+    }
+}
+
+/// One thing a grant changes.
+pub trait GrantStep {
+    fn name(&self) -> &'static str;
+    /// Record the old value of what `apply` will change, in the grant record
+    /// (by default nothing left to read: the request's record holds it).
+    fn snapshot(&self, _cx: &Cx, _draft: &Draft, _g: &mut Grant) -> Result<(), HostError> {
+        Ok(())
+    }
+    /// Put it into effect (the record is journalled already).
+    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError>;
+    /// What differs from the grant now (changed behind the daemon's back).
+    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String>;
+    /// Give it back from the record; what could not be (a gone task is no problem).
+    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String>;
+    /// Given back with the policies, a period before the rest (`release.rs`).
+    fn is_policy(&self) -> bool {
+        false
+    }
+}
+
+/// The steps of a grant, in the order they are applied.
+pub const STEPS: [&dyn GrantStep; 8] = [
+    &placement::Cpuset,
+    &placement::Affinity,
+    &limits::RLIMITS,
+    &limits::LOCKED_MEMORY,
+    &irq::IrqSteering,
+    &io::Ioprio,
+    &io::CacheGroup,
+    &sched::SchedAttrs,
+];
+
+/// Fill the old values into a new grant's record (before it is journalled).
+pub fn snapshot(cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+    STEPS.iter().try_for_each(|s| s.snapshot(cx, draft, g))
+}
+
+/// Put a journalled grant into effect, step by step. On error the steps
+/// done, and the failing one (it may have changed some threads), are undone
+/// in reverse and the error says what failed.
+pub fn apply(cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    for (i, step) in STEPS.iter().enumerate() {
+        if let Err(e) = step.apply(cx, g) {
+            for p in undo(cx, g, &STEPS[..=i]) {
+                tracing::warn!("reservation {}: could not undo {p}", g.id);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn undo(cx: &Cx, g: &Grant, steps: &[&dyn GrantStep]) -> Vec<String> {
+    steps.iter().rev().flat_map(|s| s.undo(cx, g)).collect()
+}
+
+/// Undo a grant from its record: every step, in reverse. Returns what could
+/// not be undone.
+pub fn revoke(cx: &Cx, g: &Grant) -> Vec<String> {
+    undo(cx, g, &STEPS)
+}
+
+/// First half of a revocation: the threads' old policies. A thread leaving
+/// SCHED_DEADLINE keeps its bandwidth in its CPU's root domain until its
+/// 0-lag time (at most a period later), and the kernel then returns it to
+/// the root domain of the CPU the thread is on: so a live deadline thread
+/// must stay on its RT CPU for a period before `revoke_placement` moves it.
+pub fn revoke_policy(cx: &Cx, g: &Grant) -> Vec<String> {
+    let policy: Vec<&dyn GrantStep> = STEPS.into_iter().filter(|s| s.is_policy()).collect();
+    undo(cx, g, &policy)
+}
+
+/// Second half: every other step, in reverse.
+pub fn revoke_placement(cx: &Cx, g: &Grant) -> Vec<String> {
+    let rest: Vec<&dyn GrantStep> = STEPS.into_iter().filter(|s| !s.is_policy()).collect();
+    undo(cx, g, &rest)
+}
+
+/// Does this grant have to wait a period between its two halves?
+pub fn must_wait(host: &Host, g: &Grant) -> bool {
+    g.demand.is_hard()
+        && g.threads
+            .iter()
+            .any(|t| tasks::same_task(host, t.tid, t.start_time))
+}
+
+/// What one step found changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub step: &'static str,
+    pub what: Vec<String>,
+}
+
+/// Is the grant still as applied? Every step verifies; the ones that
+/// drifted, with what.
+pub fn drift(cx: &Cx, g: &Grant) -> Vec<Drift> {
+    STEPS
+        .iter()
+        .map(|s| Drift {
+            step: s.name(),
+            what: s.verify(cx, g),
+        })
+        .filter(|d| !d.what.is_empty())
+        .collect()
+}
+
+/// Re-apply the steps that drifted (gone threads are skipped); what failed.
+pub fn repair(cx: &Cx, g: &Grant, drifted: &[Drift]) -> Vec<String> {
+    STEPS
+        .iter()
+        .filter(|s| drifted.iter().any(|d| d.step == s.name()))
+        .filter_map(|s| s.apply(cx, g).err().map(|e| format!("{}: {e}", s.name())))
+        .collect()
+}
+
+/// Note an undo's error unless the task is gone.
+fn note(problems: &mut Vec<String>, what: String, r: Result<(), HostError>) {
+    if let Err(e) = r {
+        if !e.is_gone() {
+            problems.push(format!("{what}: {e}"));
+        }
+    }
+}
+
+fn gone(tid: u32) -> HostError {
+    HostError::Io {
+        op: "find",
+        path: format!("task {tid}"),
+        source: std::io::Error::from_raw_os_error(libc::ESRCH),
+    }
+}
+
+/// A thread of `pid` new to rtmgr, before its steps' snapshots fill it.
+pub fn new_thread(host: &Host, pid: u32, tid: u32) -> Result<ThreadBefore, HostError> {
+    let info = tasks::info(host, pid, tid).ok_or_else(|| gone(tid))?;
+    Ok(ThreadBefore {
+        tid,
+        start_time: info.start_time,
+        attr: Default::default(),
+        affinity: Default::default(),
+        cgroup: None,
+    })
+}

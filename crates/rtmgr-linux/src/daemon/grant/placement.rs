@@ -1,0 +1,131 @@
+//! A grant's placement: its threads in the RT CPU's cpuset (cgroup v1) and
+//! pinned to that CPU (DROPS "Taming Linux" §4: the resource manager gives a
+//! task its CPU; ARTiS §2.4: an RT task is bound to one RT CPU).
+
+use super::{live, note, Cx, Draft, GrantStep};
+use crate::cgroup::{self, Layout};
+use crate::daemon::journal::Grant;
+use crate::host::HostError;
+use rtmgr_core::CpuSet;
+use std::path::Path;
+
+/// Cpuset membership: on cgroup v1 each thread joins the RT CPU's cpuset
+/// (on v2 a cpuset holds processes, not threads, and affinity alone pins).
+pub struct Cpuset;
+
+/// The cpuset a grant's threads join, if this step moves them.
+fn target<'g>(layout: &Layout, g: &'g Grant) -> Option<&'g Path> {
+    match layout {
+        Layout::V1(_) => g.cgroup.as_deref(),
+        Layout::V2(_) => None,
+    }
+}
+
+impl GrantStep for Cpuset {
+    fn name(&self) -> &'static str {
+        "cpuset"
+    }
+
+    fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+        for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
+            t.cgroup = cgroup::task_cgroup(cx.host, cx.layout, t.tid);
+        }
+        Ok(())
+    }
+
+    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+        let Some(dir) = target(cx.layout, g) else {
+            return Ok(());
+        };
+        for t in &g.threads {
+            cgroup::attach(cx.host, cx.layout, dir, t.tid)?;
+        }
+        Ok(())
+    }
+
+    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+        let Some(dir) = target(cx.layout, g) else {
+            return Vec::new();
+        };
+        let want = cgroup::rel_path(cx.layout, dir);
+        live(cx.host, g)
+            .filter(|t| {
+                cgroup::task_cgroup(cx.host, cx.layout, t.tid).is_some_and(|now| now != want)
+            })
+            .map(|t| format!("thread {} cpuset", t.tid))
+            .collect()
+    }
+
+    /// Back into its old cpuset (the mount when that is gone); the kernel
+    /// resets a thread's affinity to its new cpuset's CPUs, so its own
+    /// affinity goes back after the move.
+    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+        let mut problems = Vec::new();
+        if target(cx.layout, g).is_none() {
+            return problems;
+        }
+        for t in live(cx.host, g) {
+            let back = t
+                .cgroup
+                .as_deref()
+                .map(|rel| cx.layout.dir(rel))
+                .filter(|d| cx.host.exists(d))
+                .unwrap_or_else(|| cx.layout.mount().to_path_buf());
+            let r = cgroup::attach(cx.host, cx.layout, &back, t.tid);
+            note(&mut problems, format!("thread {} cpuset", t.tid), r);
+            let r = cx.host.set_affinity(t.tid, &t.affinity);
+            note(&mut problems, format!("thread {} affinity", t.tid), r);
+        }
+        problems
+    }
+}
+
+/// Affinity: each thread pinned to the grant's RT CPU.
+pub struct Affinity;
+
+impl GrantStep for Affinity {
+    fn name(&self) -> &'static str {
+        "affinity"
+    }
+
+    fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+        for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
+            t.affinity = cx.host.get_affinity(t.tid)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+        let one = CpuSet::single(g.cpu);
+        for t in &g.threads {
+            cx.host.set_affinity(t.tid, &one)?;
+        }
+        Ok(())
+    }
+
+    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+        let one = CpuSet::single(g.cpu);
+        live(cx.host, g)
+            .filter(|t| cx.host.get_affinity(t.tid).is_ok_and(|a| a != one))
+            .map(|t| format!("thread {} affinity", t.tid))
+            .collect()
+    }
+
+    /// A thread still in the grant's cpuset gets its affinity back with the
+    /// cpuset step's undo, after the move (which resets it; before the move
+    /// the old CPUs may lie outside the RT cpuset, and the kernel refuses them).
+    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+        let mut problems = Vec::new();
+        let in_rt_set = |tid| {
+            target(cx.layout, g).is_some_and(|dir| {
+                cgroup::task_cgroup(cx.host, cx.layout, tid)
+                    == Some(cgroup::rel_path(cx.layout, dir))
+            })
+        };
+        for t in live(cx.host, g).filter(|t| !in_rt_set(t.tid)) {
+            let r = cx.host.set_affinity(t.tid, &t.affinity);
+            note(&mut problems, format!("thread {} affinity", t.tid), r);
+        }
+        problems
+    }
+}
