@@ -4,25 +4,23 @@
 //! activation). Pure string building, no dependencies.
 
 mod budget;
-mod cost;
 mod delay;
 mod parallel;
 
 pub use budget::budget_rates_svg;
-pub use cost::{slowdown_svg, sweep_svg};
 pub use delay::delay_svg;
 pub use parallel::parallel_svg;
 
 use rtmgr_core::stats::HistData;
 use std::fmt::Write as _;
 
-const W: f64 = 760.0;
+pub(crate) const W: f64 = 760.0;
 const H: f64 = 360.0;
-const ML: f64 = 70.0;
-const MR: f64 = 150.0;
+pub(crate) const ML: f64 = 70.0;
+pub(crate) const MR: f64 = 150.0;
 const MT: f64 = 30.0;
 const MB: f64 = 45.0;
-const COLORS: [&str; 6] = [
+pub(crate) const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 ];
 
@@ -33,8 +31,8 @@ pub enum XScale {
     Log,
 }
 
-struct Frame {
-    svg: String,
+pub(crate) struct Frame {
+    pub(crate) svg: String,
     x0: f64,
     x1: f64,
     y0: f64,
@@ -42,7 +40,13 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(title: &str, xlabel: &str, ylabel: &str, x: (f64, f64), y: (f64, f64)) -> Frame {
+    pub(crate) fn new(
+        title: &str,
+        xlabel: &str,
+        ylabel: &str,
+        x: (f64, f64),
+        y: (f64, f64),
+    ) -> Frame {
         let mut svg = String::new();
         let _ = write!(
             svg,
@@ -82,15 +86,15 @@ impl Frame {
         }
     }
 
-    fn px(&self, x: f64) -> f64 {
+    pub(crate) fn px(&self, x: f64) -> f64 {
         ML + (x - self.x0) / (self.x1 - self.x0) * (W - ML - MR)
     }
 
-    fn py(&self, y: f64) -> f64 {
+    pub(crate) fn py(&self, y: f64) -> f64 {
         H - MB - (y - self.y0) / (self.y1 - self.y0) * (H - MT - MB)
     }
 
-    fn xtick(&mut self, x: f64, text: &str) {
+    pub(crate) fn xtick(&mut self, x: f64, text: &str) {
         let p = self.px(x);
         let _ = write!(
             self.svg,
@@ -102,7 +106,7 @@ impl Frame {
         );
     }
 
-    fn ytick(&mut self, y: f64, text: &str) {
+    pub(crate) fn ytick(&mut self, y: f64, text: &str) {
         let p = self.py(y);
         let _ = write!(
             self.svg,
@@ -115,7 +119,7 @@ impl Frame {
         );
     }
 
-    fn polyline(&mut self, pts: &[(f64, f64)], color: &str) {
+    pub(crate) fn polyline(&mut self, pts: &[(f64, f64)], color: &str) {
         let mut s = String::new();
         for (x, y) in pts {
             let _ = write!(s, "{:.1},{:.1} ", self.px(*x), self.py(*y));
@@ -127,7 +131,7 @@ impl Frame {
         );
     }
 
-    fn legend(&mut self, i: usize, name: &str, color: &str) {
+    pub(crate) fn legend(&mut self, i: usize, name: &str, color: &str) {
         let y = MT + 14.0 + 16.0 * i as f64;
         let x = W - MR + 10.0;
         let _ = write!(
@@ -140,13 +144,13 @@ impl Frame {
         );
     }
 
-    fn finish(mut self) -> String {
+    pub(crate) fn finish(mut self) -> String {
         self.svg.push_str("</svg>\n");
         self.svg
     }
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

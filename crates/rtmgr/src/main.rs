@@ -50,7 +50,7 @@ enum Command {
     #[command(name = rtmgr_lab::measure::builtin::WORKER_COMMAND, hide = true)]
     LoadWorker(cmd::load_worker::LoadWorkerArgs),
     /// (internal) One piece of `rtmgr measure cost`'s work, started by rtmgr itself.
-    #[command(name = rtmgr_lab::measure::micro::WORKER_COMMAND, hide = true)]
+    #[command(name = rtmgr_lab::cost::micro::WORKER_COMMAND, hide = true)]
     CostWorker(cmd::measure::cost::CostWorkerArgs),
     /// The resource manager: own the RT CPUs, admit and grant reservations on request.
     Serve(cmd::serve::ServeArgs),

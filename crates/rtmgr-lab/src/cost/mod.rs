@@ -2,11 +2,17 @@
 //! `rtmgr.cost/1` in docs/report-schema.md): the same work in every
 //! configuration, as mean ± sd and the slowdown against stock Linux — DROPS
 //! §5.1 Fig. 4 (micro-benchmarks), McKenney §2.2 Table 1 (a build's real/user/
-//! sys) and DROPS §5.2 Fig. 5 (jobs per minute against load). Pure data,
-//! statistics and tables; the engine is `rtmgr_lab::experiment::cost`.
+//! sys) and DROPS §5.2 Fig. 5 (jobs per minute against load). The whole
+//! feature is here: this file's report, statistics and `text`'s tables and
+//! `plot`'s figures are pure; `run` is the engine on the machine and `micro`
+//! the worker it starts in each configuration.
 
+pub mod micro;
+mod plot;
+pub mod run;
 mod text;
 
+pub use plot::{slowdown_svg, sweep_svg};
 pub use text::{build_table, micro_table, sig3, sweep_table};
 
 use crate::report::Header;

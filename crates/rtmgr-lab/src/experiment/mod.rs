@@ -8,7 +8,6 @@ pub mod ablate;
 pub mod advise;
 pub mod budget;
 pub mod compare;
-pub mod cost;
 pub mod error;
 pub mod evaluate;
 pub mod exec;

@@ -10,7 +10,6 @@ pub mod cyclictest;
 pub mod disturb;
 pub mod exec;
 pub mod load;
-pub mod micro;
 pub mod periodicity;
 pub mod probe;
 pub mod segment;

@@ -1,5 +1,5 @@
 //! `rtmgr measure cost` (issue 14; DROPS §5.1–5.2, McKenney §2.2 Table 1):
-//! flags and output of the cost engine `rtmgr_lab::experiment::cost` — the
+//! flags and output of the cost engine `rtmgr_lab::cost::run` — the
 //! tables, the JSON report (`rtmgr.cost/1`) and the Fig. 4 / Fig. 5 plots;
 //! and the hidden `__cost` worker it starts.
 
@@ -7,10 +7,9 @@ use super::common::{parse_duration, Bar};
 use crate::cmd::output::{write_report, OutArgs};
 use crate::cmd::Outcome;
 use anyhow::{Context, Result};
-use rtmgr_lab::cost::{build_table, micro_table, sweep_table, CostReport};
-use rtmgr_lab::experiment::cost::{self, CostConfig, Parts};
+use rtmgr_lab::cost::run::{self as cost, CostConfig, Parts};
+use rtmgr_lab::cost::{build_table, micro_table, slowdown_svg, sweep_svg, sweep_table, CostReport};
 use rtmgr_lab::experiment::session::host_from_env;
-use rtmgr_lab::plot::{slowdown_svg, sweep_svg};
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -131,12 +130,12 @@ fn print_report(r: &CostReport) {
 /// `rtmgr __cost …` (hidden): one piece of the offered work.
 #[derive(clap::Args)]
 pub struct CostWorkerArgs {
-    /// The request, as `rtmgr_lab::measure::micro::WorkerRequest` writes it.
+    /// The request, as `rtmgr_lab::cost::micro::WorkerRequest` writes it.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
 }
 
 pub fn worker(a: CostWorkerArgs) -> Result<Outcome> {
-    rtmgr_lab::measure::micro::main(&a.args).map_err(anyhow::Error::msg)?;
+    rtmgr_lab::cost::micro::main(&a.args).map_err(anyhow::Error::msg)?;
     Ok(Outcome::Ok)
 }

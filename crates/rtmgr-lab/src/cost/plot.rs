@@ -2,8 +2,8 @@
 //! stock Linux: one bar per configuration, the absolute stock value written in
 //! the bars) and DROPS §5.2 Fig. 5 (jobs per minute against concurrent jobs).
 
-use super::{esc, Frame, COLORS, ML, MR, W};
-use crate::cost::{sig3, MicroBench, SweepCost, BASELINE};
+use super::{sig3, MicroBench, SweepCost, BASELINE};
+use crate::plot::{esc, Frame, COLORS, ML, MR, W};
 use std::fmt::Write as _;
 
 /// Fig. 4: per benchmark, each configuration's slowdown against stock

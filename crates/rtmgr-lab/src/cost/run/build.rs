@@ -5,7 +5,7 @@
 //! private target directory, `-j` = the CPUs the configuration leaves to
 //! Linux tasks. No download at run time.
 
-use super::super::{bad_input, Error, Result};
+use crate::experiment::{bad_input, Error, Result};
 use crate::measure::which;
 use std::path::{Path, PathBuf};
 

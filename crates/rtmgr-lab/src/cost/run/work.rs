@@ -5,7 +5,7 @@
 //! real/user/sys).
 
 use super::configs::Placement;
-use crate::measure::micro::{WorkerOutput, WorkerRequest, WORKER_COMMAND};
+use crate::cost::micro::{WorkerOutput, WorkerRequest, WORKER_COMMAND};
 use crate::measure::spawn::{GroupChild, SpawnSpec};
 use crate::measure::MeasureError;
 use rtmgr_linux::partition::{self, Role};

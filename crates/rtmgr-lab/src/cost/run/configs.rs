@@ -5,8 +5,8 @@
 //! partition is applied and reset through `partition::PartitionGuard`, the
 //! live balancer runs as in `rtmgr evaluate`.
 
-use super::super::{Context, Error, Reporter, Result};
 use crate::cost::CostConfig;
+use crate::experiment::{Context, Error, Reporter, Result};
 use rtmgr_core::partition::{KnobId, PartitionPlan, PreemptMode};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::balance::background::BackgroundBalancer;

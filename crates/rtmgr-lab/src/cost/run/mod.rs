@@ -8,14 +8,14 @@ mod build;
 pub mod configs;
 mod work;
 
-use super::own_partition;
-use super::session::{require_root, stop_flag, STOP_SIGNALS};
-use super::{bad_input, Error, Reporter, Result};
+use crate::cost::micro::{MicroKind, WorkerRequest, JOB_MIX};
 use crate::cost::{
     set_slowdowns, summarize_sweep, sweep_levels, Better, BuildConfigCost, BuildCost, CostReport,
     Measured, MicroBench, SweepConfigCost, SweepCost, COST_SCHEMA,
 };
-use crate::measure::micro::{MicroKind, WorkerRequest, JOB_MIX};
+use crate::experiment::own_partition;
+use crate::experiment::session::{require_root, stop_flag, STOP_SIGNALS};
+use crate::experiment::{bad_input, Error, Reporter, Result};
 use crate::measure::{host_info, unix_now_s};
 use crate::report::Header;
 use build::BuildSource;
