@@ -24,11 +24,14 @@
 
 pub mod ablation;
 pub mod advice;
+pub mod budget;
 pub mod cost;
 pub mod experiment;
 pub mod lbu;
 pub mod load;
 pub mod measure;
+pub mod parallel;
 pub mod plot;
 pub mod report;
+pub mod resources;
 pub mod trace;

@@ -3,23 +3,15 @@
 //! the DROPS §5.3 Figs. 6–8 series (time since the previous activation per
 //! activation). Pure string building, no dependencies.
 
-mod budget;
-mod delay;
-mod parallel;
-
-pub use budget::budget_rates_svg;
-pub use delay::delay_svg;
-pub use parallel::parallel_svg;
-
 use rtmgr_core::stats::HistData;
 use std::fmt::Write as _;
 
 pub(crate) const W: f64 = 760.0;
-const H: f64 = 360.0;
+pub(crate) const H: f64 = 360.0;
 pub(crate) const ML: f64 = 70.0;
 pub(crate) const MR: f64 = 150.0;
-const MT: f64 = 30.0;
-const MB: f64 = 45.0;
+pub(crate) const MT: f64 = 30.0;
+pub(crate) const MB: f64 = 45.0;
 pub(crate) const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 ];
@@ -156,7 +148,7 @@ pub(crate) fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-fn fmt_us(ns: f64) -> String {
+pub(crate) fn fmt_us(ns: f64) -> String {
     let us = ns / 1000.0;
     if us.abs() >= 100.0 || us == 0.0 {
         format!("{us:.0}")

@@ -3,12 +3,15 @@
 //! exists and by the user's description of the work where only the user
 //! knows (`facts`); the total-delay arithmetic of Figs. 5–7 (`delay`). Pure:
 //! the answer, every reason with its number, its source and the command that
-//! would check it (schema `rtmgr.advice/1`, docs/report-schema.md).
+//! would check it (schema `rtmgr.advice/1`, docs/report-schema.md). `plot`
+//! draws Figs. 5–7 from the curves; `run` gathers the facts on the machine.
 
 pub mod curves;
 pub mod delay;
 pub mod facts;
 mod flow;
+mod plot;
+pub mod run;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -18,6 +21,7 @@ pub use facts::{
     ConfigCost, CostFact, Facts, TailFact, Workload,
 };
 pub use flow::advise;
+pub use plot::delay_svg;
 pub use text::advice_text;
 
 use serde::{Deserialize, Serialize};

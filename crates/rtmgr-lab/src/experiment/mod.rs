@@ -4,9 +4,6 @@
 //! for progress, and returns the report body; the CLI parses flags, prints and
 //! writes files.
 
-pub mod ablate;
-pub mod advise;
-pub mod budget;
 pub mod compare;
 pub mod error;
 pub mod evaluate;
@@ -14,9 +11,7 @@ pub mod exec;
 pub mod latency;
 pub mod long_run;
 pub mod own_partition;
-pub mod parallel;
 pub mod periodicity;
-pub mod resources;
 pub mod session;
 pub mod trace_cost;
 

@@ -5,7 +5,6 @@
 //! pure and live in `rtmgr_core::{stats, report}`.
 
 pub mod builtin;
-pub mod contend;
 pub mod cyclictest;
 pub mod disturb;
 pub mod exec;

@@ -6,10 +6,7 @@
 //! evaluate's table and verdicts in `evaluate`, the budget experiment's own
 //! schema in `budget`.
 
-pub mod budget;
 mod evaluate;
-pub mod parallel;
-pub mod resources;
 mod text;
 
 pub use evaluate::*;

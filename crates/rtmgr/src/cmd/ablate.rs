@@ -1,13 +1,13 @@
 //! `rtmgr evaluate --ablate` (issue 14): flags glue and output of the
-//! ablation engine `rtmgr_lab::experiment::ablate` — which knob buys what —
+//! ablation engine `rtmgr_lab::ablation::run` — which knob buys what —
 //! with the exit-code gates for CI pipelines (exit 3 when a gate fails).
 
 use super::measure::common::{parse_duration, write_file, write_json, Bar};
 use super::{output, Outcome};
 use anyhow::Result;
 use clap::Args;
+use rtmgr_lab::ablation::run::{self as ablate, AblateConfig};
 use rtmgr_lab::ablation::{ablation_table, Gate, FULL};
-use rtmgr_lab::experiment::ablate::{self, AblateConfig};
 use rtmgr_lab::experiment::evaluate::EvaluateConfig;
 use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::plot::percentile_svg;

@@ -1,6 +1,6 @@
 //! `rtmgr advise` (issue 14; McKenney §5 Fig. 9): real time or real fast?
 //! Flags and a workload file describe the work (what only the user knows);
-//! `rtmgr_lab::experiment::advise` gathers the machine's facts and earlier
+//! `rtmgr_lab::advice::run` gathers the machine's facts and earlier
 //! reports; `rtmgr_lab::advice` decides. Prints the answer with every reason,
 //! or the versioned JSON (`rtmgr.advice/1`) with `--json`.
 
@@ -8,10 +8,10 @@ use super::measure::common::{parse_duration, write_file, write_json};
 use super::{bad_input, Outcome};
 use anyhow::{Context, Result};
 use rtmgr_lab::advice::curves::{crossovers_text, delay_curves, DelayCurves};
+use rtmgr_lab::advice::delay_svg;
+use rtmgr_lab::advice::run::{gather, FactsConfig};
 use rtmgr_lab::advice::{advice_text, advise, parse_workload, Workload};
-use rtmgr_lab::experiment::advise::{gather, FactsConfig};
 use rtmgr_lab::experiment::session::host_from_env;
-use rtmgr_lab::plot::delay_svg;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,15 +1,15 @@
 //! `rtmgr measure budget`: flags and output of the budget experiment
-//! (budget-based RTAI §4; engine: `rtmgr_lab::experiment::budget`): the table,
+//! (budget-based RTAI §4; engine: `rtmgr_lab::budget::run`): the table,
 //! and the JSON report and Fig. 6-style plot where `--out`/`--json`/`--svg` say
 //! (by default a new directory under the user's state directory).
 
 use super::output::{write_report, OutArgs};
 use super::{bad_input, Outcome};
 use anyhow::Context;
-use rtmgr_lab::experiment::budget::{self, taskset, BudgetConfig, Experiment};
+use rtmgr_lab::budget::budget_rates_svg;
+use rtmgr_lab::budget::run::{self as budget, taskset, BudgetConfig, Experiment};
+use rtmgr_lab::budget::{budget_table, BudgetRun};
 use rtmgr_lab::experiment::session::host_from_env;
-use rtmgr_lab::plot::budget_rates_svg;
-use rtmgr_lab::report::budget::{budget_table, BudgetRun};
 use rtmgr_rt::periodic::SoftVariant;
 use std::path::PathBuf;
 

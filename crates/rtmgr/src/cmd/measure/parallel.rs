@@ -1,5 +1,5 @@
 //! `rtmgr measure latency --parallel-sweep N` (McKenney §3 Fig. 8): flags
-//! glue and output of `rtmgr_lab::experiment::parallel` — the table
+//! glue and output of `rtmgr_lab::parallel::run` — the table
 //! (average, p99.999, max per number of tasks), the JSON report
 //! (`rtmgr.parallel/1`) and the Fig. 8-style plot.
 
@@ -8,11 +8,11 @@ use super::{latency_config, outcome, LatencyArgs};
 use crate::cmd::output::write_report;
 use crate::cmd::Outcome;
 use anyhow::Result;
-use rtmgr_lab::experiment::parallel;
 use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::experiment::Session;
-use rtmgr_lab::plot::parallel_svg;
-use rtmgr_lab::report::parallel::parallel_table;
+use rtmgr_lab::parallel::parallel_svg;
+use rtmgr_lab::parallel::parallel_table;
+use rtmgr_lab::parallel::run as parallel;
 
 pub fn sweep(a: LatencyArgs, max_tasks: u32) -> Result<Outcome> {
     let cfg = latency_config(&a)?;

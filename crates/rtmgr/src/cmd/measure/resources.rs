@@ -1,14 +1,14 @@
 //! `rtmgr measure resources` (DROPS §4.4–5): flags into the engine's config,
 //! the table, the JSON report. The engine is
-//! `rtmgr_lab::experiment::resources`.
+//! `rtmgr_lab::resources::run`.
 
 use crate::cmd::output::{write_report, OutArgs};
 use crate::cmd::Outcome;
 use anyhow::Result;
-use rtmgr_lab::experiment::resources::{check, run, ResourcesConfig};
 use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::experiment::{Quiet, Session};
-use rtmgr_lab::report::resources::text;
+use rtmgr_lab::resources::run::{check, run, ResourcesConfig};
+use rtmgr_lab::resources::text;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

@@ -6,13 +6,13 @@
 //! partition applied and reset around its segment; p99 and p99.9 with 95 %
 //! intervals, and the gates checked.
 
-use super::evaluate::EvaluateConfig;
-use super::own_partition;
-use super::session::{lock_memory, require_root, stop_flag, STOP_SIGNALS};
-use super::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::ablation::{
     check_gates, quantile_ci, steps, AblationConfig, AblationReport, Gate, Step, ABLATION_SCHEMA,
 };
+use crate::experiment::evaluate::EvaluateConfig;
+use crate::experiment::own_partition;
+use crate::experiment::session::{lock_memory, require_root, stop_flag, STOP_SIGNALS};
+use crate::experiment::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
     cpu_result, merged, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator, SegmentPlan,

@@ -1,9 +1,15 @@
 //! McKenney §3 Fig. 8: latency against the number of parallel real-time
 //! tasks (1 to 12, 100 000 samples each): average, 99.999th percentile and
 //! maximum per level. `rtmgr measure latency --parallel-sweep N`'s report
-//! (schema `rtmgr.parallel/1`, docs/report-schema.md) and its table.
+//! (schema `rtmgr.parallel/1`, docs/report-schema.md) and its table (pure);
+//! `plot` draws Fig. 8 and `run` measures the levels.
 
-use super::{render, us, Header};
+mod plot;
+pub mod run;
+
+pub use plot::parallel_svg;
+
+use crate::report::{render, us, Header};
 use rtmgr_core::stats::Summary;
 use rtmgr_core::CpuSet;
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,10 @@
 //! interleaved like evaluate (docs/architecture.md "Measuring"; McKenney §2.1: what must
 //! be shut down on a real-time CPU), each tail with a 95 % confidence
 //! interval, and exit-code gates for CI pipelines. Pure: steps, intervals,
-//! gates, the report (`rtmgr.ablation/1`) and its table.
+//! gates, the report (`rtmgr.ablation/1`) and its table; `run` measures the
+//! steps on the machine.
+
+pub mod run;
 
 use crate::report::{render, us, CpuResult, Header};
 use rtmgr_core::partition::KnobId;

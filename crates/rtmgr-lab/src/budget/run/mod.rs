@@ -2,15 +2,15 @@
 //! enforcement side by side, interleaved in rounds. §4.1: enforcement overhead
 //! per timer expiration for {(P=2 ms, W=1 ms), (P=5 ms, W=1 ms)}; §4.2: budget
 //! rate per period for three compute tasks and one I/O-heavy task; §5: a budget
-//! shared by a group. Report schema `rtmgr.budget/1` (crate::report::budget).
+//! shared by a group. Report schema `rtmgr.budget/1` (crate::budget).
 
 mod summary;
 mod tasks;
 pub mod taskset;
 
-use super::session::{machine_lock, stop_flag, STOP_SIGNALS};
-use super::{bad_input, Error, Reporter, Result};
-use crate::report::budget::{BudgetReport, BudgetRun, BUDGET_SCHEMA};
+use crate::budget::{BudgetReport, BudgetRun, BUDGET_SCHEMA};
+use crate::experiment::session::{machine_lock, stop_flag, STOP_SIGNALS};
+use crate::experiment::{bad_input, Error, Reporter, Result};
 use rtmgr_linux::Host;
 use rtmgr_rt::periodic::SoftVariant;
 use serde::Serialize;

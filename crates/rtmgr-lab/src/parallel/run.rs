@@ -3,9 +3,9 @@
 //! CPU, one level after the other, each level merged into one distribution
 //! (average, p99.999, maximum).
 
-use super::latency::{self, LatencyConfig};
-use super::{bad_input, Reporter, Result, Session};
-use crate::report::parallel::{ParallelLevel, ParallelSweep, PARALLEL_SCHEMA};
+use super::{ParallelLevel, ParallelSweep, PARALLEL_SCHEMA};
+use crate::experiment::latency::{self, LatencyConfig};
+use crate::experiment::{bad_input, Reporter, Result, Session};
 use crate::report::Header;
 
 /// Checks that need no machine (before the session opens).

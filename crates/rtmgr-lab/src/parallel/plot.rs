@@ -1,8 +1,8 @@
 //! McKenney §3 Fig. 8: average, p99.999 and maximum latency (log scale)
 //! against the number of parallel real-time tasks.
 
-use super::{fmt_us, Frame, COLORS};
-use crate::report::parallel::{ParallelLevel, P99999};
+use super::{ParallelLevel, P99999};
+use crate::plot::{fmt_us, Frame, COLORS};
 
 pub fn parallel_svg(title: &str, levels: &[ParallelLevel]) -> String {
     type Pick = fn(&ParallelLevel) -> Option<f64>;

@@ -4,7 +4,7 @@
 
 use super::taskset::{ns, spec, TaskSpec};
 use super::Mode;
-use crate::report::budget::BudgetTaskResult;
+use crate::budget::BudgetTaskResult;
 use rtmgr_rt::periodic::{PeriodRecord, TaskStats};
 
 /// Periods dropped at the start of each round (learning / start-up).
@@ -154,8 +154,8 @@ pub fn group_spec(set: &[TaskSpec], mode: Mode) -> Vec<TaskSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plot::budget_rates_svg;
-    use crate::report::budget::BudgetRun;
+    use crate::budget::budget_rates_svg;
+    use crate::budget::BudgetRun;
 
     #[test]
     fn group_records_are_summed_per_period() {

@@ -2,7 +2,11 @@
 //! multiply beside a cache-thrashing neighbour; §5.3: small reads beside a
 //! dd/find-like I/O load): conditions measured in interleaved rounds, each
 //! an execution-time distribution, compared as ratios. Schema
-//! `rtmgr.measure.resources/1` (docs/report-schema.md).
+//! `rtmgr.measure.resources/1` (docs/report-schema.md). This file is the
+//! report (pure); `run` measures the rounds and `contend` holds the workloads.
+
+pub mod contend;
+pub mod run;
 
 use rtmgr_core::stats::Hist;
 use serde::Serialize;

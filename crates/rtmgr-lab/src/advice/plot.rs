@@ -2,8 +2,8 @@
 //! slowdown) against work-unit duration, log-log, one curve per
 //! configuration, the crossovers marked.
 
-use super::{esc, Frame, COLORS, H, MB, MT};
 use crate::advice::curves::KindCurves;
+use crate::plot::{esc, Frame, COLORS, H, MB, MT};
 use std::fmt::Write as _;
 
 fn duration_label(ns: f64) -> String {

@@ -6,13 +6,11 @@
 //! round by round, reported as ratios. Where resctrl or the NRT cgroups are
 //! missing, the report says what that part would measure.
 
-use super::session::check_cpus;
-use super::{bad_input, Reporter, Result, Session};
-use crate::measure::contend::{cache_bytes, matmul, rt_pass, Neighbours, ReadTarget};
+use super::contend::{cache_bytes, matmul, rt_pass, Neighbours, ReadTarget};
+use crate::experiment::session::check_cpus;
+use crate::experiment::{bad_input, Reporter, Result, Session};
 use crate::measure::probe::max_fifo_priority;
-use crate::report::resources::{
-    ratio, CachePart, Condition, IoPart, ResourcesReport, RESOURCES_SCHEMA,
-};
+use crate::resources::{ratio, CachePart, Condition, IoPart, ResourcesReport, RESOURCES_SCHEMA};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::resources::{nrt, resctrl};

@@ -1,6 +1,12 @@
 //! `rtmgr measure budget`'s report (schema `rtmgr.budget/1`, documented in
 //! docs/report-schema.md): budget-based RTAI §4.1 enforcement overhead and
-//! §4.2 budget rate per task and enforcement mode, and its text table.
+//! §4.2 budget rate per task and enforcement mode, and its text table (pure);
+//! `plot` draws the rates and `run` measures them.
+
+mod plot;
+pub mod run;
+
+pub use plot::budget_rates_svg;
 
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;

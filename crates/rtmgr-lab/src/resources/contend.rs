@@ -4,8 +4,8 @@
 //! neighbours (a cache thrasher, a sequential writer and a metadata walker)
 //! as threads pinned to another CPU until stopped.
 
-use super::probe::setup_rt_thread;
-use super::{mono_ns, sleep_until, MeasureError, Result};
+use crate::measure::probe::setup_rt_thread;
+use crate::measure::{mono_ns, sleep_until, MeasureError, Result};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::sched::{self, Policy};

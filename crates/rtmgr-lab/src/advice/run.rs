@@ -4,11 +4,11 @@
 //! evaluate report gives the tail per configuration, a cost report the
 //! slowdowns). The flow itself is pure: `crate::advice::advise`.
 
-use super::{bad_input, Error, Result};
 use crate::advice::{
     cost_from_report, evaluate_run, parse_meminfo, steal_share, tail_from_evaluate, Facts,
 };
 use crate::cost::{CostReport, COST_SCHEMA};
+use crate::experiment::{bad_input, Error, Result};
 use crate::report::{Report, SCHEMA};
 use rtmgr_core::admission::DEFAULT_CAP;
 use rtmgr_linux::Host;

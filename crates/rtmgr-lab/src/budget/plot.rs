@@ -1,7 +1,7 @@
 //! Budget-based RTAI Fig. 6: budget rate (%) per period, one panel per task
 //! (rows) and enforcement mode (columns); the grey band is the tolerance.
 
-use crate::report::budget::BudgetRun;
+use crate::budget::BudgetRun;
 use std::fmt::Write as _;
 
 pub fn budget_rates_svg(runs: &[&BudgetRun]) -> String {
