@@ -37,6 +37,7 @@ pub mod measure;
 pub mod partition;
 pub mod preload;
 pub mod resources;
+pub mod saved_attr;
 pub mod sched;
 pub mod snapshot;
 pub mod status;

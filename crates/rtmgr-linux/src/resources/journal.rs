@@ -6,8 +6,8 @@
 //! ignored (its change was never made). Per-grant changes (ioprio, cache
 //! group membership) live in the grant's own record.
 
-use crate::daemon::journal::SavedAttr;
 use crate::host::{Host, Result};
+use crate::saved_attr::SavedAttr;
 use crate::tasks;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
