@@ -25,6 +25,7 @@ pub mod cgroup;
 pub mod classify;
 pub mod cpus;
 pub mod daemon;
+pub mod drift;
 pub mod experiment;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
@@ -36,6 +37,7 @@ pub mod lock;
 pub mod measure;
 pub mod partition;
 pub mod preload;
+pub mod resource_records;
 pub mod resources;
 pub mod saved_attr;
 pub mod sched;

@@ -1,10 +1,12 @@
 //! Knobs that are plain control files (sysctls, sysfs masks, as tuned's sysctl
 //! and sysfs plugins): what each file is and becomes is found once, read-only
 //! (`FileKnob::find`); `preview` shows it, `apply` journals each old value and
-//! writes the new one, reset writes the old values back.
+//! writes the new one, reset writes the old values back; `verify` finds them
+//! again and reports each that no longer holds its new value.
 
-use super::knob::{ApplyCx, Knob, PreviewCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, VerifyCx};
 use super::{crash_point, Result};
+use crate::drift::{self, Drift};
 use crate::{cpus, Host};
 use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy, PartitionPlan};
 use std::path::PathBuf;
@@ -60,6 +62,18 @@ impl<T: FileKnob> Knob for T {
 
     fn watched(&self, host: &Host) -> Vec<PathBuf> {
         self.watched_files(host)
+    }
+
+    /// Every file it would set now that does not hold its new value.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let Ok((_, files)) = self.find(cx.host, &cx.applied.plan).split() else {
+            return Vec::new();
+        };
+        let name = self.knob().name();
+        files
+            .iter()
+            .filter_map(|s| drift::file(cx.host, name, &s.label, &s.path, &s.new))
+            .collect()
     }
 }
 
@@ -148,7 +162,11 @@ fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
             continue;
         }
         let new = s.new.clone();
-        match cx.set_file(knob.name(), &s.path, |_| new)? {
+        let written = cx.set_file(knob.name(), &s.path, |_| new)?;
+        if let Some(w) = &written {
+            drift::check_held(cx.host, cx.journal, knob.name(), &s.path, &s.new, w.is_ok())?;
+        }
+        match written {
             Some(Ok(())) => cx.say(change(s)),
             Some(Err(e)) => {
                 cx.say(format!("{}: refused ({e})", s.label));

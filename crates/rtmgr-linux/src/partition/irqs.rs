@@ -2,10 +2,12 @@
 //! DROPS §4.1: the manager owns interrupts): every IRQ's smp_affinity goes to
 //! the NRT CPUs, or where `[irq]` in the config says. The kernel refuses
 //! managed and per-CPU interrupts; those are reported. Undo writes the raw
-//! masks back.
+//! masks back. Verify finds IRQs pointing at RT CPUs again (irqbalance, a
+//! driver, by hand); repair steers them back to the NRT CPUs.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{crash_point, Result};
+use crate::drift::{Drift, Fix};
 use crate::irq;
 use crate::journal::Record;
 use rtmgr_core::partition::{irq_target, KnobId, KnobReport};
@@ -96,6 +98,50 @@ impl Knob for Irqs {
         );
         cx.say(line);
         Ok(())
+    }
+
+    /// IRQs the partition sends to the NRT CPUs that may fire on an RT CPU
+    /// again; those the config leaves alone or sends to the RT CPUs, and
+    /// those steered there since (`exempt_irqs`), are not looked at. IRQs
+    /// the kernel refuses to move (managed) stay drifted: repair tries them
+    /// each time and counts only the moved.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let (host, plan) = (cx.host, &cx.applied.plan);
+        let mut out = Vec::new();
+        for n in irq::numbers(host).unwrap_or_default() {
+            if cx.exempt_irqs.contains(&n)
+                || plan.irq_leave.contains(&n)
+                || plan.irq_rt.contains(&n)
+            {
+                continue;
+            }
+            let Ok(aff) = irq::affinity(host, n) else {
+                continue;
+            };
+            if aff.is_disjoint(&plan.rt) {
+                continue;
+            }
+            out.push(Drift {
+                knob: self.name(),
+                what: format!("IRQ {n} may fire on CPUs {aff}"),
+                fix: Fix::Irq {
+                    irq: n,
+                    target: plan.nrt.clone(),
+                },
+            });
+        }
+        out
+    }
+
+    /// Steer them back; their masks before apply are journalled already.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        Ok(drift
+            .iter()
+            .filter(|d| match &d.fix {
+                Fix::Irq { irq: n, target } => irq::set_affinity(cx.host, *n, target).is_ok(),
+                _ => false,
+            })
+            .count())
     }
 
     fn undo(&self, cx: &mut UndoCx<'_>) {

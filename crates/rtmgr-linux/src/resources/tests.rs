@@ -57,9 +57,18 @@ fn put(m: &FakeMachine, p: &str, s: &str) {
 fn started(m: &FakeMachine, config: &str) -> (crate::Host, Resources) {
     let host = m.host();
     let p = prepare(&host, &cfg(config)).unwrap();
-    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let jp = partition_journal(&host);
     let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     (host, r)
+}
+
+/// An empty partition journal for the resource knobs to be journalled in.
+pub(crate) fn partition_journal(host: &crate::Host) -> &'static Path {
+    let jp = Path::new("/run/rtmgr/journal.jsonl");
+    if !host.exists(jp) {
+        crate::journal::Journal::create(host, jp).unwrap();
+    }
+    jp
 }
 
 fn cfg(text: &str) -> ResourcesConfig {
@@ -78,7 +87,7 @@ fn nrt_limits_are_journalled_applied_and_restored() {
     let m = machine();
     let host = m.host();
     let p = prepare(&host, &cfg("nrt_memory_limit = \"4G\"\nnrt_io_weight = 50")).unwrap();
-    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let jp = partition_journal(&host);
     let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     let soft = "/sys/fs/cgroup/memory/user.slice/memory.soft_limit_in_bytes";
     assert_eq!(read(&m, soft), (4 * GIB).to_string());
@@ -95,7 +104,7 @@ fn nrt_limits_are_journalled_applied_and_restored() {
     // kill -9 here: the next start undoes the leftovers before it applies.
     let again = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     assert_eq!(again.status, r.status);
-    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert!(knobs::undo(&host, jp).unwrap().is_empty());
     assert_eq!(read(&m, soft), "9223372036854771712");
     assert_eq!(
         read(&m, "/sys/fs/cgroup/blkio/user.slice/blkio.bfq.weight"),
@@ -131,7 +140,7 @@ fn bad_or_impossible_configs_are_refused_before_anything_changes() {
     let r = start(
         &bare.host(),
         &p,
-        Path::new("/run/rtmgr/resources.jsonl"),
+        partition_journal(&bare.host()),
         &rtmgr_core::CpuSet::single(1),
     )
     .unwrap();
@@ -206,7 +215,7 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
     with_resctrl(&m);
     let host = m.host();
     let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
-    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let jp = partition_journal(&host);
     let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     assert!(
         r.status["cache"].contains("10 of 20 ways"),
@@ -245,7 +254,7 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
     assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
     // Another group of that name at start: refused before anything changes.
     assert!(prepare(&host, &cfg("rt_cache_share = 0.5")).is_err());
-    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert!(knobs::undo(&host, jp).unwrap().is_empty());
     assert!(!host.exists("/sys/fs/resctrl/rtmgr-rt"));
     assert_eq!(
         read(&m, "/sys/fs/resctrl/schemata"),
