@@ -55,3 +55,7 @@ pub fn repair(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;
