@@ -9,7 +9,7 @@ use super::{crash_point, Result};
 use crate::drift::{self, Drift};
 use crate::{cpus, Host};
 use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy, PartitionPlan};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A knob made of control files: say what it is, find what it would set.
 pub(super) trait FileKnob: Sync {
@@ -18,6 +18,14 @@ pub(super) trait FileKnob: Sync {
     fn reason(&self) -> &'static str;
     /// The files it would set under `plan` and their new values; read-only.
     fn find(&self, host: &Host, plan: &PartitionPlan) -> Found;
+    /// What `verify` expects now: by default the files `find` finds (those
+    /// it `journalled` are among them). Read-only.
+    fn expected(&self, host: &Host, plan: &PartitionPlan, _journalled: &[&Path]) -> Vec<Setting> {
+        self.find(host, plan)
+            .split()
+            .map(|(_, files)| files)
+            .unwrap_or_default()
+    }
     /// Every file it could set, for snapshots: by default its files under a
     /// plan where every online CPU is both RT and NRT.
     fn watched_files(&self, host: &Host) -> Vec<PathBuf> {
@@ -66,11 +74,9 @@ impl<T: FileKnob> Knob for T {
 
     /// Every file it would set now that does not hold its new value.
     fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
-        let Ok((_, files)) = self.find(cx.host, &cx.applied.plan).split() else {
-            return Vec::new();
-        };
         let name = self.knob().name();
-        files
+        let journalled = cx.journalled_files(name);
+        self.expected(cx.host, &cx.applied.plan, &journalled)
             .iter()
             .filter_map(|s| drift::file(cx.host, name, &s.label, &s.path, &s.new))
             .collect()
