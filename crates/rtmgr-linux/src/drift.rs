@@ -85,20 +85,20 @@ pub fn unheld(records: &[Record]) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+/// How a knob compares what a file shows with what it wrote (`same_value`
+/// for the partition's files).
+pub type Holds = fn(&str, &str) -> bool;
+
 /// After a knob wrote `want` to `path` (`written` the write's outcome):
 /// journal `Unheld` unless the file holds it now. Ok(true): it does.
 pub fn check_held(
     host: &Host,
     journal: &mut Journal,
-    knob: &str,
-    path: &Path,
-    want: &str,
+    (knob, path, want): (&str, &Path, &str),
     written: bool,
+    holds: Holds,
 ) -> Result<bool> {
-    let held = written
-        && host
-            .read_opt(path)
-            .is_some_and(|now| same_value(&now, want));
+    let held = written && host.read_opt(path).is_some_and(|now| holds(&now, want));
     if !held {
         journal.record(&Record::Unheld {
             path: path.into(),
@@ -109,8 +109,9 @@ pub fn check_held(
 }
 
 /// Repair a `File` or `Owned` drift: Ok(true) when the file holds the wanted
-/// value again; other fixes are the knob's own (Ok(false) here).
-pub fn rewrite(host: &Host, journal: &mut Journal, d: &Drift) -> Result<bool> {
+/// value again (compared by `holds`); other fixes are the knob's own
+/// (Ok(false) here).
+pub fn rewrite(host: &Host, journal: &mut Journal, d: &Drift, holds: Holds) -> Result<bool> {
     match &d.fix {
         Fix::Owned { path, want } => Ok(host.write(path, want).is_ok()),
         Fix::File { path, want } => {
@@ -123,7 +124,7 @@ pub fn rewrite(host: &Host, journal: &mut Journal, d: &Drift) -> Result<bool> {
                 knob: Some(d.knob.into()),
             })?;
             let written = host.write(path, want).is_ok();
-            check_held(host, journal, d.knob, path, want, written)
+            check_held(host, journal, (d.knob, path, want), written, holds)
         }
         _ => Ok(false),
     }
@@ -153,11 +154,12 @@ mod tests {
         let mut j = Journal::create(&host, jp).unwrap();
         assert!(file(&host, "timer_migration", "t", path, "1").is_none());
         let d = file(&host, "timer_migration", "t", path, "0").unwrap();
-        assert!(rewrite(&host, &mut j, &d).unwrap());
+        assert!(rewrite(&host, &mut j, &d, same_value).unwrap());
         assert_eq!(host.read(path).unwrap().trim(), "0");
         assert!(file(&host, "timer_migration", "t", path, "0").is_none());
         // A value the kernel does not keep: Unheld, once.
-        assert!(!check_held(&host, &mut j, "timer_migration", path, "5", true).unwrap());
+        let tm = ("timer_migration", path, "5");
+        assert!(!check_held(&host, &mut j, tm, true, same_value).unwrap());
         let recs = crate::journal::read(&host, jp).unwrap().unwrap();
         assert_eq!(recs.len(), 2, "{recs:?}");
         assert!(unheld(&recs).contains(path));

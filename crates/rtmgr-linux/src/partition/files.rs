@@ -170,7 +170,8 @@ fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
         let new = s.new.clone();
         let written = cx.set_file(knob.name(), &s.path, |_| new)?;
         if let Some(w) = &written {
-            drift::check_held(cx.host, cx.journal, knob.name(), &s.path, &s.new, w.is_ok())?;
+            let what = (knob.name(), s.path.as_path(), s.new.as_str());
+            drift::check_held(cx.host, cx.journal, what, w.is_ok(), drift::same_value)?;
         }
         match written {
             Some(Ok(())) => cx.say(change(s)),

@@ -182,7 +182,7 @@ pub(super) trait Knob: Sync {
     fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
         let mut n = 0;
         for d in drift {
-            n += usize::from(drift::rewrite(cx.host, cx.journal, d)?);
+            n += usize::from(drift::rewrite(cx.host, cx.journal, d, drift::same_value)?);
         }
         Ok(n)
     }

@@ -23,14 +23,37 @@ pub struct Held {
     pub owned: bool,
 }
 
+/// The kernel rounds a memory limit down to its page size (at most 64 KiB).
+const PAGE_SLACK: u64 = 64 * 1024;
+
+/// The number a control file shows: bare, or on its `default N` line
+/// (`io.weight`, `io.bfq.weight` of cgroup v2).
+fn number(text: &str) -> Option<u64> {
+    let t = text.trim();
+    t.parse().ok().or_else(|| {
+        t.lines()
+            .find_map(|l| l.trim().strip_prefix("default ")?.trim().parse().ok())
+    })
+}
+
+/// Whether a resource file shows what was written to it: a schemata by its
+/// L3 masks (the kernel pads them and shows other resources beside them), a
+/// number as the kernel keeps it (weights on their `default` line, memory
+/// limits rounded down to a page), anything else as the same text or CPUs.
+fn holds(now: &str, want: &str) -> bool {
+    if let Some(masks) = cache::l3_masks(want) {
+        return cache::l3_masks(now) == Some(masks);
+    }
+    match (number(now), number(want)) {
+        (Some(n), Some(w)) => n <= w && w - n < PAGE_SLACK,
+        _ => drift::same_value(now, want),
+    }
+}
+
 impl Held {
     fn drift(&self, host: &Host) -> Option<Drift> {
         let now = host.read_opt(&self.path)?;
-        let held = match cache::l3_masks(&self.want) {
-            // A schemata: the kernel pads the masks and shows other resources.
-            Some(want) => cache::l3_masks(&now) == Some(want),
-            None => drift::same_value(&now, &self.want),
-        };
+        let held = holds(&now, &self.want);
         let (path, want) = (self.path.clone(), self.want.clone());
         (!held).then(|| Drift {
             knob: self.knob.name(),
@@ -103,7 +126,7 @@ pub fn repair(
     let mut j = Journal::append_to(host, partition_journal)?;
     let mut out: Vec<(&'static str, usize)> = Vec::new();
     for d in drift {
-        let n = usize::from(drift::rewrite(host, &mut j, d)?);
+        let n = usize::from(drift::rewrite(host, &mut j, d, holds)?);
         match out.iter_mut().find(|(k, _)| *k == d.knob) {
             Some((_, sum)) => *sum += n,
             None => out.push((d.knob, n)),
@@ -153,4 +176,22 @@ pub fn restore_legacy(host: &Host, partition_journal: &Path) -> Result<Vec<Strin
         }
     }
     Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds;
+
+    #[test]
+    fn resource_files_hold_what_the_kernel_shows_for_what_was_written() {
+        assert!(holds("default 50\n8:0 200\n", "default 50"));
+        assert!(holds("default 50\n", "50"));
+        assert!(!holds("default 100\n", "default 50"));
+        assert!(holds("999997440\n", "1000000000"));
+        assert!(!holds("9223372036854771712\n", "4294967296"));
+        assert!(holds("-1\n", "-1"));
+        assert!(!holds("950000\n", "-1"));
+        assert!(holds("    MB:0=100\n    L3:0=003ff\n", "L3:0=3ff"));
+        assert!(!holds("L3:0=fffff", "L3:0=3ff"));
+    }
 }
