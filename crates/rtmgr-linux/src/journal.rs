@@ -7,6 +7,7 @@
 
 use crate::cgroup::Layout;
 use crate::host::{Host, HostError, Result};
+use crate::saved_attr::SavedAttr;
 use rtmgr_core::partition::{ApplyReport, PartitionPlan};
 use rtmgr_core::CpuSet;
 use serde::{Deserialize, Serialize};
@@ -69,6 +70,26 @@ pub enum Record {
     },
     /// Apply finished; the partition is complete.
     Applied { report: ApplyReport },
+    /// A file the kernel refused or did not keep at the value a knob wrote:
+    /// its knob's `verify` does not expect that value there any more.
+    Unheld { path: PathBuf, knob: String },
+    /// A directory (the resctrl group of the `cache` resource knob) about to
+    /// be created; reset removes it. (Also the record of an older rtmgr's
+    /// resources.jsonl, which named no knob.)
+    Dir {
+        path: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        knob: Option<String>,
+    },
+    /// A kernel thread about to be boosted by the starvation guard, with its
+    /// old scheduling attributes; reset puts them back unless `Unboost` follows.
+    Boost {
+        tid: u32,
+        start_time: u64,
+        old: SavedAttr,
+    },
+    /// That boost was put back.
+    Unboost { tid: u32 },
 }
 
 /// Append-only writer.

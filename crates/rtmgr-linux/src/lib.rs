@@ -28,6 +28,7 @@ pub mod cgroup;
 pub mod classify;
 pub mod cpus;
 pub mod daemon;
+pub mod drift;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod host;
@@ -37,8 +38,10 @@ pub mod launch;
 pub mod lock;
 pub mod partition;
 pub mod preload;
+pub mod resource_records;
 pub mod resources;
 pub mod rt_thread;
+pub mod saved_attr;
 pub mod sched;
 pub mod snapshot;
 pub mod status;

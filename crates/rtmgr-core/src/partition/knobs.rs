@@ -90,6 +90,57 @@ impl std::fmt::Display for KnobId {
     }
 }
 
+/// A machine-wide `[resources]` setting of the daemon, kept as a knob in the
+/// partition journal beside the partition's own (DROPS §4.1, §4.3, §4.4: the
+/// manager owns memory, I/O and cache too; stalld's throttling and boosts).
+/// The order is the order the daemon applies them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKnobId {
+    /// The NRT cgroups' memory limit (`nrt_memory_limit`).
+    NrtMemory,
+    /// The NRT cgroups' I/O weight (`nrt_io_weight`).
+    NrtIoWeight,
+    /// The resctrl L3 split (`rt_cache_share`).
+    Cache,
+    /// RT throttling lifted while the starvation guard runs.
+    RtThrottling,
+    /// The starvation guard's temporary SCHED_DEADLINE boosts.
+    StarvationBoosts,
+}
+
+impl ResourceKnobId {
+    pub const ALL: [ResourceKnobId; 5] = [
+        ResourceKnobId::NrtMemory,
+        ResourceKnobId::NrtIoWeight,
+        ResourceKnobId::Cache,
+        ResourceKnobId::RtThrottling,
+        ResourceKnobId::StarvationBoosts,
+    ];
+
+    /// The stable name (journal, metrics, logs); never a partition knob's.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResourceKnobId::NrtMemory => "nrt_memory",
+            ResourceKnobId::NrtIoWeight => "nrt_io_weight",
+            ResourceKnobId::Cache => "cache",
+            ResourceKnobId::RtThrottling => "rt_throttling",
+            ResourceKnobId::StarvationBoosts => "starvation_boosts",
+        }
+    }
+
+    /// The resource knob of a journalled name.
+    pub fn named(name: &str) -> Option<ResourceKnobId> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl std::fmt::Display for ResourceKnobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What `partition apply` does beside a running irqbalance, which rewrites
 /// IRQ affinities every 10 s (`--irqbalance`, `irqbalance =` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -180,6 +231,17 @@ mod tests {
         let mut sorted = KnobId::ALL;
         sorted.sort();
         assert_eq!(sorted, KnobId::ALL, "ALL is in apply (declaration) order");
+    }
+
+    #[test]
+    fn resource_knob_names_are_the_serde_names_and_no_partition_knob_s() {
+        for k in ResourceKnobId::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.name()));
+            assert_eq!(ResourceKnobId::named(k.name()), Some(k));
+            assert!(KnobId::ALL.iter().all(|p| p.name() != k.name()), "{k}");
+        }
+        assert_eq!(ResourceKnobId::named("irqs"), None);
     }
 
     #[test]

@@ -93,9 +93,37 @@ pub fn l3_line(domains: &[u32], mask: u64) -> String {
     format!("L3:{}", parts.join(";"))
 }
 
+/// The L3 masks of a schemata, by domain ("L3:0=003ff;1=3ff" → [(0, 0x3ff),
+/// (1, 0x3ff)]): the kernel pads what it shows, so schemata compare by these.
+pub fn l3_masks(schemata: &str) -> Option<Vec<(u32, u64)>> {
+    let line = schemata
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("L3:"))?;
+    line.split(';')
+        .map(|d| {
+            let (id, mask) = d.split_once('=')?;
+            Some((id.trim().parse().ok()?, parse_mask(mask).ok()?))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn l3_masks_compare_padded_and_bare() {
+        let shown = "    MB:0=100\n    L3:0=003ff;1=fffff\n";
+        assert_eq!(l3_masks(shown), Some(vec![(0, 0x3ff), (1, 0xfffff)]));
+        assert_eq!(
+            l3_masks(shown),
+            l3_masks(&l3_line(&[0, 1], 0x3ff)).map(|mut v| {
+                v[1].1 = 0xfffff;
+                v
+            })
+        );
+        assert_eq!(l3_masks("MB:0=100"), None);
+    }
 
     #[test]
     fn halves_of_twenty_ways_are_contiguous_and_disjoint() {

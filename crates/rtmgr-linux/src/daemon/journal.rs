@@ -9,7 +9,6 @@
 use crate::host::{Host, HostError, Limit, LimitKind, Result};
 use rtmgr_core::admission::Demand;
 use rtmgr_core::CpuSet;
-use rtmgr_sys::sched::SchedAttr;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,45 +17,7 @@ pub const GRANTS_VERSION: u32 = 1;
 /// Compact the file once this many released grants are in it.
 const COMPACT_AFTER: usize = 64;
 
-/// A thread's scheduling attributes as journalled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct SavedAttr {
-    pub policy: u32,
-    pub flags: u64,
-    pub nice: i32,
-    pub priority: u32,
-    pub runtime: u64,
-    pub deadline: u64,
-    pub period: u64,
-}
-
-impl From<SchedAttr> for SavedAttr {
-    fn from(a: SchedAttr) -> Self {
-        SavedAttr {
-            policy: a.policy,
-            flags: a.flags,
-            nice: a.nice,
-            priority: a.priority,
-            runtime: a.runtime,
-            deadline: a.deadline,
-            period: a.period,
-        }
-    }
-}
-
-impl From<SavedAttr> for SchedAttr {
-    fn from(a: SavedAttr) -> Self {
-        SchedAttr {
-            policy: a.policy,
-            flags: a.flags,
-            nice: a.nice,
-            priority: a.priority,
-            runtime: a.runtime,
-            deadline: a.deadline,
-            period: a.period,
-        }
-    }
-}
+pub use crate::saved_attr::SavedAttr;
 
 /// One thread before its grant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -173,12 +173,7 @@ fn run(
         true => Some(rtkit::start(&cfg.rtkit, stop.clone()).map_err(ServeError::Rtkit)?),
         false => None,
     };
-    let resources = crate::resources::start(
-        host,
-        resources,
-        &crate::resources::journal::path_beside(&applied.journal),
-        &applied.plan.rt,
-    )?;
+    let resources = crate::resources::start(host, resources, &applied.journal, &applied.plan.rt)?;
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
@@ -217,12 +212,15 @@ fn run(
     } else {
         "off".into()
     };
-    let rj = crate::resources::journal::path_beside(&applied.journal);
     let events = m.metrics.clone().map(|mx| crate::balance::EventSink(mx));
-    let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, &rj, events)?;
+    let pj = &applied.journal;
+    let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, pj, events)?;
     let line = guard
         .as_ref()
         .map_or("off ([starvation] enabled = false)".into(), |g| g.1.clone());
+    m.resources
+        .held
+        .extend(guard.iter().filter_map(|g| g.0.held.clone()));
     m.resources.status.insert("starvation".into(), line);
     notify::ready(&format!(
         "RT CPUs {}, {} reservation(s) adopted; listening on {}",

@@ -2,17 +2,16 @@
 //! §2.1): what changed behind the daemon's back since the last look, and its
 //! repair — grants that drifted in any step (`grant::drift`: cpuset,
 //! affinity, limits, steered IRQ, ioprio, cache group, policy; irqbalance
-//! rewriting a steered IRQ, say), partition IRQ masks that point at RT
-//! CPUs again, new tasks or unbound kernel threads allowed on RT and NRT CPUs
-//! at once (their old affinity is journalled in the partition journal so
-//! `reset` gives it back), RT CPUs going offline (their grants are revoked)
-//! and coming back (their per-CPU cpuset is rebuilt).
+//! rewriting a steered IRQ, say), RT CPUs going offline (their grants are
+//! revoked) and coming back (their per-CPU cpuset is rebuilt); and every
+//! knob of the partition and of `[resources]` verified, what drifted
+//! re-applied through the knob (journalled first, so `reset` still gives
+//! back what was there before the partition).
 
 use super::domains;
 use super::grant;
 use super::manager::Manager;
-use crate::journal::{Journal, Record, TaskBefore};
-use crate::{cgroup, cpus, irq, tasks, Host};
+use crate::{cpus, partition, resources, tasks};
 use rtmgr_core::CpuSet;
 
 /// Look for drift once and repair it; counts go to `status`.
@@ -53,10 +52,44 @@ pub fn reconcile(m: &mut Manager) {
         .values()
         .filter_map(|g| g.irq.as_ref().map(|i| i.0))
         .collect();
-    let n = partition_irqs(&m.host, &m.applied.plan, &steered);
-    add(m, "irq_masks_restored", n);
-    let n = spanning_tasks(m);
-    add(m, "tasks_narrowed", n);
+    knobs(m, &steered);
+}
+
+/// Verify every knob the partition applied and every `[resources]` knob,
+/// re-apply what drifted, and count the repairs by kind.
+fn knobs(m: &mut Manager, steered: &[u32]) {
+    let (host, applied) = (&m.host, &m.applied);
+    let partition = partition::verify(host, applied, steered)
+        .and_then(|d| partition::repair(host, applied, &d));
+    let held = &m.resources.held;
+    let resources = resources::knobs::verify(host, &applied.journal, held)
+        .and_then(|d| resources::knobs::repair(host, &applied.journal, &d));
+    for done in [
+        partition.map_err(|e| e.to_string()),
+        resources.map_err(|e| e.to_string()),
+    ] {
+        match done {
+            Ok(repaired) => {
+                for (knob, n) in repaired {
+                    if n > 0 {
+                        tracing::info!("drift: {n} item(s) of knob {knob} re-applied");
+                    }
+                    add(m, &drift_kind(knob), n as u64);
+                }
+            }
+            Err(e) => tracing::warn!("drift repair of the knobs: {e}"),
+        }
+    }
+}
+
+/// The metrics' and `status`'s name of a knob's drift repairs (the names of
+/// the IRQ and task repairs predate knobs).
+fn drift_kind(knob: &str) -> String {
+    match knob {
+        "irqs" => "irq_masks_restored".into(),
+        "tasks" => "tasks_narrowed".into(),
+        k => format!("{k}_restored"),
+    }
 }
 
 fn bump(m: &mut Manager, what: &str) {
@@ -99,79 +132,4 @@ fn cpus_online(m: &mut Manager, online: &CpuSet) {
             bump(m, "rt_cpu_online");
         }
     }
-}
-
-/// IRQs the partition steered to the NRT CPUs that point at RT CPUs again.
-fn partition_irqs(
-    host: &Host,
-    plan: &rtmgr_core::partition::PartitionPlan,
-    steered: &[u32],
-) -> u64 {
-    let mut n = 0;
-    for i in irq::numbers(host).unwrap_or_default() {
-        if steered.contains(&i) || plan.irq_leave.contains(&i) || plan.irq_rt.contains(&i) {
-            continue;
-        }
-        let Ok(aff) = irq::affinity(host, i) else {
-            continue;
-        };
-        if aff.is_disjoint(&plan.rt) {
-            continue;
-        }
-        // Managed IRQs refuse; the partition listed them already.
-        if irq::set_affinity(host, i, &plan.nrt).is_ok() {
-            n += 1;
-        }
-    }
-    n
-}
-
-/// Tasks allowed on RT and NRT CPUs at once (a new task in another cpuset,
-/// an affinity reset by hand): narrowed to their NRT part after journalling
-/// their affinity. Tasks pinned to RT CPUs only (RT0 tasks, guests of the
-/// balancer, the daemon's grants) are left alone.
-fn spanning_tasks(m: &mut Manager) -> u64 {
-    let (rt, nrt) = (m.applied.plan.rt.clone(), m.applied.plan.nrt.clone());
-    let me = std::process::id();
-    let mut found = Vec::new();
-    for t in tasks::all(&m.host).unwrap_or_default() {
-        if t.pid == me || t.no_setaffinity {
-            continue;
-        }
-        if t.kthread && m.applied.plan.kernel_threads == rtmgr_core::partition::KthreadPolicy::Leave
-        {
-            continue;
-        }
-        let Ok(aff) = m.host.get_affinity(t.tid) else {
-            continue;
-        };
-        if aff.is_disjoint(&rt) || aff.is_disjoint(&nrt) {
-            continue;
-        }
-        found.push((t, aff));
-    }
-    if found.is_empty() {
-        return 0;
-    }
-    let before: Vec<TaskBefore> = found
-        .iter()
-        .map(|(t, aff)| TaskBefore {
-            tid: t.tid,
-            start_time: t.start_time,
-            cgroup: cgroup::task_cgroup(&m.host, &m.applied.layout, t.tid),
-            affinity: aff.clone(),
-        })
-        .collect();
-    let journalled = Journal::append_to(&m.host, &m.applied.journal)
-        .and_then(|mut j| j.record(&Record::Tasks { tasks: before }));
-    if journalled.is_err() {
-        return 0;
-    }
-    let mut n = 0;
-    for (t, aff) in found {
-        if m.host.set_affinity(t.tid, &aff.difference(&rt)).is_ok() {
-            n += 1;
-        }
-    }
-    n
 }

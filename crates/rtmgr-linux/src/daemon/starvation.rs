@@ -3,14 +3,16 @@
 //! a thread of the daemon samples the per-CPU kernel threads of the RT CPUs
 //! from /proc, asks the pure policy (`rtmgr_core::resources::starvation`)
 //! which are starved, boosts those with SCHED_DEADLINE for a few periods and
-//! puts them back — each boost journalled in the resources journal first, so
+//! puts them back — each boost journalled in the partition journal first, so
 //! stop, `rtmgr partition reset` and a restart after `kill -9` undo it. Only
 //! while it runs may RT throttling be lifted (`sched_rt_runtime_us = -1`).
 
 use crate::balance::EventSink;
 use crate::host::{Host, HostError};
-use crate::resources::journal::{Record, ResourceJournal};
+use crate::journal::{Journal, Record};
+use crate::resources::knobs::{self, Held};
 use crate::tasks;
+use rtmgr_core::partition::ResourceKnobId;
 use rtmgr_core::resources::starvation::{guarded_cpu, Sample, StarvationConfig, Tracker};
 use rtmgr_core::CpuSet;
 use rtmgr_sys::sched::{SchedAttr, SCHED_DEADLINE};
@@ -23,6 +25,8 @@ pub const RT_RUNTIME: &str = "/proc/sys/kernel/sched_rt_runtime_us";
 
 /// The running guard.
 pub struct Guard {
+    /// RT throttling as the `rt_throttling` knob keeps it, when lifted.
+    pub held: Option<Held>,
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<Vec<String>>,
 }
@@ -54,7 +58,7 @@ pub fn sample(host: &Host, rt: &CpuSet) -> Vec<Sample> {
 }
 
 /// Start the guard (None when disabled); lift RT throttling first when
-/// configured (journalled). `journal` is the resources journal; each boost
+/// configured (journalled). `journal` is the partition journal; each boost
 /// is also told to `events` (the daemon's metrics), by RT CPU.
 pub fn start(
     host: &Host,
@@ -66,17 +70,19 @@ pub fn start(
     if !cfg.enabled {
         return Ok(None);
     }
-    let mut j = ResourceJournal::open(host, journal)?;
+    let mut j = Journal::append_to(host, journal)?;
     let p = cfg.policy();
     let mut line = format!(
         "guard running on the kernel threads of RT CPUs {rt}: starved {} s → SCHED_DEADLINE {} µs every {} ms for {} s",
         cfg.threshold_s, cfg.boost_runtime_us, cfg.boost_period_ms, cfg.boost_s
     );
     let mut lifted = None;
+    let mut held = None;
     if cfg.lift_rt_throttling {
         match host.read_opt(RT_RUNTIME) {
             Some(old) => {
-                j.set_file(host, Path::new(RT_RUNTIME), "-1")?;
+                let knob = ResourceKnobId::RtThrottling;
+                held = knobs::set(host, &mut j, knob, Path::new(RT_RUNTIME), "-1")?;
                 line.push_str(&format!(
                     "; RT throttling lifted (sched_rt_runtime_us -1, was {})",
                     old.trim()
@@ -92,14 +98,14 @@ pub fn start(
         .name("rtmgr-starve".into())
         .spawn(move || run(&h, p, &rt, j, &s, lifted, events))
         .map_err(|e| crate::host::io_err("spawn", Path::new("rtmgr-starve"), e))?;
-    Ok(Some((Guard { stop, handle }, line)))
+    Ok(Some((Guard { held, stop, handle }, line)))
 }
 
 fn run(
     host: &Host,
     policy: rtmgr_core::resources::starvation::GuardPolicy,
     rt: &CpuSet,
-    mut j: ResourceJournal,
+    mut j: Journal,
     stop: &AtomicBool,
     lifted: Option<String>,
     events: Option<EventSink>,
@@ -153,7 +159,7 @@ fn run(
 
 fn boost(
     host: &Host,
-    j: &mut ResourceJournal,
+    j: &mut Journal,
     tid: u32,
     start_time: u64,
     p: &rtmgr_core::resources::starvation::GuardPolicy,
@@ -180,7 +186,7 @@ fn boost(
 
 fn unboost(
     host: &Host,
-    j: &mut ResourceJournal,
+    j: &mut Journal,
     key: (u32, u64),
     old: &mut BTreeMap<(u32, u64), SchedAttr>,
     problems: &mut Vec<String>,
@@ -222,7 +228,8 @@ mod tests {
         let rt = CpuSet::single(1);
         let s = sample(&host, &rt);
         assert_eq!(s.iter().map(|s| s.tid).collect::<Vec<_>>(), vec![22]);
-        let jp = Path::new("/run/rtmgr/resources.jsonl");
+        let jp = Path::new("/run/rtmgr/journal.jsonl");
+        Journal::create(&host, jp).unwrap();
         std::fs::create_dir_all(m.root().join("proc/sys/kernel")).unwrap();
         std::fs::write(
             m.root().join("proc/sys/kernel/sched_rt_runtime_us"),
@@ -236,10 +243,20 @@ mod tests {
         let (g, line) = start(&host, &cfg, &rt, jp, None).unwrap().unwrap();
         assert!(line.contains("was 950000"), "{line}");
         assert_eq!(host.read(RT_RUNTIME).unwrap().trim(), "-1");
+        assert_eq!(g.held.as_ref().map(|h| h.want.as_str()), Some("-1"));
+        // Lifted throttling is a knob: verified, repaired.
+        let held: Vec<Held> = g.held.iter().cloned().collect();
+        assert!(knobs::verify(&host, jp, &held).unwrap().is_empty());
+        host.write(RT_RUNTIME, "950000").unwrap();
+        let drift = knobs::verify(&host, jp, &held).unwrap();
+        assert_eq!(drift.len(), 1, "{drift:?}");
+        assert_eq!(
+            knobs::repair(&host, jp, &drift).unwrap(),
+            vec![("rt_throttling", 1)]
+        );
+        assert_eq!(host.read(RT_RUNTIME).unwrap().trim(), "-1");
         // kill -9 now: reset restores from the journal alone.
-        assert!(crate::resources::journal::restore(&host, jp)
-            .unwrap()
-            .is_empty());
+        assert!(knobs::undo(&host, jp).unwrap().is_empty());
         assert_eq!(host.read(RT_RUNTIME).unwrap().trim(), "950000");
         host.write(RT_RUNTIME, "-1").unwrap();
         assert!(g.stop().is_empty());

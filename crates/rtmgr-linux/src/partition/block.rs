@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 
 pub(super) struct Block;
 
+/// `rq_affinity` 2: completion work runs on the CPU that submitted the I/O.
+const RQ_SUBMITTER: &str = "2";
+
 fn rq_affinity(dev: &str) -> PathBuf {
     Path::new("/sys/block").join(dev).join("queue/rq_affinity")
 }
@@ -58,7 +61,7 @@ fn find(host: &Host, rt: &CpuSet) -> Found {
                 path: rq_affinity(&d.name),
                 label: format!("{} rq_affinity (completions on the submitting CPU)", d.name),
                 old: old.clone(),
-                new: "2".into(),
+                new: RQ_SUBMITTER.into(),
             });
         }
     }
@@ -86,6 +89,22 @@ impl FileKnob for Block {
 
     fn find(&self, host: &Host, plan: &PartitionPlan) -> Found {
         find(host, &plan.rt)
+    }
+
+    /// The rq_affinity files it set: `find` asks the kernel which
+    /// interrupts move by writing, which verify does not.
+    fn expected(&self, host: &Host, _plan: &PartitionPlan, journalled: &[&Path]) -> Vec<Setting> {
+        journalled
+            .iter()
+            .filter_map(|p| {
+                Some(Setting {
+                    path: p.to_path_buf(),
+                    label: format!("{} (completions on the submitting CPU)", p.display()),
+                    old: host.read_opt(p)?.trim().to_string(),
+                    new: RQ_SUBMITTER.into(),
+                })
+            })
+            .collect()
     }
 
     /// Every device's rq_affinity, without asking the kernel which

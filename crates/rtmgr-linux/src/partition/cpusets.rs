@@ -2,10 +2,12 @@
 //! does): v1 creates `rtmgr-nrt` and a CPU-exclusive `rtmgr-rt` and turns off
 //! load balancing across the root; v2 makes `rtmgr-rt` an isolated (or root)
 //! partition. Undo empties and removes them and disables what it enabled.
+//! Verify checks their CPUs (and v1's root load balancing) still hold.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx, VerifyCx};
 use super::Result;
 use crate::cgroup::{self, Layout};
+use crate::drift::{self, Drift, Fix};
 use crate::host::HostError;
 use crate::journal::Record;
 use crate::Host;
@@ -60,6 +62,46 @@ impl Knob for Cpusets {
         let line = format!("RT cpuset {} with CPUs {}", cx.rt_dir.display(), cx.plan.rt);
         cx.say(line);
         Ok(())
+    }
+
+    /// The RT (and v1 NRT) cpuset still has the plan's CPUs; v1's root
+    /// still does not balance load. A cpuset gone cannot be repaired while
+    /// the partition runs: said.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let (a, host) = (cx.applied, cx.host);
+        let mut sets = vec![(&a.rt_cgroup, &a.plan.rt)];
+        sets.extend(a.nrt_cgroup.as_ref().map(|d| (d, &a.plan.nrt)));
+        let mut out = Vec::new();
+        for (dir, cpus) in sets {
+            let path = dir.join("cpuset.cpus");
+            let fix = Fix::Owned {
+                path: path.clone(),
+                want: cpus.to_list(),
+            };
+            let what = match host.read_opt(&path) {
+                None => format!("{} is gone", dir.display()),
+                Some(now) if !drift::same_value(&now, &cpus.to_list()) => {
+                    format!("{}: CPUs {} (applied {cpus})", dir.display(), now.trim())
+                }
+                Some(_) => continue,
+            };
+            let fix = if host.exists(dir) { fix } else { Fix::Report };
+            out.push(Drift {
+                knob: self.name(),
+                what,
+                fix,
+            });
+        }
+        for path in cx.journalled_files(self.name()) {
+            out.extend(drift::file(
+                host,
+                self.name(),
+                "root load balancing",
+                path,
+                "0",
+            ));
+        }
+        out
     }
 
     fn undo(&self, cx: &mut UndoCx<'_>) {

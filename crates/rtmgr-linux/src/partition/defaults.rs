@@ -2,10 +2,12 @@
 //! `/proc/irq/default_smp_affinity` — to the NRT CPUs. A plain control file:
 //! journalled, restored verbatim. (The unbound-workqueue cpumask it also set
 //! before knobs were selectable is the workqueues knob's now; older journals
-//! name it under this knob, and its undo still restores it.)
+//! name it under this knob, and its undo still restores it.) Verify checks
+//! the mask is still the NRT CPUs.
 
-use super::knob::{ApplyCx, Knob, PreviewCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, VerifyCx};
 use super::Result;
+use crate::drift::{self, Drift};
 use crate::irq;
 use rtmgr_core::partition::{KnobId, KnobReport};
 use std::path::Path;
@@ -31,6 +33,17 @@ impl Knob for Defaults {
             cx.plan.nrt.to_mask(old.split(',').count())
         )];
         cx.report(self.id(), lines)
+    }
+
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let Ok(old) = irq::default_affinity_raw(cx.host) else {
+            return Vec::new();
+        };
+        let want = cx.applied.plan.nrt.to_mask(old.split(',').count());
+        let path = Path::new(irq::DEFAULT_AFFINITY);
+        drift::file(cx.host, self.name(), "default_smp_affinity", path, &want)
+            .into_iter()
+            .collect()
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {

@@ -1,13 +1,15 @@
 //! Knobs that are plain control files (sysctls, sysfs masks, as tuned's sysctl
 //! and sysfs plugins): what each file is and becomes is found once, read-only
 //! (`FileKnob::find`); `preview` shows it, `apply` journals each old value and
-//! writes the new one, reset writes the old values back.
+//! writes the new one, reset writes the old values back; `verify` finds them
+//! again and reports each that no longer holds its new value.
 
-use super::knob::{ApplyCx, Knob, PreviewCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, VerifyCx};
 use super::{crash_point, Result};
+use crate::drift::{self, Drift};
 use crate::{cpus, Host};
 use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy, PartitionPlan};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A knob made of control files: say what it is, find what it would set.
 pub(super) trait FileKnob: Sync {
@@ -16,6 +18,14 @@ pub(super) trait FileKnob: Sync {
     fn reason(&self) -> &'static str;
     /// The files it would set under `plan` and their new values; read-only.
     fn find(&self, host: &Host, plan: &PartitionPlan) -> Found;
+    /// What `verify` expects now: by default the files `find` finds (those
+    /// it `journalled` are among them). Read-only.
+    fn expected(&self, host: &Host, plan: &PartitionPlan, _journalled: &[&Path]) -> Vec<Setting> {
+        self.find(host, plan)
+            .split()
+            .map(|(_, files)| files)
+            .unwrap_or_default()
+    }
     /// Every file it could set, for snapshots: by default its files under a
     /// plan where every online CPU is both RT and NRT.
     fn watched_files(&self, host: &Host) -> Vec<PathBuf> {
@@ -60,6 +70,16 @@ impl<T: FileKnob> Knob for T {
 
     fn watched(&self, host: &Host) -> Vec<PathBuf> {
         self.watched_files(host)
+    }
+
+    /// Every file it would set now that does not hold its new value.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let name = self.knob().name();
+        let journalled = cx.journalled_files(name);
+        self.expected(cx.host, &cx.applied.plan, &journalled)
+            .iter()
+            .filter_map(|s| drift::file(cx.host, name, &s.label, &s.path, &s.new))
+            .collect()
     }
 }
 
@@ -148,7 +168,12 @@ fn apply(cx: &mut ApplyCx<'_>, knob: KnobId, found: Found) -> Result<()> {
             continue;
         }
         let new = s.new.clone();
-        match cx.set_file(knob.name(), &s.path, |_| new)? {
+        let written = cx.set_file(knob.name(), &s.path, |_| new)?;
+        if let Some(w) = &written {
+            let what = (knob.name(), s.path.as_path(), s.new.as_str());
+            drift::check_held(cx.host, cx.journal, what, w.is_ok(), drift::same_value)?;
+        }
+        match written {
             Some(Ok(())) => cx.say(change(s)),
             Some(Err(e)) => {
                 cx.say(format!("{}: refused ({e})", s.label));

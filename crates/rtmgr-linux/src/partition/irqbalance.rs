@@ -3,10 +3,12 @@
 //! affinity at each rebalance (10 s by default), undoing the `irqs` knob; so
 //! `apply` refuses beside it, or (`--irqbalance ban`) bans the RT CPUs through
 //! irqbalance's own run-time socket (`settings cpus LIST`, as irqbalance-ui
-//! does) and journals the ban it had, which `reset` gives back.
+//! does) and journals the ban it had, which `reset` gives back. Verify finds
+//! an irqbalance started since (it forgot the ban); repair bans it again.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{PartitionError, Result};
+use crate::drift::{Drift, Fix};
 use crate::journal::Record;
 use crate::{cpus, tasks, Host};
 use rtmgr_core::partition::coexist;
@@ -201,6 +203,72 @@ impl Knob for Irqbalance {
             if before.is_empty() { "none".into() } else { before.to_list() }
         ));
         Ok(())
+    }
+
+    /// A running irqbalance that was not told the ban (started or
+    /// restarted since apply) moves IRQs back at its next rebalance. Under
+    /// `irqbalance = "refuse"` that is said, not repaired.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let Some(ib) = running(cx.host) else {
+            return Vec::new();
+        };
+        let told = cx.records.iter().any(|r| {
+            matches!(r, Record::Irqbalance { pid, start_time, .. }
+                if *pid == ib.pid && *start_time == ib.start_time)
+        });
+        if told {
+            return Vec::new();
+        }
+        let (what, fix) = match cx.applied.plan.irqbalance {
+            IrqbalanceMode::Ban if cx.host.exists(&ib.socket) => (
+                format!("irqbalance (pid {}) started without the ban of RT CPUs", ib.pid),
+                Fix::Irqbalance {
+                    pid: ib.pid,
+                    start_time: ib.start_time,
+                },
+            ),
+            _ => (
+                format!(
+                    "irqbalance (pid {}) runs and will move IRQs back onto the RT CPUs (irqbalance = \"refuse\", or no socket)",
+                    ib.pid
+                ),
+                Fix::Report,
+            ),
+        };
+        vec![Drift {
+            knob: self.name(),
+            what,
+            fix,
+        }]
+    }
+
+    /// Journal what gives it back its own rules, then ban the RT CPUs beside
+    /// those its rules ban (a fresh irqbalance has no run-time ban). The
+    /// command is left in its socket: no waiting for its answer.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let mut n = 0;
+        for d in drift {
+            let Fix::Irqbalance { pid, start_time } = d.fix else {
+                continue;
+            };
+            let socket = PathBuf::from(format!("{SOCKET_DIR}/irqbalance{pid}.sock"));
+            let own = its_default(cx.host, Some(pid));
+            let restore = coexist::irqbalance_restore_command(&own, &own);
+            cx.journal.record(&Record::Irqbalance {
+                pid,
+                start_time,
+                socket: socket.clone(),
+                restore,
+            })?;
+            let ban = own.union(&cx.applied.plan.rt);
+            let told = tell(
+                cx.host,
+                &socket,
+                &coexist::irqbalance_ban_command(Some(&ban)),
+            );
+            n += usize::from(told.is_ok());
+        }
+        Ok(n)
     }
 
     fn undo(&self, cx: &mut UndoCx<'_>) {

@@ -2,14 +2,29 @@
 //! DROPS §4.1: the manager owns interrupts): every IRQ's smp_affinity goes to
 //! the NRT CPUs, or where `[irq]` in the config says. The kernel refuses
 //! managed and per-CPU interrupts; those are reported. Undo writes the raw
-//! masks back.
+//! masks back. Verify finds IRQs pointing at RT CPUs again (irqbalance, a
+//! driver, by hand); repair steers them back to the NRT CPUs.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{crash_point, Result};
+use crate::drift::{self, Drift, Fix};
 use crate::irq;
-use crate::journal::Record;
+use crate::journal::{Journal, Record};
 use rtmgr_core::partition::{irq_target, KnobId, KnobReport};
 use rtmgr_core::CpuSet;
+use std::path::Path;
+
+fn mask_path(n: u32) -> String {
+    format!("/proc/irq/{n}/smp_affinity")
+}
+
+/// An IRQ the kernel refuses to move: verify does not expect it moved.
+fn unheld(j: &mut Journal, n: u32) -> Result<()> {
+    Ok(j.record(&Record::Unheld {
+        path: mask_path(n).into(),
+        knob: "irqs".into(),
+    })?)
+}
 
 pub(super) struct Irqs;
 
@@ -83,10 +98,13 @@ impl Knob for Irqs {
             match irq::set_affinity(host, *n, target) {
                 Ok(()) => cx.report.irqs_moved.push(*n),
                 Err(e) if e.is_gone() => {}
-                Err(e) => cx.report.skip(
-                    "the kernel refused the new IRQ affinity (managed or per-CPU interrupt)",
-                    format!("{n} ({e})"),
-                ),
+                Err(e) => {
+                    cx.report.skip(
+                        "the kernel refused the new IRQ affinity (managed or per-CPU interrupt)",
+                        format!("{n} ({e})"),
+                    );
+                    unheld(cx.journal, *n)?;
+                }
             }
         }
         let line = format!(
@@ -96,6 +114,57 @@ impl Knob for Irqs {
         );
         cx.say(line);
         Ok(())
+    }
+
+    /// IRQs the partition sends to the NRT CPUs that may fire on an RT CPU
+    /// again; those the config leaves alone or sends to the RT CPUs, those
+    /// steered there since (`exempt_irqs`), and those the kernel refused to
+    /// move (`Unheld`: managed, per-CPU) are not looked at.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let (host, plan) = (cx.host, &cx.applied.plan);
+        let refused = drift::unheld(cx.records);
+        let mut out = Vec::new();
+        for n in irq::numbers(host).unwrap_or_default() {
+            let skip = cx.exempt_irqs.contains(&n)
+                || plan.irq_leave.contains(&n)
+                || plan.irq_rt.contains(&n)
+                || refused.contains(Path::new(&mask_path(n)));
+            if skip {
+                continue;
+            }
+            let Ok(aff) = irq::affinity(host, n) else {
+                continue;
+            };
+            if aff.is_disjoint(&plan.rt) {
+                continue;
+            }
+            out.push(Drift {
+                knob: self.name(),
+                what: format!("IRQ {n} may fire on CPUs {aff}"),
+                fix: Fix::Irq {
+                    irq: n,
+                    target: plan.nrt.clone(),
+                },
+            });
+        }
+        out
+    }
+
+    /// Steer them back; their masks before apply are journalled already.
+    /// One the kernel refuses now is journalled `Unheld`.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let mut n = 0;
+        for d in drift {
+            let Fix::Irq { irq: i, target } = &d.fix else {
+                continue;
+            };
+            match irq::set_affinity(cx.host, *i, target) {
+                Ok(()) => n += 1,
+                Err(e) if e.is_gone() => {}
+                Err(_) => unheld(cx.journal, *i)?,
+            }
+        }
+        Ok(n)
     }
 
     fn undo(&self, cx: &mut UndoCx<'_>) {

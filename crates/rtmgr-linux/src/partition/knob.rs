@@ -2,10 +2,13 @@
 //! one plugin per knob (ARTiS §2.1, McKenney §2.1: what must be moved off a
 //! real-time CPU). A knob journals the old state before each change; `undo`
 //! puts it back from the journal, also after a `kill -9` of the applier.
-//! `explain` says what it is for; `preview` what it would do here (read-only).
+//! `explain` says what it is for; `preview` what it would do here (read-only);
+//! `verify` whether the machine still holds what it applied, `repair` puts
+//! back what drifted (journalled as `apply` journals).
 
-use super::{ResetReport, Result};
+use super::{Applied, ResetReport, Result};
 use crate::cgroup::Layout;
+use crate::drift::{self, Drift};
 use crate::journal::{Journal, Record};
 use crate::Host;
 use rtmgr_core::partition::{ApplyReport, KnobId, KnobReport, PartitionPlan};
@@ -91,6 +94,43 @@ impl UndoCx<'_> {
     }
 }
 
+/// What a knob's `verify` works with: read-only.
+pub(super) struct VerifyCx<'a> {
+    pub host: &'a Host,
+    pub applied: &'a Applied,
+    /// The partition journal's records.
+    pub records: &'a [Record],
+    /// IRQs steered to RT CPUs on purpose since apply (the daemon's grants).
+    pub exempt_irqs: &'a [u32],
+}
+
+impl VerifyCx<'_> {
+    /// The control files `knob` journalled (the ones it changed).
+    pub fn journalled_files(&self, knob: &str) -> Vec<&Path> {
+        let mut out: Vec<&Path> = Vec::new();
+        for r in self.records {
+            if let Record::File {
+                path,
+                knob: Some(k),
+                ..
+            } = r
+            {
+                if k == knob && !out.contains(&path.as_path()) {
+                    out.push(path);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a knob's `repair` works with.
+pub(super) struct RepairCx<'a> {
+    pub host: &'a Host,
+    pub applied: &'a Applied,
+    pub journal: &'a mut Journal,
+}
+
 /// What a knob's `preview` works with: read-only.
 pub(super) struct PreviewCx<'a> {
     pub host: &'a Host,
@@ -134,6 +174,18 @@ pub(super) trait Knob: Sync {
     fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport;
     /// Journal, then change.
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()>;
+    /// Does the machine still hold what `apply` set? What drifted (empty:
+    /// all held). Read-only.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift>;
+    /// Put back what `verify` found drifted (this knob's items), journalled
+    /// first as `apply` journals; how many items hold again.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let mut n = 0;
+        for d in drift {
+            n += usize::from(drift::rewrite(cx.host, cx.journal, d, drift::same_value)?);
+        }
+        Ok(n)
+    }
     /// Put back what `apply` changed (reset runs the knobs in reverse).
     fn undo(&self, cx: &mut UndoCx<'_>) {
         cx.restore_files(Some(self.name()));

@@ -27,6 +27,7 @@ mod stat_interval;
 mod sysctl;
 mod tasks;
 mod timer_migration;
+mod verify;
 mod watchdog;
 mod workqueues;
 
@@ -34,6 +35,7 @@ pub use guard::PartitionGuard;
 pub use members::{enter, enter_thread, membership_file, place_process, record_entered, role_of};
 pub use preempt::switchable as preempt_switchable;
 pub use reset::reset;
+pub use verify::{repair, verify};
 
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};

@@ -3,9 +3,11 @@
 //! `sched/preempt` can be written (PREEMPT_DYNAMIC), `--preempt full|lazy`
 //! sets the model for the partition's lifetime, journalled, restored by reset.
 //! debugfs is written in a private mount namespace (`Host::write_debugfs`).
+//! Verify checks the model is still the one asked for; repair sets it again.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::Result;
+use crate::drift::{Drift, Fix};
 use crate::journal::Record;
 use crate::Host;
 use rtmgr_core::partition::knobs::preempt_models;
@@ -121,6 +123,55 @@ impl Knob for Preempt {
             )),
         }
         Ok(())
+    }
+
+    /// The model asked for is still the selected one (a kernel that cannot
+    /// switch has nothing to verify).
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let Some(want) = cx.applied.plan.preempt else {
+            return Vec::new();
+        };
+        match now(cx.host, want) {
+            Now::Selected(sel) if sel != want.name() => vec![Drift {
+                knob: self.name(),
+                what: format!("sched/preempt: {sel} (applied {want})"),
+                fix: Fix::File {
+                    path: JOURNALLED.into(),
+                    want: want.name().into(),
+                },
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Journal the model found, select the wanted one again.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let mut n = 0;
+        for d in drift {
+            let Fix::File { want, .. } = &d.fix else {
+                continue;
+            };
+            let Ok(text) = cx.host.try_read_debugfs(REL) else {
+                continue;
+            };
+            let Some(old) = preempt_models(&text).1 else {
+                continue;
+            };
+            cx.journal.record(&Record::File {
+                path: JOURNALLED.into(),
+                old: old.into(),
+                knob: Some(self.name().into()),
+            })?;
+            let written = cx.host.write_debugfs(REL, want).is_ok();
+            if !written {
+                cx.journal.record(&Record::Unheld {
+                    path: JOURNALLED.into(),
+                    knob: self.name().into(),
+                })?;
+            }
+            n += usize::from(written);
+        }
+        Ok(n)
     }
 
     /// Where debugfs is mounted (a fake tree), snapshots compare it.

@@ -1,6 +1,7 @@
-//! `reset`: undo everything a partition journal records, knob by knob in the
-//! reverse order of `apply`, then let each knob settle what the kernel resets
-//! when cpusets go (affinities). Idempotent: with no journal it removes only
+//! `reset`: undo everything a partition journal records — first what the
+//! daemon's `[resources]` knobs journalled there (`resource_records`), then
+//! knob by knob in the reverse order of `apply` — then let each knob settle
+//! what the kernel resets when cpusets go (affinities). Idempotent: with no journal it removes only
 //! rtmgr cgroups left without one (`orphans`);
 //! after a partial reset it finishes the job; it keeps the journal while
 //! anything could not be restored.
@@ -8,6 +9,7 @@
 use super::knob::UndoCx;
 use super::{PartitionError, ResetReport, Result, KNOBS};
 use crate::journal::{self, Record};
+use crate::resource_records::{self, Source};
 use crate::Host;
 use std::path::Path;
 
@@ -29,7 +31,8 @@ pub fn reset(host: &Host, journal_path: &Path) -> Result<ResetReport> {
         }
         return Err(PartitionError::BadJournal(journal_path.to_path_buf()));
     };
-    let mut problems = Vec::new();
+    // The daemon's machine-wide settings were applied after the partition.
+    let mut problems = resource_records::undo(host, &records, Source::PartitionJournal).problems;
     let mut cx = UndoCx {
         host,
         layout: &layout,

@@ -2,10 +2,13 @@
 //! RT CPUs — v1 moves the root cpuset's tasks into `rtmgr-nrt`, both layouts
 //! narrow affinities — in passes until no new task appears. Undo puts tasks
 //! back in their cgroups, and (after the cpusets are gone) their affinities.
+//! Verify finds tasks allowed on RT and NRT CPUs at once (new ones, or an
+//! affinity reset by hand); repair journals their affinity and narrows it.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx};
+use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{crash_point, Result};
 use crate::cgroup::{self, Layout};
+use crate::drift::{Drift, Fix};
 use crate::host::HostError;
 use crate::journal::{Record, TaskBefore};
 use crate::tasks;
@@ -89,6 +92,73 @@ impl Knob for Tasks {
             "tasks were still being created after {MAX_TASK_PASSES} passes; the newest may keep RT CPUs"
         ));
         Ok(())
+    }
+
+    /// Tasks allowed on RT and NRT CPUs at once. Tasks pinned to RT CPUs
+    /// only (RT0 tasks, guests of the balancer, the daemon's grants), this
+    /// process, per-CPU kernel threads (and unbound ones when
+    /// `kernel_threads = "leave"`) are left alone.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let (host, plan) = (cx.host, &cx.applied.plan);
+        let me = std::process::id();
+        let mut out = Vec::new();
+        for t in tasks::all(host).unwrap_or_default() {
+            let left = t.kthread && plan.kernel_threads == KthreadPolicy::Leave;
+            if t.pid == me || t.no_setaffinity || left {
+                continue;
+            }
+            let Ok(aff) = host.get_affinity(t.tid) else {
+                continue;
+            };
+            if aff.is_disjoint(&plan.rt) || aff.is_disjoint(&plan.nrt) {
+                continue;
+            }
+            out.push(Drift {
+                knob: self.name(),
+                what: format!("task {} {} may run on CPUs {aff}", t.tid, t.comm),
+                fix: Fix::Task {
+                    tid: t.tid,
+                    start_time: t.start_time,
+                    affinity: aff,
+                },
+            });
+        }
+        out
+    }
+
+    /// Journal their affinities (reset gives them back), then narrow each
+    /// to its NRT part.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let (host, a) = (cx.host, cx.applied);
+        let found: Vec<TaskBefore> = drift
+            .iter()
+            .filter_map(|d| match &d.fix {
+                Fix::Task {
+                    tid,
+                    start_time,
+                    affinity,
+                } => Some(TaskBefore {
+                    tid: *tid,
+                    start_time: *start_time,
+                    cgroup: cgroup::task_cgroup(host, &a.layout, *tid),
+                    affinity: affinity.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if found.is_empty() {
+            return Ok(0);
+        }
+        cx.journal.record(&Record::Tasks {
+            tasks: found.clone(),
+        })?;
+        Ok(found
+            .iter()
+            .filter(|b| {
+                host.set_affinity(b.tid, &b.affinity.difference(&a.plan.rt))
+                    .is_ok()
+            })
+            .count())
     }
 
     /// Processes put into an rtmgr cpuset later (`Entered`), then every task

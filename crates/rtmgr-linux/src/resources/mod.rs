@@ -3,22 +3,26 @@
 //! queues; §4.4 memory partitioned between RT and time-sharing work;
 //! McKenney §4–5 locked memory). `prepare` checks a `[resources]` config
 //! against this machine and changes nothing; `start` journals and applies
-//! the machine-wide part (NRT memory limit, NRT I/O weight); `for_request`
-//! decides what one grant gets (locked-memory admission, ioprio);
-//! `restore` undoes it all from the journal (stop, reset, after `kill -9`).
+//! the machine-wide part (NRT memory limit, NRT I/O weight, cache split) as
+//! knobs in the partition journal; `for_request` decides what one grant gets
+//! (locked-memory admission, ioprio); `partition::reset` undoes it all from
+//! the journal (stop, reset, after `kill -9`).
 //!
 //! Files: `nrt.rs` (NRT cgroups and their files), `resctrl.rs` (the L3
-//! partition, DROPS §4.4), `grant.rs` (a grant's
-//! part, journalled in the grant record), `journal.rs` (machine-wide changes).
+//! partition, DROPS §4.4), `grant.rs` (a grant's part, journalled in the
+//! grant record), `knobs.rs` (the machine-wide settings as knobs: journal,
+//! verify, repair; an older rtmgr's resources.jsonl).
 
 pub mod grant;
-pub mod journal;
+pub mod knobs;
 pub mod nrt;
 pub mod resctrl;
 
 use crate::host::{Host, HostError};
+use crate::journal::Journal;
 use grant::GrantResources;
 use rtmgr_core::admission::memory::{fmt_bytes, MemoryBudget};
+use rtmgr_core::partition::ResourceKnobId;
 use rtmgr_core::protocol::{IoClass, RefusalKind, Response, ValidReserve};
 use rtmgr_core::resources::ResourcesConfig;
 use rtmgr_sys::ioprio;
@@ -73,8 +77,10 @@ pub struct Resources {
     pub budget: MemoryBudget,
     /// resource → what is in place, or "not available: why" (for `status`).
     pub status: BTreeMap<String, String>,
-    /// The resources journal.
+    /// The partition journal its knobs are journalled in.
     pub journal: Option<PathBuf>,
+    /// What its knobs keep while the daemon runs (verified on reconcile).
+    pub held: Vec<knobs::Held>,
     /// The RT resctrl group and its share of the ways, when there is one.
     pub cache_group: Option<(PathBuf, f64)>,
     /// What a grant's reply says about its cache.
@@ -96,21 +102,24 @@ impl Default for Resources {
             },
             status: BTreeMap::new(),
             journal: None,
+            held: Vec::new(),
             cache_group: None,
             cache_note: "not available: no [resources] rt_cache_share".into(),
         }
     }
 }
 
-/// Undo a predecessor's leftovers, then journal and apply the machine-wide
+/// Undo a predecessor's leftovers (an older rtmgr's resources.jsonl too),
+/// then journal in the partition journal and apply the machine-wide
 /// settings. On error what was applied is undone again.
 pub fn start(
     host: &Host,
     p: &Prepared,
-    journal_path: &Path,
+    partition_journal: &Path,
     rt_cpus: &rtmgr_core::CpuSet,
 ) -> Result<Resources, HostError> {
-    let left = journal::restore(host, journal_path)?;
+    let mut left = knobs::restore_legacy(host, partition_journal)?;
+    left.extend(knobs::undo(host, partition_journal)?);
     if !left.is_empty() {
         tracing::warn!(
             "resources left by a previous daemon not all restored: {}",
@@ -163,23 +172,32 @@ pub fn start(
         }
     };
     status.insert("cache".into(), cache_line);
-    let settings: Vec<&nrt::Setting> = p.memory.settings.iter().chain(&p.io.settings).collect();
+    let settings: Vec<(ResourceKnobId, &nrt::Setting)> = (p.memory.settings.iter())
+        .map(|s| (ResourceKnobId::NrtMemory, s))
+        .chain(
+            p.io.settings
+                .iter()
+                .map(|s| (ResourceKnobId::NrtIoWeight, s)),
+        )
+        .collect();
     let mut cache_group = None;
+    let mut held = Vec::new();
     let splits = matches!(p.cache, resctrl::CachePlan::Split { .. });
     if !settings.is_empty() || splits {
-        let mut j = journal::ResourceJournal::open(host, journal_path)?;
+        let mut j = Journal::append_to(host, partition_journal)?;
         let r = (|| {
-            for s in settings {
-                j.set_file(host, &s.path, &s.value)?;
+            for (knob, s) in settings {
+                held.extend(knobs::set(host, &mut j, knob, &s.path, &s.value)?);
             }
             if let resctrl::CachePlan::Split { split, domains } = &p.cache {
-                let g = resctrl::apply(host, &mut j, split, domains, rt_cpus)?;
+                let (g, h) = resctrl::apply(host, &mut j, split, domains, rt_cpus)?;
+                held.extend(h);
                 cache_group = Some((g, split.rt_share()));
             }
             Ok(())
         })();
         if let Err(e) = r {
-            let _ = journal::restore(host, journal_path);
+            let _ = knobs::undo(host, partition_journal);
             return Err(e);
         }
     }
@@ -187,15 +205,18 @@ pub fn start(
         cfg: p.cfg.clone(),
         budget,
         status,
-        journal: Some(journal_path.to_path_buf()),
+        journal: Some(partition_journal.to_path_buf()),
+        held,
         cache_group,
         cache_note,
     })
 }
 
-/// Undo everything the resources journal beside `partition_journal` holds.
+/// Undo the resources.jsonl an older rtmgr kept beside `partition_journal`,
+/// if any (the partition journal's resource knobs go back with
+/// `partition::reset`).
 pub fn restore_beside(host: &Host, partition_journal: &Path) -> Result<Vec<String>, HostError> {
-    journal::restore(host, &journal::path_beside(partition_journal))
+    knobs::restore_legacy(host, partition_journal)
 }
 
 fn refuse(msg: String) -> Response {

@@ -5,8 +5,10 @@
 //! the kernel or the CPU has none, says why. The split itself is pure
 //! (`rtmgr_core::resources::cache`).
 
-use super::journal::{Record, ResourceJournal};
+use super::knobs::{self, Held};
 use crate::host::{Host, HostError};
+use crate::journal::{Journal, Record};
+use rtmgr_core::partition::ResourceKnobId;
 use rtmgr_core::resources::cache::{self, CacheSplit};
 use rtmgr_core::CpuSet;
 use std::path::{Path, PathBuf};
@@ -80,28 +82,45 @@ pub fn plan(host: &Host, share: Option<f64>) -> Result<CachePlan, String> {
 }
 
 /// Journal, then create the RT group with the RT ways and CPUs and give the
-/// default group the NRT ways. Returns the group's machine path.
+/// default group the NRT ways (the `cache` knob). Returns the group's
+/// machine path and what the knob keeps.
 pub fn apply(
     host: &Host,
-    j: &mut ResourceJournal,
+    j: &mut Journal,
     split: &CacheSplit,
     domains: &[u32],
     rt_cpus: &CpuSet,
-) -> Result<PathBuf, HostError> {
+) -> Result<(PathBuf, Vec<Held>), HostError> {
+    let knob = ResourceKnobId::Cache;
     let root = Path::new(RESCTRL);
     let group = root.join(GROUP);
-    j.set_file(
+    let mut held = Vec::new();
+    let nrt_line = cache::l3_line(domains, split.nrt);
+    held.extend(knobs::set(
         host,
+        j,
+        knob,
         &root.join("schemata"),
-        &cache::l3_line(domains, split.nrt),
-    )?;
+        &nrt_line,
+    )?);
     j.record(&Record::Dir {
         path: group.clone(),
+        knob: Some(knob.name().into()),
     })?;
     host.mkdir(&group)?;
-    host.write(group.join("schemata"), &cache::l3_line(domains, split.rt))?;
-    host.write(group.join("cpus_list"), &rt_cpus.to_list())?;
-    Ok(group)
+    for (file, want) in [
+        ("schemata", cache::l3_line(domains, split.rt)),
+        ("cpus_list", rt_cpus.to_list()),
+    ] {
+        host.write(group.join(file), &want)?;
+        held.push(Held {
+            knob,
+            path: group.join(file),
+            want,
+            owned: true,
+        });
+    }
+    Ok((group, held))
 }
 
 /// The status line of a split.

@@ -57,9 +57,18 @@ fn put(m: &FakeMachine, p: &str, s: &str) {
 fn started(m: &FakeMachine, config: &str) -> (crate::Host, Resources) {
     let host = m.host();
     let p = prepare(&host, &cfg(config)).unwrap();
-    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let jp = partition_journal(&host);
     let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     (host, r)
+}
+
+/// An empty partition journal for the resource knobs to be journalled in.
+pub(crate) fn partition_journal(host: &crate::Host) -> &'static Path {
+    let jp = Path::new("/run/rtmgr/journal.jsonl");
+    if !host.exists(jp) {
+        crate::journal::Journal::create(host, jp).unwrap();
+    }
+    jp
 }
 
 fn cfg(text: &str) -> ResourcesConfig {
@@ -78,7 +87,7 @@ fn nrt_limits_are_journalled_applied_and_restored() {
     let m = machine();
     let host = m.host();
     let p = prepare(&host, &cfg("nrt_memory_limit = \"4G\"\nnrt_io_weight = 50")).unwrap();
-    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let jp = partition_journal(&host);
     let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     let soft = "/sys/fs/cgroup/memory/user.slice/memory.soft_limit_in_bytes";
     assert_eq!(read(&m, soft), (4 * GIB).to_string());
@@ -95,7 +104,7 @@ fn nrt_limits_are_journalled_applied_and_restored() {
     // kill -9 here: the next start undoes the leftovers before it applies.
     let again = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     assert_eq!(again.status, r.status);
-    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert!(knobs::undo(&host, jp).unwrap().is_empty());
     assert_eq!(read(&m, soft), "9223372036854771712");
     assert_eq!(
         read(&m, "/sys/fs/cgroup/blkio/user.slice/blkio.bfq.weight"),
@@ -131,7 +140,7 @@ fn bad_or_impossible_configs_are_refused_before_anything_changes() {
     let r = start(
         &bare.host(),
         &p,
-        Path::new("/run/rtmgr/resources.jsonl"),
+        partition_journal(&bare.host()),
         &rtmgr_core::CpuSet::single(1),
     )
     .unwrap();
@@ -206,7 +215,7 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
     with_resctrl(&m);
     let host = m.host();
     let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
-    let jp = Path::new("/run/rtmgr/resources.jsonl");
+    let jp = partition_journal(&host);
     let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
     assert!(
         r.status["cache"].contains("10 of 20 ways"),
@@ -245,7 +254,7 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
     assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
     // Another group of that name at start: refused before anything changes.
     assert!(prepare(&host, &cfg("rt_cache_share = 0.5")).is_err());
-    assert!(journal::restore(&host, jp).unwrap().is_empty());
+    assert!(knobs::undo(&host, jp).unwrap().is_empty());
     assert!(!host.exists("/sys/fs/resctrl/rtmgr-rt"));
     assert_eq!(
         read(&m, "/sys/fs/resctrl/schemata"),
@@ -269,4 +278,143 @@ fn without_resctrl_the_cache_is_said_not_available() {
         .unwrap();
     assert!(g.cache_group.is_none());
     assert!(g.cache_note.unwrap().starts_with("not available"));
+}
+
+#[test]
+fn nrt_memory_and_io_weight_are_knobs_verified_repaired_and_reset_with_the_partition() {
+    let m = machine();
+    let host = m.host();
+    let cfg_p = rtmgr_core::partition::PartitionConfig::from_toml("rt_cpus = \"1\"").unwrap();
+    let plan = rtmgr_core::partition::validate(&cfg_p, None, &crate::cpus::online(&host).unwrap())
+        .unwrap();
+    let opts = crate::partition::ApplyOptions::default();
+    let (applied, _) = crate::partition::apply(&host, &plan, &opts).unwrap();
+    let p = prepare(&host, &cfg("nrt_memory_limit = \"4G\"\nnrt_io_weight = 50")).unwrap();
+    let r = start(&host, &p, &applied.journal, &plan.rt).unwrap();
+    let jp = &applied.journal;
+    assert!(knobs::verify(&host, jp, &r.held).unwrap().is_empty());
+    let soft = "/sys/fs/cgroup/memory/user.slice/memory.soft_limit_in_bytes";
+    let weight = "/sys/fs/cgroup/blkio/system.slice/blkio.bfq.weight";
+    put(&m, soft, "9223372036854771712\n");
+    put(&m, weight, "100\n");
+    let drift = knobs::verify(&host, jp, &r.held).unwrap();
+    let mut kinds: Vec<&str> = drift.iter().map(|d| d.knob).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["nrt_io_weight", "nrt_memory"], "{drift:?}");
+    let mut done = knobs::repair(&host, jp, &drift).unwrap();
+    done.sort();
+    assert_eq!(done, vec![("nrt_io_weight", 1), ("nrt_memory", 1)]);
+    assert_eq!(read(&m, soft), (4 * GIB).to_string());
+    assert_eq!(read(&m, weight), "50");
+    assert!(knobs::verify(&host, jp, &r.held).unwrap().is_empty());
+    // One journal, one reader: the partition's reset gives the resources back.
+    crate::partition::reset(&host, jp).unwrap();
+    assert_eq!(read(&m, soft), "9223372036854771712");
+    assert_eq!(read(&m, weight), "100");
+    assert!(!host.exists(jp));
+    assert!(!host.exists("/sys/fs/cgroup/cpuset/rtmgr-rt"));
+}
+
+#[test]
+fn the_cache_split_is_a_knob_its_schemata_and_cpus_verified_and_repaired() {
+    let m = machine();
+    with_resctrl(&m);
+    let host = m.host();
+    let p = prepare(&host, &cfg("rt_cache_share = 0.5")).unwrap();
+    let jp = partition_journal(&host);
+    let r = start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+    assert!(knobs::verify(&host, jp, &r.held).unwrap().is_empty());
+    // The kernel shows other resources and pads the masks: still held.
+    put(
+        &m,
+        "/sys/fs/resctrl/schemata",
+        "    MB:0=100\n    L3:0=003ff\n",
+    );
+    assert!(knobs::verify(&host, jp, &r.held).unwrap().is_empty());
+    put(
+        &m,
+        "/sys/fs/resctrl/schemata",
+        "    MB:0=100\n    L3:0=fffff\n",
+    );
+    put(&m, "/sys/fs/resctrl/rtmgr-rt/cpus_list", "0-1\n");
+    let drift = knobs::verify(&host, jp, &r.held).unwrap();
+    assert_eq!(drift.len(), 2, "{drift:?}");
+    assert_eq!(
+        knobs::repair(&host, jp, &drift).unwrap(),
+        vec![("cache", 2)]
+    );
+    assert_eq!(read(&m, "/sys/fs/resctrl/schemata"), "L3:0=3ff");
+    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/cpus_list"), "1");
+    assert!(knobs::undo(&host, jp).unwrap().is_empty());
+    assert!(!host.exists("/sys/fs/resctrl/rtmgr-rt"));
+    assert_eq!(
+        read(&m, "/sys/fs/resctrl/schemata"),
+        "MB:0=100\n    L3:0=fffff"
+    );
+}
+
+/// What an older rtmgr's daemon left in its resources.jsonl when it was
+/// killed: a limit set, the resctrl group made, a kernel thread boosted.
+fn legacy_leftovers(m: &FakeMachine) -> &'static str {
+    let soft = "/sys/fs/cgroup/memory/user.slice/memory.soft_limit_in_bytes";
+    put(m, soft, "4294967296\n");
+    with_resctrl(m);
+    put(m, "/sys/fs/resctrl/rtmgr-rt/schemata", "L3:0=ffc00\n");
+    std::fs::remove_file(m.root().join("sys/fs/resctrl/rtmgr-rt/schemata")).unwrap();
+    put(
+        m,
+        "/run/rtmgr/resources.jsonl",
+        &format!(
+            "{{\"op\":\"file\",\"path\":\"{soft}\",\"old\":\"9223372036854771712\"}}\n\
+             {{\"op\":\"dir\",\"path\":\"/sys/fs/resctrl/rtmgr-rt\"}}\n\
+             {{\"op\":\"boost\",\"tid\":100,\"start_time\":1100,\"old\":{{\"policy\":0,\"flags\":0,\"nice\":5,\"priority\":0,\"runtime\":0,\"deadline\":0,\"period\":0}}}}\n"
+        ),
+    );
+    soft
+}
+
+#[test]
+fn an_older_rtmgr_s_resources_jsonl_is_restored_at_start_and_at_reset() {
+    for at_start in [true, false] {
+        let m = machine();
+        let host = m.host();
+        let soft = legacy_leftovers(&m);
+        let jp = partition_journal(&host);
+        if at_start {
+            let p = prepare(&host, &cfg("")).unwrap();
+            start(&host, &p, jp, &rtmgr_core::CpuSet::single(1)).unwrap();
+        } else {
+            assert!(restore_beside(&host, jp).unwrap().is_empty());
+        }
+        assert_eq!(read(&m, soft), "9223372036854771712", "at start {at_start}");
+        assert!(!host.exists("/sys/fs/resctrl/rtmgr-rt"));
+        assert!(!host.exists("/run/rtmgr/resources.jsonl"));
+    }
+}
+
+#[test]
+fn a_boost_left_in_the_partition_journal_is_put_back_once() {
+    let m = machine();
+    let host = m.host();
+    let jp = partition_journal(&host);
+    let mut j = crate::journal::Journal::append_to(&host, jp).unwrap();
+    let boost = crate::journal::Record::Boost {
+        tid: 100,
+        start_time: 1100,
+        old: Default::default(),
+    };
+    j.record(&boost).unwrap();
+    let records = || crate::journal::read(&host, jp).unwrap().unwrap();
+    let src = crate::resource_records::Source::PartitionJournal;
+    assert_eq!(
+        crate::resource_records::undo(&host, &records(), src).unboosted,
+        [100]
+    );
+    // A new daemon puts it back at start and says so in the journal ...
+    assert!(knobs::undo(&host, jp).unwrap().is_empty());
+    assert!(records().contains(&crate::journal::Record::Unboost { tid: 100 }));
+    // ... so reset does not put it back a second time.
+    assert!(crate::resource_records::undo(&host, &records(), src)
+        .unboosted
+        .is_empty());
 }

@@ -1,0 +1,81 @@
+//! Undoing what the daemon's machine-wide `[resources]` knobs journalled
+//! (DROPS §4.1: the manager owns memory, I/O and cache and gives them back):
+//! their control files, the resctrl directory and the starvation boosts, read
+//! from the one partition journal by `partition::reset` first, or from the
+//! resources.jsonl an older rtmgr kept beside it (its records name no knob).
+
+use crate::host::{Host, Result};
+use crate::journal::Record;
+use crate::tasks;
+use rtmgr_core::partition::ResourceKnobId;
+
+/// Which file records a pass undoes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The partition journal: files journalled under a resource knob's name.
+    PartitionJournal,
+    /// An older rtmgr's resources.jsonl: every file record.
+    Legacy,
+}
+
+/// What an undo pass left.
+#[derive(Debug, Default)]
+pub struct Undone {
+    /// What could not be restored.
+    pub problems: Vec<String>,
+    /// Threads whose boost was put back (journal `Unboost` for them when the
+    /// journal is kept).
+    pub unboosted: Vec<u32>,
+}
+
+fn is_resource_file(source: Source, knob: Option<&str>) -> bool {
+    match source {
+        Source::Legacy => true,
+        Source::PartitionJournal => knob.and_then(ResourceKnobId::named).is_some(),
+    }
+}
+
+/// Undo every resource record, newest first.
+pub fn undo(host: &Host, records: &[Record], source: Source) -> Undone {
+    let mut out = Undone::default();
+    let note = |what: String, r: Result<()>, out: &mut Undone| {
+        if let Err(e) = r {
+            if !e.is_gone() {
+                out.problems.push(format!("{what}: {e}"));
+            }
+        }
+    };
+    let mut put_back: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Unboost { tid } => Some(*tid),
+            _ => None,
+        })
+        .collect();
+    for r in records.iter().rev() {
+        match r {
+            Record::File { path, old, knob } if is_resource_file(source, knob.as_deref()) => {
+                let done = host.write(path, old);
+                note(format!("restore {}", path.display()), done, &mut out)
+            }
+            Record::Dir { path, .. } if host.exists(path) => {
+                let done = host.rmdir(path);
+                note(format!("remove {}", path.display()), done, &mut out)
+            }
+            Record::Boost {
+                tid,
+                start_time,
+                old,
+            } if !put_back.contains(tid) => {
+                put_back.push(*tid);
+                if tasks::same_task(host, *tid, *start_time) {
+                    let done = host.set_attr(*tid, &(*old).into());
+                    note(format!("thread {tid} policy"), done, &mut out);
+                    out.unboosted.push(*tid);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
