@@ -10,7 +10,7 @@
 //! and its validation ([`partition`], DROPS §4.1), the daemon's protocol
 //! ([`protocol`]) and resource split ([`resources`], DROPS §4.3–4.4), latency
 //! statistics ([`stats`], McKenney §3), and the parsers of the /proc and
-//! tracefs text the live side reads ([`proctext`], [`procstat`], [`trace`]).
+//! tracefs text the live side reads ([`proctext`], [`trace`]).
 //! The lab's pure parts (reports, plots, advice, cost) are in rtmgr-lab.
 //!
 //! **Central types.** [`CpuSet`]; `balance::{Observation, Move, Balancer}` —
@@ -32,7 +32,6 @@ pub mod cgroupfs;
 pub mod class;
 pub mod cpuset;
 pub mod partition;
-pub mod procstat;
 pub mod proctext;
 pub mod protocol;
 pub mod resources;

@@ -9,7 +9,8 @@
 //! §3.3), and their pure parts: the load model ([`load`]), the cost model
 //! ([`cost`], DROPS §5, McKenney Table 1), the advice ([`advice`], McKenney
 //! Fig. 9), the ablation statistics ([`ablation`]), and the versioned reports
-//! with their tables and SVG plots ([`report`], [`plot`]).
+//! with their tables and SVG plots ([`report`], [`plot`]), and the
+//! disturbance counters read from /proc ([`procstat`]).
 //!
 //! **Central types.** `report::{Report, Body}`; `measure::probe::Probe`;
 //! `experiment::{Session, Reporter}`; `trace::{Attribution, TailTracer}`.
@@ -32,6 +33,7 @@ pub mod load;
 pub mod measure;
 pub mod parallel;
 pub mod plot;
+pub mod procstat;
 pub mod report;
 pub mod resources;
 pub mod trace;

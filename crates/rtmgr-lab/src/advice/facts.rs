@@ -195,8 +195,8 @@ pub const USER_HZ: f64 = 100.0;
 /// The worst CPU's steal share between two /proc/stat readings `window_ms` apart.
 pub fn steal_share(before: &str, after: &str, window_ms: u64) -> Option<f64> {
     let (a, b) = (
-        rtmgr_core::procstat::parse_steal(before),
-        rtmgr_core::procstat::parse_steal(after),
+        crate::procstat::parse_steal(before),
+        crate::procstat::parse_steal(after),
     );
     let ticks = window_ms as f64 / 1000.0 * USER_HZ;
     if ticks <= 0.0 {

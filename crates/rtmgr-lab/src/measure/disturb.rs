@@ -1,9 +1,9 @@
 //! Snapshots of what can disturb a measured CPU (docs/architecture.md "Measuring"): IRQ and
 //! softirq counters and hypervisor steal time, taken before and after a run and
-//! turned into per-CPU deltas with the top sources named (rtmgr_core::procstat).
+//! turned into per-CPU deltas with the top sources named (crate::procstat).
 
+use crate::procstat::{deltas, parse_counters, parse_steal, CounterTable};
 use crate::report::{CpuSteal, Disturbance};
-use rtmgr_core::procstat::{deltas, parse_counters, parse_steal, CounterTable};
 use rtmgr_linux::Host;
 use std::collections::BTreeMap;
 

@@ -13,8 +13,8 @@ pub use evaluate::*;
 pub use text::*;
 
 use crate::load::{ComponentMetrics, LoadEngine};
+use crate::procstat::CpuEvents;
 use rtmgr_core::cpuset::CpuSet;
-use rtmgr_core::procstat::CpuEvents;
 use rtmgr_core::stats::{HistData, Summary};
 use serde::{Deserialize, Serialize};
 

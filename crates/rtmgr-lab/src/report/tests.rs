@@ -76,7 +76,7 @@ fn sample_latency_report() -> Report {
                 interrupts: vec![CpuEvents {
                     cpu: 1,
                     total: 3,
-                    top: vec![rtmgr_core::procstat::SourceCount {
+                    top: vec![crate::procstat::SourceCount {
                         source: "LOC".into(),
                         count: 3,
                     }],
