@@ -1,7 +1,8 @@
 //! Manuals through the binary: `rtmgr __gen-man DIR` writes a man page for every
 //! subcommand that `--help` lists, at any depth (found here by walking the help
 //! output, not the generator's own tree); `rtmgr completions SHELL` prints a
-//! non-empty script naming every visible subcommand and no hidden one.
+//! non-empty script naming every visible subcommand and no hidden one. The man
+//! pages need the cargo feature `manuals` (features_cli.rs: the error without it).
 
 use std::process::{Command, Output};
 
@@ -32,6 +33,7 @@ fn listed_subcommands(path: &[String]) -> Vec<String> {
 }
 
 /// Every subcommand path below the top, depth first: `["partition", "apply"]`, ….
+#[cfg(feature = "manuals")]
 fn all_subcommand_paths() -> Vec<Vec<String>> {
     let mut found = Vec::new();
     let mut todo = vec![Vec::new()];
@@ -46,6 +48,7 @@ fn all_subcommand_paths() -> Vec<Vec<String>> {
     found
 }
 
+#[cfg(feature = "manuals")]
 #[test]
 fn a_man_page_for_every_subcommand() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,6 +117,7 @@ fn bash_completes_the_listed_subcommands_and_no_hidden_one() {
     }
 }
 
+#[cfg(feature = "manuals")]
 #[test]
 fn gen_man_refuses_a_missing_directory() {
     let dir = tempfile::tempdir().unwrap();

@@ -182,6 +182,34 @@ impl ServeConfig {
         self.policy.validate()
     }
 
+    /// The optional front ends this config turns on are in this build:
+    /// `--rtkit` needs the cargo feature `rtkit`, `--metrics` the feature
+    /// `metrics`. Checked before anything changes; the error names the feature.
+    pub fn check_built(&self) -> Result<(), String> {
+        let fronts = [
+            (
+                self.rtkit.enabled,
+                cfg!(feature = "rtkit"),
+                "--rtkit ([rtkit] enabled)",
+                "rtkit",
+            ),
+            (
+                self.serve.metrics.is_some(),
+                cfg!(feature = "metrics"),
+                "--metrics ([serve] metrics)",
+                "metrics",
+            ),
+        ];
+        match fronts.into_iter().find(|(on, built, ..)| *on && !*built) {
+            Some((_, _, what, feature)) => Err(format!(
+                "{what} needs the cargo feature `{feature}`, and this rtmgr was built without it; \
+                 rebuild with it, e.g. `cargo install --path crates/rtmgr --features {feature}` \
+                 (`--features full` for every optional part)"
+            )),
+            None => Ok(()),
+        }
+    }
+
     pub fn partition_journal(&self) -> PathBuf {
         self.serve.state_dir.join("journal.jsonl")
     }
@@ -253,5 +281,28 @@ hard = false
         let d = ServeConfig::from_toml("").unwrap();
         assert_eq!(d.policy, ClientPolicy::default());
         assert_eq!(d.socket(), PathBuf::from("/run/rtmgr/rtmgr.sock"));
+    }
+
+    #[test]
+    fn optional_fronts_are_refused_by_a_build_without_their_feature() {
+        let plain = ServeConfig::from_toml("rt_cpus = \"1\"\n").unwrap();
+        assert_eq!(plain.check_built(), Ok(()));
+        let mut rtkit = plain.clone();
+        rtkit.rtkit.enabled = true;
+        let mut metrics = plain.clone();
+        metrics.serve.metrics = Some("127.0.0.1:9464".into());
+        for (c, feature, built) in [
+            (rtkit, "rtkit", cfg!(feature = "rtkit")),
+            (metrics, "metrics", cfg!(feature = "metrics")),
+        ] {
+            match c.check_built() {
+                Ok(()) => assert!(built, "{feature}: accepted without the feature"),
+                Err(e) => {
+                    assert!(!built, "{feature}: refused with the feature: {e}");
+                    let install = format!("cargo install --path crates/rtmgr --features {feature}");
+                    assert!(e.contains(&install), "{e}");
+                }
+            }
+        }
     }
 }

@@ -12,15 +12,17 @@
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
-//! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`), `metrics/`
-//! (`--metrics`: OpenMetrics over HTTP), `starvation.rs` (the starvation
-//! guard beside the RT CPUs). Memory, I/O and cache: `crate::resources`.
+//! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`, cargo feature
+//! `rtkit`), `metrics/` (`--metrics`: OpenMetrics over HTTP, cargo feature
+//! `metrics`), `starvation.rs` (the starvation guard beside the RT CPUs).
+//! Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
 mod domains;
 pub mod grant;
 pub mod journal;
 pub mod manager;
+#[cfg(feature = "metrics")]
 pub mod metrics;
 mod notify;
 pub mod peer;
@@ -35,7 +37,7 @@ pub use config::ServeConfig;
 pub use manager::Manager;
 pub use startup::reset_machine;
 
-use crate::balance::{run_balancer, LiveConfig};
+use crate::balance::{run_balancer, EventSink, LiveConfig};
 use crate::host::{Host, HostError};
 use crate::partition::{self, PartitionError};
 use rtmgr_core::admission::AdmissionConfig;
@@ -114,6 +116,7 @@ pub fn serve(
     cfg: &ServeConfig,
     stop: Arc<AtomicBool>,
 ) -> Result<ServeReport, ServeError> {
+    cfg.check_built().map_err(ServeError::Config)?;
     let online = crate::cpus::online(host)?;
     let plan =
         validate(&cfg.partition, None, &online).map_err(|e| ServeError::Config(e.to_string()))?;
@@ -169,6 +172,7 @@ fn run(
     resources: &crate::resources::Prepared,
 ) -> Result<(), ServeError> {
     // Owning the bus name may fail (rtkit-daemon owns it): before anything changes.
+    #[cfg(feature = "rtkit")]
     let mut rtkit = match cfg.rtkit.enabled {
         true => Some(rtkit::start(&cfg.rtkit, stop.clone()).map_err(ServeError::Rtkit)?),
         false => None,
@@ -204,15 +208,14 @@ fn run(
     m.rewrite_journal()?;
     let sock = cfg.socket();
     let listener = bind(host, &sock)?;
-    let exporter = metrics::start(cfg, &applied.plan.rt)?;
-    m.metrics = exporter.as_ref().map(|(mx, _)| mx.clone());
-    let balancer = start_balancer(host, cfg, applied, m.metrics.clone());
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    let (exporter, events) = start_metrics(cfg, applied, &mut m)?;
+    let balancer = start_balancer(host, cfg, applied, events.clone());
     m.balancer = if balancer.is_some() {
         "running".into()
     } else {
         "off".into()
     };
-    let events = m.metrics.clone().map(|mx| crate::balance::EventSink(mx));
     let pj = &applied.journal;
     let guard = starvation::start(host, &cfg.starvation, &applied.plan.rt, pj, events)?;
     let line = guard
@@ -228,7 +231,9 @@ fn run(
         report.adopted,
         sock.display()
     ));
+    #[allow(unused_mut)] // no front but the socket without the feature `rtkit`
     let mut fronts: Vec<&mut dyn server::Front> = Vec::new();
+    #[cfg(feature = "rtkit")]
     if let Some(f) = rtkit.as_mut() {
         fronts.push(f);
     }
@@ -242,9 +247,11 @@ fn run(
         &mut fronts,
     );
     notify::stopping();
+    #[cfg(feature = "rtkit")]
     if let Some(f) = rtkit {
         report.problems.extend(f.stop(&m));
     }
+    #[cfg(feature = "metrics")]
     drop(exporter);
     drop(listener);
     let _ = std::fs::remove_file(host.path(&sock));
@@ -276,12 +283,39 @@ type BalancerThread = (
     std::thread::JoinHandle<Result<crate::balance::LiveReport, crate::balance::BalanceError>>,
 );
 
+/// `serve --metrics`: the metrics fed by the Manager (`m.metrics`), their
+/// HTTP endpoint, and the sink for the balancer's and the starvation guard's
+/// events; none of them when `[serve] metrics` is unset.
+#[cfg(feature = "metrics")]
+fn start_metrics(
+    cfg: &ServeConfig,
+    applied: &partition::Applied,
+    m: &mut Manager,
+) -> Result<(Option<metrics::Exporter>, Option<EventSink>), ServeError> {
+    let Some((mx, exporter)) = metrics::start(cfg, &applied.plan.rt)? else {
+        return Ok((None, None));
+    };
+    m.metrics = Some(mx.clone());
+    Ok((Some(exporter), Some(EventSink(mx))))
+}
+
+/// Built without the feature `metrics`: nothing to count into
+/// (`ServeConfig::check_built` refused `--metrics` before anything changed).
+#[cfg(not(feature = "metrics"))]
+fn start_metrics(
+    _: &ServeConfig,
+    _: &partition::Applied,
+    _: &mut Manager,
+) -> Result<((), Option<EventSink>), ServeError> {
+    Ok(((), None))
+}
+
 /// The live balancer and its latency guard (ARTiS §2.3), as `rtmgr balance` runs them.
 fn start_balancer(
     host: &Host,
     cfg: &ServeConfig,
     applied: &partition::Applied,
-    metrics: Option<Arc<metrics::Metrics>>,
+    events: Option<EventSink>,
 ) -> Option<BalancerThread> {
     if !cfg.serve.balancer {
         return None;
@@ -291,7 +325,7 @@ fn start_balancer(
     let mut live = LiveConfig::new(applied);
     live.period_ns = cfg.serve.balance_period_ms * 1_000_000;
     live.guard = cfg.serve.guard;
-    live.events = metrics.map(|mx| crate::balance::EventSink(mx));
+    live.events = events;
     let handle = std::thread::Builder::new()
         .name("rtmgr-balance".into())
         .spawn(move || run_balancer(&h, &a, &live, &s, |_, _| {}))

@@ -97,6 +97,7 @@ fn bump(m: &mut Manager, what: &str) {
 }
 
 fn add(m: &mut Manager, what: &str, n: u64) {
+    #[cfg(feature = "metrics")]
     if let Some(mx) = &m.metrics {
         mx.drift(what, n);
     }

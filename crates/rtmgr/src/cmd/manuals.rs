@@ -1,6 +1,7 @@
 //! Manuals generated from the clap definitions, so they never drift from the
 //! flags: `rtmgr completions SHELL` prints a shell's completion script, and the
-//! hidden `rtmgr __gen-man DIR` writes one man page per subcommand (packaging).
+//! hidden `rtmgr __gen-man DIR` writes one man page per subcommand (packaging;
+//! only in a build with the cargo feature `manuals`, which scripts/package.sh uses).
 
 use super::{bad_input, Outcome};
 use std::path::PathBuf;
@@ -44,6 +45,17 @@ pub fn gen_man(a: GenManArgs, cli: clap::Command) -> anyhow::Result<Outcome> {
     if !a.dir.is_dir() {
         return bad_input(format!("{}: not a directory", a.dir.display()));
     }
-    clap_mangen::generate_to(cli, &a.dir)?;
-    Ok(Outcome::Ok)
+    #[cfg(feature = "manuals")]
+    {
+        clap_mangen::generate_to(cli, &a.dir)?;
+        Ok(Outcome::Ok)
+    }
+    #[cfg(not(feature = "manuals"))]
+    {
+        let _ = cli;
+        bad_input(format!(
+            "{GEN_MAN_COMMAND} needs the cargo feature `manuals`, and this rtmgr was built without it; \
+             rebuild with `cargo build --release -p rtmgr --features manuals` (scripts/package.sh uses `--features full`)"
+        ))
+    }
 }

@@ -18,7 +18,8 @@ pub struct ServeArgs {
     /// Do not run the live balancer and its latency guard.
     #[arg(long)]
     pub no_balancer: bool,
-    /// Also answer rtkit's D-Bus API (own org.freedesktop.RealtimeKit1): see docs/rtkit.md.
+    /// Also answer rtkit's D-Bus API (own org.freedesktop.RealtimeKit1): see
+    /// docs/rtkit.md. Needs a build with the cargo feature `rtkit`.
     #[arg(long)]
     pub rtkit: bool,
     /// The bus for --rtkit (a D-Bus address) instead of [rtkit] bus or the system bus.
@@ -26,7 +27,8 @@ pub struct ServeArgs {
     pub rtkit_bus: Option<String>,
     /// Serve OpenMetrics/Prometheus text on http://ADDR/metrics (e.g.
     /// 127.0.0.1:9464; overrides [serve] metrics): per RT CPU the latency
-    /// guard's histogram, grants, refusals, evictions, starvation boosts, drift repairs.
+    /// guard's histogram, grants, refusals, evictions, starvation boosts, drift
+    /// repairs. Needs a build with the cargo feature `metrics`.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
     /// Print the final report as JSON.
@@ -56,6 +58,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<Outcome> {
     }
     if a.metrics.is_some() {
         cfg.serve.metrics = a.metrics;
+    }
+    if let Err(e) = cfg.check_built() {
+        return bad_input(e);
     }
     require_root(&host, "rtmgr serve")?;
     let _lock = machine_lock(&host)?;

@@ -68,6 +68,7 @@ pub struct Manager {
     /// "running", "off", or why it stopped.
     pub balancer: String,
     /// `serve --metrics`: where answers and repairs are counted.
+    #[cfg(feature = "metrics")]
     pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
     /// Memory, I/O and cache beside the CPUs (issue 13).
     pub(super) resources: crate::resources::Resources,
@@ -108,6 +109,7 @@ impl Manager {
             started_ns: mono_ns(),
             stopping: false,
             balancer: "off".into(),
+            #[cfg(feature = "metrics")]
             metrics: None,
             resources: Default::default(),
         }
@@ -130,6 +132,7 @@ impl Manager {
 
     /// Count a response made outside `handle` (a malformed line).
     pub fn count(&mut self, resp: &Response) {
+        #[cfg(feature = "metrics")]
         if let Some(mx) = &self.metrics {
             mx.response(resp);
         }

@@ -2,13 +2,13 @@
 //! SCHED_RESET_ON_FORK) at a nice level no lower than MinNiceLevel. Not a
 //! reservation (it takes no RT capacity): the thread's state before is kept
 //! here and given back on ResetKnown, when the daemon stops, or when the
-//! thread asks for real time instead.
+//! thread asks for real time instead. rtkit's checks come first, in `rules.rs`.
 
-use super::bus::{Caller, Fail};
-use super::rules::{is_rtkit, Rtkit};
+use super::bus::Fail;
 use crate::daemon::manager::Manager;
 use crate::tasks;
 use rtmgr_sys::sched::{SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER};
+use std::collections::BTreeMap;
 
 /// A thread whose nice level rtkit raised, and what it was before.
 #[derive(Debug, Clone)]
@@ -18,6 +18,10 @@ pub struct HighThread {
     pub start_time: u64,
     pub before: SchedAttr,
 }
+
+/// The threads at a raised nice level, by thread id.
+#[derive(Debug, Default)]
+pub struct HighThreads(BTreeMap<u32, HighThread>);
 
 /// SCHED_OTHER at nice 0 (what rtkit resets a thread to).
 pub fn normal() -> SchedAttr {
@@ -36,55 +40,27 @@ fn raised(nice: i32) -> SchedAttr {
     }
 }
 
-impl Rtkit {
-    pub(super) fn high_priority(
+impl HighThreads {
+    /// Put thread `tid` of process `pid` (user `uid`, whom rtkit's rules
+    /// admitted) at nice level `nice`; its state before is kept the first time.
+    pub fn raise(
         &mut self,
-        m: &mut Manager,
-        caller: Caller,
-        process: Option<u64>,
-        thread: u64,
+        m: &Manager,
+        uid: u32,
+        pid: u32,
+        tid: u32,
         nice: i32,
     ) -> Result<(), Fail> {
-        let (pid, tid) = super::rules::ids(caller, process, thread)?;
-        if !(-20..=19).contains(&nice) {
-            return Err(Fail::Failed(format!(
-                "Invalid argument: nice level {nice} is not within -20..19"
-            )));
-        }
-        let min = self.cfg.min_nice_level;
-        if nice < min {
-            return Err(Fail::Denied(format!(
-                "nice level {nice} is below MinNiceLevel {min}"
-            )));
-        }
-        self.admit_caller(m, caller, pid, tid)?;
-        // An RT thread of rtkit's goes back to SCHED_OTHER (as in rtkit);
-        // one held by another rtmgr reservation is not rtkit's to change.
-        let holder = m
-            .grants()
-            .find(|g| g.threads.iter().any(|t| t.tid == tid))
-            .map(|g| (g.id, is_rtkit(g)));
-        match holder {
-            Some((id, false)) => {
-                return Err(Fail::Denied(format!(
-                    "thread {tid} holds rtmgr reservation {id}"
-                )))
-            }
-            Some((id, true)) => {
-                m.revoke_id(id);
-            }
-            None => {}
-        }
         let start_time = tasks::info(&m.host, pid, tid)
             .map(|t| t.start_time)
             .ok_or_else(|| Fail::Failed(format!("No such process: thread {tid}")))?;
-        if let std::collections::btree_map::Entry::Vacant(e) = self.high.entry(tid) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.0.entry(tid) {
             let before = m
                 .host
                 .get_attr(tid)
                 .map_err(|e| Fail::Failed(format!("thread {tid}: {e}")))?;
             e.insert(HighThread {
-                uid: caller.uid,
+                uid,
                 pid,
                 start_time,
                 before,
@@ -96,19 +72,16 @@ impl Rtkit {
         }
         // The thread may have exited and its id been reused meanwhile.
         if !tasks::same_task(&m.host, tid, start_time) {
-            self.high.remove(&tid);
+            self.0.remove(&tid);
             return Err(Fail::Failed(format!("thread {tid} exited")));
         }
-        tracing::info!(
-            "rtkit: thread {tid} of process {pid} (uid {}) at nice level {nice}",
-            caller.uid
-        );
+        tracing::info!("rtkit: thread {tid} of process {pid} (uid {uid}) at nice level {nice}");
         Ok(())
     }
 
     /// Give one thread's raised nice level back (if rtkit raised it).
-    pub(super) fn lower(&mut self, m: &Manager, tid: u32) -> Option<String> {
-        let h = self.high.remove(&tid)?;
+    pub fn lower(&mut self, m: &Manager, tid: u32) -> Option<String> {
+        let h = self.0.remove(&tid)?;
         if !tasks::same_task(&m.host, tid, h.start_time) {
             return None;
         }
@@ -120,7 +93,18 @@ impl Rtkit {
 
     /// Give every raised nice level back; what could not be.
     pub fn lower_all(&mut self, m: &Manager) -> Vec<String> {
-        let tids: Vec<u32> = self.high.keys().copied().collect();
+        let tids: Vec<u32> = self.0.keys().copied().collect();
         tids.into_iter().filter_map(|t| self.lower(m, t)).collect()
+    }
+
+    /// Forget raised nice levels of threads that are gone (rtkit's gc).
+    pub fn forget_gone(&mut self, m: &Manager) {
+        self.0
+            .retain(|tid, h| tasks::same_task(&m.host, *tid, h.start_time));
+    }
+
+    /// (uid, pid, tid) of every thread at a raised nice level.
+    pub fn known(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.0.iter().map(|(tid, h)| (h.uid, h.pid, *tid))
     }
 }

@@ -7,7 +7,7 @@
 
 use super::bus::{Call, Caller, Fail};
 use super::config::RtkitSection;
-use super::high::HighThread;
+use super::high::{self, HighThreads};
 use crate::daemon::manager::Manager;
 use crate::daemon::peer::{self, thread_of, Client};
 use crate::tasks;
@@ -26,9 +26,9 @@ pub const GRANT_NAME: &str = "rtkit";
 
 /// The front end's state: bursts per user, threads at a raised nice level.
 pub struct Rtkit {
-    pub(super) cfg: RtkitSection,
+    cfg: RtkitSection,
     bursts: BTreeMap<u32, Burst>,
-    pub(super) high: BTreeMap<u32, HighThread>,
+    high: HighThreads,
     stop: Arc<AtomicBool>,
 }
 
@@ -41,7 +41,7 @@ fn denied(m: impl Into<String>) -> Fail {
 
 /// Process and thread ids as rtkit reads them: no process = the caller's,
 /// thread 0 = the process's main thread.
-pub(super) fn ids(caller: Caller, process: Option<u64>, thread: u64) -> Result<(u32, u32), Fail> {
+fn ids(caller: Caller, process: Option<u64>, thread: u64) -> Result<(u32, u32), Fail> {
     let id = |v: u64| {
         u32::try_from(v)
             .ok()
@@ -65,14 +65,14 @@ impl Rtkit {
         Rtkit {
             cfg,
             bursts: BTreeMap::new(),
-            high: BTreeMap::new(),
+            high: HighThreads::default(),
             stop,
         }
     }
 
     /// Decide one call.
     pub fn answer(&mut self, m: &mut Manager, caller: Caller, call: Call) -> Result<(), Fail> {
-        self.forget_gone(m);
+        self.high.forget_gone(m);
         match call {
             Call::Realtime {
                 process,
@@ -133,7 +133,7 @@ impl Rtkit {
             }
             m.revoke_id(id);
         }
-        self.lower(m, tid);
+        self.high.lower(m, tid);
         m.check_threads(pid, &[tid]).map_err(refusal)?;
         let priority = priority as u8;
         let v = ValidReserve {
@@ -165,10 +165,55 @@ impl Rtkit {
         }
     }
 
+    /// MakeThreadHighPriority: rtkit's checks, then the nice level (`high.rs`).
+    fn high_priority(
+        &mut self,
+        m: &mut Manager,
+        caller: Caller,
+        process: Option<u64>,
+        thread: u64,
+        nice: i32,
+    ) -> Result<(), Fail> {
+        let (pid, tid) = ids(caller, process, thread)?;
+        if !(-20..=19).contains(&nice) {
+            return Err(failed(format!(
+                "Invalid argument: nice level {nice} is not within -20..19"
+            )));
+        }
+        let min = self.cfg.min_nice_level;
+        if nice < min {
+            return Err(denied(format!(
+                "nice level {nice} is below MinNiceLevel {min}"
+            )));
+        }
+        self.admit_caller(m, caller, pid, tid)?;
+        // An RT thread of rtkit's goes back to SCHED_OTHER (as in rtkit);
+        // one held by another rtmgr reservation is not rtkit's to change.
+        let holder = m
+            .grants()
+            .find(|g| g.threads.iter().any(|t| t.tid == tid))
+            .map(|g| (g.id, is_rtkit(g)));
+        match holder {
+            Some((id, false)) => {
+                return Err(denied(format!("thread {tid} holds rtmgr reservation {id}")))
+            }
+            Some((id, true)) => {
+                m.revoke_id(id);
+            }
+            None => {}
+        }
+        self.high.raise(m, caller.uid, pid, tid, nice)
+    }
+
+    /// Give every raised nice level back; what could not be.
+    pub fn lower_all(&mut self, m: &Manager) -> Vec<String> {
+        self.high.lower_all(m)
+    }
+
     /// rtkit's checks on the caller before anything changes: limits per
     /// user, the burst, the process belongs to the caller's user, the
     /// thread to the process. The Manager's view of the client.
-    pub(super) fn admit_caller(
+    fn admit_caller(
         &mut self,
         m: &Manager,
         caller: Caller,
@@ -272,17 +317,17 @@ impl Rtkit {
             .filter(|g| is_rtkit(g))
             .flat_map(|g| g.threads.iter().map(|t| (g.uid, g.pid, t.tid)))
             .collect();
-        out.extend(self.high.iter().map(|(tid, h)| (h.uid, h.pid, *tid)));
+        out.extend(self.high.known());
         out
     }
 
     /// Revoke every rtkit grant and give every raised nice level back.
-    pub(super) fn reset_known(&mut self, m: &mut Manager) {
+    fn reset_known(&mut self, m: &mut Manager) {
         let ids: Vec<u64> = m.grants().filter(|g| is_rtkit(g)).map(|g| g.id).collect();
         for id in ids {
             m.revoke_id(id);
         }
-        for p in self.lower_all(m) {
+        for p in self.high.lower_all(m) {
             tracing::warn!("rtkit: {p}");
         }
     }
@@ -304,7 +349,7 @@ impl Rtkit {
             if owner.map_or(true, |o| o.uid() == 0) {
                 continue;
             }
-            if let Err(e) = m.host.set_attr(t.tid, &super::high::normal()) {
+            if let Err(e) = m.host.set_attr(t.tid, &high::normal()) {
                 if !e.is_gone() {
                     tracing::warn!("rtkit: ResetAll: thread {}: {e}", t.tid);
                 }
@@ -316,12 +361,6 @@ impl Rtkit {
                 );
             }
         }
-    }
-
-    /// Forget raised nice levels of threads that are gone (rtkit's gc).
-    fn forget_gone(&mut self, m: &Manager) {
-        self.high
-            .retain(|tid, h| tasks::same_task(&m.host, *tid, h.start_time));
     }
 }
 
