@@ -103,8 +103,7 @@ impl Balancer for Artis {
             || self.round.is_multiple_of(2)
             || m.cpus[from as usize].rt
             || !m.cpus[to as usize].rt;
-        let after = self.load(m, from, -1).max(self.load(m, to, 1));
-        linux_turn && after + 1e-9 < from_load
+        linux_turn && self.load(m, from, -1).max(self.load(m, to, 1)) + 1e-9 < from_load
     }
 
     /// Push only (§2.3): an idle CPU pulls only within its own role.

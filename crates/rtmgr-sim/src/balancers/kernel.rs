@@ -30,10 +30,10 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
         large.resize(n as usize, 0.0);
         &mut large
     };
+    for (c, l) in loads.iter_mut().enumerate() {
+        *l = b.load(m, c as u32, 0);
+    }
     for _ in 0..MAX_PASS_MOVES {
-        for (c, l) in loads.iter_mut().enumerate() {
-            *l = b.load(m, c as u32, 0);
-        }
         let target = (0..n)
             .min_by(|&a, &c| {
                 loads[a as usize]
@@ -64,24 +64,31 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
                 best = Some((gain, t, from));
             }
         }
-        let Some((_, t, _)) = best else { break };
+        let Some((_, t, from)) = best else { break };
         m.migrate_queued(t, target, b);
+        // A move changes the queues of its two CPUs only (the target, if
+        // idle, starts the task it was given): the other loads stand.
+        loads[from as usize] = b.load(m, from, 0);
+        loads[target as usize] = b.load(m, target, 0);
     }
 }
 
 /// The first queued task of `from` that may move to `to` with the lowest
 /// association rank (as `min_by_key`: the first of the lowest; rank 0 is the
-/// lowest there is, so the search stops at the first one).
+/// lowest there is, so the search stops at the first one). The rank, cheap,
+/// is asked first: a task that could not beat the best so far needs no
+/// `may_move`.
 fn first_to_move(m: &Machine, b: &impl Balancer, from: u32, to: u32) -> Option<u32> {
     let mut best: Option<(u32, u32)> = None; // (rank, task)
-    for t in queued(m, from).filter(|&t| b.may_move(m, t, from, to)) {
+    for t in queued(m, from) {
         let rank = b.association_rank(m, t, from, to);
+        if best.is_some_and(|(r, _)| rank >= r) || !b.may_move(m, t, from, to) {
+            continue;
+        }
         if rank == 0 {
             return Some(t);
         }
-        if best.is_none_or(|(r, _)| rank < r) {
-            best = Some((rank, t));
-        }
+        best = Some((rank, t));
     }
     best.map(|(_, t)| t)
 }
