@@ -3,7 +3,7 @@
 //! RT-load weighting, push-only moves and task/processor association are
 //! ARTiS's rules for these two).
 
-use super::{Balancer, PassMove};
+use super::{Balancer, PassLoads};
 use crate::engine::machine::Machine;
 
 /// Moves per balancing pass, like the kernel's nr_balance_iterations.
@@ -44,23 +44,29 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
         let mut best: Option<(f64, u32, u32)> = None; // (gain, task, from)
         for from in 0..n {
             let before = loads[from as usize];
-            if from == target || before <= loads[target as usize] {
+            let gain = before - loads[target as usize];
+            // Only a greater gain than the best so far may replace it: the
+            // questions below (pure) need no asking otherwise.
+            if from == target
+                || before <= loads[target as usize]
+                || best.is_some_and(|x| gain <= x.0)
+            {
+                continue;
+            }
+            let pair = PassLoads {
+                from,
+                to: target,
+                from_load: before,
+                to_load: loads[target as usize],
+            };
+            if !b.loads_worth_moving(m, &pair) {
                 continue;
             }
             // The queued task this balancer would pick first (association order).
             let Some(t) = first_to_move(m, b, from, target) else {
                 continue;
             };
-            let mv = PassMove {
-                task: t,
-                from,
-                to: target,
-                from_load: before,
-                to_load: loads[target as usize],
-            };
-            let ok = b.worth_moving(m, &mv);
-            let gain = before - loads[target as usize];
-            if ok && best.is_none_or(|x| gain > x.0) {
+            if b.task_worth_moving(m, t, from, target) {
                 best = Some((gain, t, from));
             }
         }
