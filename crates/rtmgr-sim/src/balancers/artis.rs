@@ -89,10 +89,13 @@ impl Balancer for Artis {
         }
     }
 
-    /// A move must lower the maximum weighted load.
+    /// A move must lower the maximum weighted load: both CPUs' loads after
+    /// it below `from`'s now (the target's, the same for every `from` of a
+    /// pass and mostly too high, asked first).
+    #[inline]
     fn loads_worth_moving(&self, m: &Machine, loads: &PassLoads) -> bool {
-        let after = self.load(m, loads.from, -1).max(self.load(m, loads.to, 1));
-        after + 1e-9 < loads.from_load
+        let below = |after: f64| after + 1e-9 < loads.from_load;
+        below(self.load(m, loads.to, 1)) && below(self.load(m, loads.from, -1))
     }
 
     /// Linux tasks are considered for NRT→RT every other pass, RT1+ tasks at
