@@ -105,12 +105,23 @@ pub(crate) fn idle_pull(m: &mut Machine, b: &impl Balancer, cpu: u32) -> Option<
     if !m.pullable(cpu) {
         return None; // e.g. a shielded RT CPU: every movable task is confined elsewhere
     }
-    let n = m.cfg.cpus;
-    let from = (0..n)
-        .filter(|&c| c != cpu)
-        .filter(|&c| b.may_pull(m, c, cpu))
-        .filter(|&c| queued(m, c).any(|t| b.may_move(m, t, c, cpu)))
-        .max_by(|&a, &c| b.load(m, a, 0).total_cmp(&b.load(m, c, 0)).then(c.cmp(&a)))?;
+    // The most loaded (the lowest numbered of equals) of the CPUs with a
+    // task that may move here; a CPU no more loaded than the best so far
+    // cannot win, and its queue is not searched.
+    let mut best: Option<(f64, u32)> = None;
+    for c in 0..m.cfg.cpus {
+        if c == cpu || m.cpus[c as usize].nr_queued() == 0 || !b.may_pull(m, c, cpu) {
+            continue;
+        }
+        let load = b.load(m, c, 0);
+        if best.is_some_and(|(l, _)| load.total_cmp(&l).is_le()) {
+            continue;
+        }
+        if queued(m, c).any(|t| b.may_move(m, t, c, cpu)) {
+            best = Some((load, c));
+        }
+    }
+    let (_, from) = best?;
     let t = queued(m, from).find(|&t| b.may_move(m, t, from, cpu))?;
     m.unqueue(from, t);
     m.note_migration(t, cpu);

@@ -94,7 +94,12 @@ pub(crate) struct Cpu {
 
 impl Cpu {
     pub(crate) fn nr_running(&self) -> usize {
-        self.fifo.len() + self.fair.len() + usize::from(self.running.is_some())
+        self.nr_queued() + usize::from(self.running.is_some())
+    }
+
+    /// Runnable tasks waiting for the CPU.
+    pub(crate) fn nr_queued(&self) -> usize {
+        self.fifo.len() + self.fair.len()
     }
 }
 
