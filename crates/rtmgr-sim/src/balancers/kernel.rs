@@ -41,6 +41,9 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
                     .then(a.cmp(&c))
             })
             .expect("cpus");
+        if !m.pullable(target) {
+            break; // no task may ever move there (`may_move` implies its mask)
+        }
         let mut best: Option<(f64, u32, u32)> = None; // (gain, task, from)
         for from in 0..n {
             let before = loads[from as usize];

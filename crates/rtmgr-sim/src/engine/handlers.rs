@@ -90,6 +90,9 @@ impl Machine {
         self.enqueue(cpu, ti, false, b);
     }
 
+    /// The most frequent event: inlined into the loop, its rare end of a
+    /// slice out of line.
+    #[inline(always)]
     pub(super) fn on_tick(&mut self, cpu: u32, b: &impl Balancer) {
         let c = &mut self.cpus[cpu as usize];
         let Some(r) = c.running else {
@@ -105,14 +108,21 @@ impl Machine {
         let slice_over =
             (t.prio == 0) & (t.np_left == 0) & (t.slice_left <= 0) & !c.fair.is_empty();
         if slice_over {
-            self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
-            if let Some(r) = self.deschedule(cpu) {
-                self.tasks[r as usize].w_invol += 1;
-                self.cpus[cpu as usize].fair.push_back(r);
-            }
-            self.dispatch(cpu, b);
+            self.end_slice(cpu, r, b);
         }
         self.queue.arm_tick(cpu, now + self.cfg.tick_ns);
+    }
+
+    /// Round robin: the running task `r` of `cpu` used its slice up and
+    /// others wait; it goes to the back of the queue.
+    #[inline(never)]
+    fn end_slice(&mut self, cpu: u32, r: u32, b: &impl Balancer) {
+        self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
+        if let Some(r) = self.deschedule(cpu) {
+            self.tasks[r as usize].w_invol += 1;
+            self.cpus[cpu as usize].fair.push_back(r);
+        }
+        self.dispatch(cpu, b);
     }
 
     pub(super) fn on_irq(&mut self) {
