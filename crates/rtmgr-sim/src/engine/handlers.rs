@@ -4,6 +4,7 @@
 
 use super::events::Ev;
 use super::machine::{Machine, State};
+use super::sched::interrupt_running;
 use crate::balancers::Balancer;
 use rtmgr_core::class::TaskClass;
 
@@ -94,19 +95,19 @@ impl Machine {
     /// slice out of line.
     #[inline(always)]
     pub(super) fn on_tick(&mut self, cpu: u32, b: &impl Balancer) {
+        let now = self.now;
         let c = &mut self.cpus[cpu as usize];
         let Some(r) = c.running else {
             // The tick that fired was the last: an idle CPU is tickless.
             c.tick_armed = false;
             return;
         };
-        let now = self.now;
-        self.interrupt(cpu, self.cfg.tick_cost_ns);
-        let c = &self.cpus[cpu as usize];
-        let t = &self.tasks[r as usize];
+        let t = &mut self.tasks[r as usize];
+        let end = interrupt_running(c, t, now, self.cfg.tick_cost_ns);
         // One branch (rarely taken) rather than four on data.
         let slice_over =
             (t.prio == 0) & (t.np_left == 0) & (t.slice_left <= 0) & !c.fair.is_empty();
+        self.queue.set_run(cpu, end);
         if slice_over {
             self.end_slice(cpu, r, b);
         }
