@@ -164,7 +164,29 @@ impl Timers {
     fn set_run(&mut self, cpu: u32, t: u64) {
         self.run[cpu as usize] = t;
         if t < self.tree[self.size + cpu as usize].key {
-            self.replay(cpu);
+            self.lower(cpu);
+        }
+    }
+
+    /// CPU `c`'s deadline moved below its leaf's bound: every node on the
+    /// way up is the earliest (time, cpu) of its two children, so the new
+    /// one replaces each node it beats, and the walk stops at the first it
+    /// does not beat (what is above it cannot change). The same tree as a
+    /// full `replay`, in fewer steps.
+    fn lower(&mut self, c: u32) {
+        let n = Node {
+            key: self.run[c as usize],
+            cpu: c,
+        };
+        let mut i = self.size + c as usize;
+        self.tree[i] = n;
+        while i > 1 {
+            i /= 2;
+            let above = self.tree[i];
+            if (above.key, above.cpu) < (n.key, n.cpu) {
+                break;
+            }
+            self.tree[i] = n;
         }
     }
 
