@@ -21,18 +21,10 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
     b.begin_balance_pass(m);
     let b = &*b;
     let n = m.cfg.cpus;
-    // The loads on the stack up to 64 CPUs (no allocation per pass).
-    let mut small = [0.0; 64];
-    let mut large = Vec::new();
-    let loads: &mut [f64] = if n <= 64 {
-        &mut small[..n as usize]
-    } else {
-        large.resize(n as usize, 0.0);
-        &mut large
-    };
-    for (c, l) in loads.iter_mut().enumerate() {
-        *l = b.load(m, c as u32, 0);
-    }
+    // The machine's scratch vector, reused: no allocation or clearing per pass.
+    let mut loads = std::mem::take(&mut m.pass_loads);
+    loads.clear();
+    loads.extend((0..n).map(|c| b.load(m, c, 0)));
     for _ in 0..MAX_PASS_MOVES {
         let target = (0..n)
             .min_by(|&a, &c| {
@@ -80,6 +72,7 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
         loads[from as usize] = b.load(m, from, 0);
         loads[target as usize] = b.load(m, target, 0);
     }
+    m.pass_loads = loads;
 }
 
 /// The first queued task of `from` that may move to `to` with the lowest

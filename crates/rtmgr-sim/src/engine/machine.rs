@@ -158,6 +158,8 @@ pub(crate) struct Machine {
     pub(super) lat: Latencies,
     pub(super) left: usize,
     pub(super) all_rt0: bool,
+    /// Scratch for the periodic balancing pass: each CPU's load.
+    pub(crate) pass_loads: Vec<f64>,
 }
 
 impl Machine {
@@ -247,6 +249,7 @@ impl Machine {
             lat: Latencies::default(),
             left,
             all_rt0,
+            pass_loads: Vec::with_capacity(n),
         };
         for ti in 0..m.tasks.len() as u32 {
             m.count_pullable(ti, 1);
