@@ -81,6 +81,15 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
 /// is asked first: a task that could not beat the best so far needs no
 /// `may_move`.
 fn first_to_move(m: &Machine, b: &impl Balancer, from: u32, to: u32) -> Option<u32> {
+    // Few tasks may go to `to` (an RT CPU lent to a guest): when none of
+    // them waits on `from`, none of its queue may move (`may_move` implies
+    // the mask), and the queue needs no search.
+    let allowed = m.movable_to(to);
+    if allowed.len() < m.cpus[from as usize].nr_queued()
+        && !allowed.iter().any(|&t| m.queued_on(t, from))
+    {
+        return None;
+    }
     let mut best: Option<(u32, u32)> = None; // (rank, task)
     for t in queued(m, from) {
         let rank = b.association_rank(m, t, from, to);
