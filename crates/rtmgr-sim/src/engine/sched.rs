@@ -51,7 +51,9 @@ impl Machine {
     pub(crate) fn dispatch(&mut self, cpu: u32, b: &impl Balancer) {
         debug_assert!(self.cpus[cpu as usize].running.is_none());
         let c = &mut self.cpus[cpu as usize];
-        let next = if !c.fifo.is_empty() {
+        let next = if c.fifo.len() == 1 {
+            c.fifo.pop() // mostly the lone RT0 task of its CPU: no shifting
+        } else if !c.fifo.is_empty() {
             Some(c.fifo.remove(0))
         } else {
             c.fair.pop_front()
