@@ -11,7 +11,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rtmgr_core::balance::scenario;
-use rtmgr_sim::{tasks_from_scenario, Sim, SimConfig, TaskDef, ALL_BALANCERS};
+use rtmgr_sim::{scenario_config, tasks_from_scenario, Sim, SimConfig, TaskDef, ALL_BALANCERS};
 
 const SCENARIOS: [&str; 2] = ["artis-3.3", "artis-3.3-64cpu"];
 
@@ -20,9 +20,8 @@ fn machine(name: &str, b: rtmgr_sim::BalancerKind) -> (SimConfig, Vec<TaskDef>) 
     let path = format!("{}/../../scenarios/{name}.lbu", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let sc = scenario::parse(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let cpus = sc.cpus.unwrap_or_else(|| sc.cpus_needed());
-    let cfg = SimConfig::new(cpus, sc.rt_set(), b);
-    let tasks = tasks_from_scenario(&sc, cpus);
+    let cfg = scenario_config(&sc, b);
+    let tasks = tasks_from_scenario(&sc, cfg.cpus);
     (cfg, tasks)
 }
 

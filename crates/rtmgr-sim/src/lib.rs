@@ -141,6 +141,14 @@ pub fn tasks_from_scenario(sc: &Scenario, cpus: u32) -> Vec<TaskDef> {
         .collect()
 }
 
+/// The machine `rtmgr lb SCENARIO --sim` simulates with its defaults (seed
+/// 1, T = 50 ms, an hour at most): the scenario's `cpus`, else what its masks
+/// use, and its RT CPUs.
+pub fn scenario_config(sc: &Scenario, balancer: BalancerKind) -> SimConfig {
+    let cpus = sc.cpus.unwrap_or_else(|| sc.cpus_needed());
+    SimConfig::new(cpus, sc.rt_set(), balancer)
+}
+
 /// A simulated lbµ run: what a live run reports too (`LbResult`, flattened
 /// into the same JSON object), plus what only a simulation knows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

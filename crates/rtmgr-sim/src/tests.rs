@@ -203,3 +203,36 @@ fn bad_machines_are_refused() {
     )
     .is_err());
 }
+
+/// FNV-1a of the report's JSON: every figure, the event count and trace hash.
+fn digest(r: &SimReport) -> u64 {
+    let json = serde_json::to_vec(r).unwrap();
+    json.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Pins the simulator's behaviour: these digests were computed from the
+/// code before issue 19's speed work, and a speed-up must not change one
+/// bit of a report. If a change of the model is meant, update them and say
+/// so in the commit (bench/sim-identical.sh compares every scenario).
+#[test]
+fn reports_are_pinned() {
+    let want = [
+        (BalancerKind::Linux, 7_299_359_604_139_940_037),
+        (BalancerKind::Shield, 901_712_659_818_467_027),
+        (BalancerKind::Artis, 18_105_303_548_231_460_104),
+        (BalancerKind::Rtmgr, 2_198_431_527_060_446_739),
+    ];
+    for (b, pinned) in want {
+        let (mut cfg, mut tasks) = artis_33(b, 300);
+        // Kernel sections too (ARTiS's migration trigger, rtmgr's kernel time).
+        cfg.seed = 7;
+        tasks[0].np_every_ns = 20 * MS;
+        tasks[0].np_len_ns = 2 * MS;
+        tasks[1].burst_ns = 5 * MS;
+        tasks[1].sleep_ns = 3 * MS;
+        let r = run(&cfg, &tasks).unwrap();
+        assert_eq!(digest(&r), pinned, "{b}: {} events", r.events);
+    }
+}

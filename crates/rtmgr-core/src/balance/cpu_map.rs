@@ -20,14 +20,16 @@ impl<V> FromIterator<(u32, V)> for CpuMap<V> {
     fn from_iter<I: IntoIterator<Item = (u32, V)>>(iter: I) -> Self {
         let mut items: Vec<(u32, V)> = iter.into_iter().collect();
         items.sort_by_key(|&(cpu, _)| cpu); // stable: equal CPUs keep their order
-        let mut kept: Vec<(u32, V)> = Vec::with_capacity(items.len());
-        for (cpu, v) in items {
-            match kept.last_mut() {
-                Some(last) if last.0 == cpu => last.1 = v,
-                _ => kept.push((cpu, v)),
+                                            // In place: of a run of equal CPUs the first entry stays, holding
+                                            // the last value.
+        items.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut kept.1);
             }
-        }
-        CpuMap { items: kept }
+            same
+        });
+        CpuMap { items }
     }
 }
 

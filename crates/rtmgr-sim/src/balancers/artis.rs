@@ -3,7 +3,7 @@
 //! the forbidden-migration estimate (Fig. 3), plus the migration trigger:
 //! a guest entering a non-preemptible section leaves its RT CPU at once.
 
-use super::{steer_irqs_to_nrt, Balancer, PassMove};
+use super::{steer_irqs_to_nrt, Balancer, PassLoads};
 use crate::engine::machine::Machine;
 use crate::SimConfig;
 use rtmgr_core::balance::{History, PolicyConfig};
@@ -89,22 +89,22 @@ impl Balancer for Artis {
         }
     }
 
-    /// A move must lower the maximum weighted load; Linux tasks are
-    /// considered for NRT→RT every other pass, RT1+ tasks at every pass.
-    fn worth_moving(&self, m: &Machine, mv: &PassMove) -> bool {
-        let PassMove {
-            task,
-            from,
-            to,
-            from_load,
-            ..
-        } = *mv;
-        let linux_turn = m.tasks[task as usize].class != TaskClass::Linux
+    /// A move must lower the maximum weighted load: both CPUs' loads after
+    /// it below `from`'s now (the target's, the same for every `from` of a
+    /// pass and mostly too high, asked first).
+    #[inline]
+    fn loads_worth_moving(&self, m: &Machine, loads: &PassLoads) -> bool {
+        let below = |after: f64| after + 1e-9 < loads.from_load;
+        below(self.load(m, loads.to, 1)) && below(self.load(m, loads.from, -1))
+    }
+
+    /// Linux tasks are considered for NRT→RT every other pass, RT1+ tasks at
+    /// every pass.
+    fn task_worth_moving(&self, m: &Machine, ti: u32, from: u32, to: u32) -> bool {
+        m.tasks[ti as usize].class != TaskClass::Linux
             || self.round.is_multiple_of(2)
             || m.cpus[from as usize].rt
-            || !m.cpus[to as usize].rt;
-        let after = self.load(m, from, -1).max(self.load(m, to, 1));
-        linux_turn && after + 1e-9 < from_load
+            || !m.cpus[to as usize].rt
     }
 
     /// Push only (§2.3): an idle CPU pulls only within its own role.

@@ -3,7 +3,7 @@
 //! RT-load weighting, push-only moves and task/processor association are
 //! ARTiS's rules for these two).
 
-use super::{Balancer, PassMove};
+use super::{Balancer, PassLoads};
 use crate::engine::machine::Machine;
 
 /// Moves per balancing pass, like the kernel's nr_balance_iterations.
@@ -21,19 +21,11 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
     b.begin_balance_pass(m);
     let b = &*b;
     let n = m.cfg.cpus;
-    // The loads on the stack up to 64 CPUs (no allocation per pass).
-    let mut small = [0.0; 64];
-    let mut large = Vec::new();
-    let loads: &mut [f64] = if n <= 64 {
-        &mut small[..n as usize]
-    } else {
-        large.resize(n as usize, 0.0);
-        &mut large
-    };
+    // The machine's scratch vector, reused: no allocation or clearing per pass.
+    let mut loads = std::mem::take(&mut m.pass_loads);
+    loads.clear();
+    loads.extend((0..n).map(|c| b.load(m, c, 0)));
     for _ in 0..MAX_PASS_MOVES {
-        for (c, l) in loads.iter_mut().enumerate() {
-            *l = b.load(m, c as u32, 0);
-        }
         let target = (0..n)
             .min_by(|&a, &c| {
                 loads[a as usize]
@@ -41,47 +33,73 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
                     .then(a.cmp(&c))
             })
             .expect("cpus");
+        if !m.pullable(target) {
+            break; // no task may ever move there (`may_move` implies its mask)
+        }
         let mut best: Option<(f64, u32, u32)> = None; // (gain, task, from)
         for from in 0..n {
             let before = loads[from as usize];
-            if from == target || before <= loads[target as usize] {
+            let gain = before - loads[target as usize];
+            // Only a greater gain than the best so far may replace it: the
+            // questions below (pure) need no asking otherwise.
+            if from == target
+                || before <= loads[target as usize]
+                || best.is_some_and(|x| gain <= x.0)
+            {
+                continue;
+            }
+            let pair = PassLoads {
+                from,
+                to: target,
+                from_load: before,
+                to_load: loads[target as usize],
+            };
+            if !b.loads_worth_moving(m, &pair) {
                 continue;
             }
             // The queued task this balancer would pick first (association order).
             let Some(t) = first_to_move(m, b, from, target) else {
                 continue;
             };
-            let mv = PassMove {
-                task: t,
-                from,
-                to: target,
-                from_load: before,
-                to_load: loads[target as usize],
-            };
-            let ok = b.worth_moving(m, &mv);
-            let gain = before - loads[target as usize];
-            if ok && best.is_none_or(|x| gain > x.0) {
+            if b.task_worth_moving(m, t, from, target) {
                 best = Some((gain, t, from));
             }
         }
-        let Some((_, t, _)) = best else { break };
+        let Some((_, t, from)) = best else { break };
         m.migrate_queued(t, target, b);
+        // A move changes the queues of its two CPUs only (the target, if
+        // idle, starts the task it was given): the other loads stand.
+        loads[from as usize] = b.load(m, from, 0);
+        loads[target as usize] = b.load(m, target, 0);
     }
+    m.pass_loads = loads;
 }
 
 /// The first queued task of `from` that may move to `to` with the lowest
 /// association rank (as `min_by_key`: the first of the lowest; rank 0 is the
-/// lowest there is, so the search stops at the first one).
+/// lowest there is, so the search stops at the first one). The rank, cheap,
+/// is asked first: a task that could not beat the best so far needs no
+/// `may_move`.
 fn first_to_move(m: &Machine, b: &impl Balancer, from: u32, to: u32) -> Option<u32> {
+    // Few tasks may go to `to` (an RT CPU lent to a guest): when none of
+    // them waits on `from`, none of its queue may move (`may_move` implies
+    // the mask), and the queue needs no search.
+    let allowed = m.movable_to(to);
+    if allowed.len() < m.cpus[from as usize].nr_queued()
+        && !allowed.iter().any(|&t| m.queued_on(t, from))
+    {
+        return None;
+    }
     let mut best: Option<(u32, u32)> = None; // (rank, task)
-    for t in queued(m, from).filter(|&t| b.may_move(m, t, from, to)) {
+    for t in queued(m, from) {
         let rank = b.association_rank(m, t, from, to);
+        if best.is_some_and(|(r, _)| rank >= r) || !b.may_move(m, t, from, to) {
+            continue;
+        }
         if rank == 0 {
             return Some(t);
         }
-        if best.is_none_or(|(r, _)| rank < r) {
-            best = Some((rank, t));
-        }
+        best = Some((rank, t));
     }
     best.map(|(_, t)| t)
 }
@@ -92,12 +110,23 @@ pub(crate) fn idle_pull(m: &mut Machine, b: &impl Balancer, cpu: u32) -> Option<
     if !m.pullable(cpu) {
         return None; // e.g. a shielded RT CPU: every movable task is confined elsewhere
     }
-    let n = m.cfg.cpus;
-    let from = (0..n)
-        .filter(|&c| c != cpu)
-        .filter(|&c| b.may_pull(m, c, cpu))
-        .filter(|&c| queued(m, c).any(|t| b.may_move(m, t, c, cpu)))
-        .max_by(|&a, &c| b.load(m, a, 0).total_cmp(&b.load(m, c, 0)).then(c.cmp(&a)))?;
+    // The most loaded (the lowest numbered of equals) of the CPUs with a
+    // task that may move here; a CPU no more loaded than the best so far
+    // cannot win, and its queue is not searched.
+    let mut best: Option<(f64, u32)> = None;
+    for c in 0..m.cfg.cpus {
+        if c == cpu || m.cpus[c as usize].nr_queued() == 0 || !b.may_pull(m, c, cpu) {
+            continue;
+        }
+        let load = b.load(m, c, 0);
+        if best.is_some_and(|(l, _)| load.total_cmp(&l).is_le()) {
+            continue;
+        }
+        if queued(m, c).any(|t| b.may_move(m, t, c, cpu)) {
+            best = Some((load, c));
+        }
+    }
+    let (_, from) = best?;
     let t = queued(m, from).find(|&t| b.may_move(m, t, from, cpu))?;
     m.unqueue(from, t);
     m.note_migration(t, cpu);

@@ -46,11 +46,19 @@ pub(crate) trait Balancer {
         0
     }
 
-    /// Is the move a periodic pass considers worth making? By default when
-    /// the loads differ by two tasks or more.
-    fn worth_moving(&self, m: &Machine, mv: &PassMove) -> bool {
+    /// Do the loads make a move from `from` to `to` worth it, whichever task
+    /// it takes? Asked by a periodic pass before it looks for the task. By
+    /// default when the loads differ by two tasks or more.
+    fn loads_worth_moving(&self, m: &Machine, loads: &PassLoads) -> bool {
         let _ = m;
-        mv.from_load - mv.to_load >= 2.0
+        loads.from_load - loads.to_load >= 2.0
+    }
+
+    /// Is moving queued task `ti` from `from` to `to` worth it, once the
+    /// loads are (`loads_worth_moving`)? By default yes.
+    fn task_worth_moving(&self, m: &Machine, ti: u32, from: u32, to: u32) -> bool {
+        let _ = (m, ti, from, to);
+        true
     }
 
     /// May an idle `to` pull from `from`? By default from any CPU.
@@ -82,10 +90,9 @@ pub(crate) trait Balancer {
     }
 }
 
-/// A move a periodic pass considers: queued task `task` from `from` to `to`,
-/// with the two CPUs' loads as the balancer sees them.
-pub(crate) struct PassMove {
-    pub(crate) task: u32,
+/// A move a periodic pass considers from `from` to `to`, with the two CPUs'
+/// loads as the balancer sees them.
+pub(crate) struct PassLoads {
     pub(crate) from: u32,
     pub(crate) to: u32,
     pub(crate) from_load: f64,

@@ -55,7 +55,9 @@ impl Rtmgr {
     /// What /proc shows of the live tasks over the window, resetting their
     /// window counters.
     fn observe_tasks(&self, m: &mut Machine) -> Vec<TaskObs> {
-        m.tasks
+        let mut seen = Vec::with_capacity(m.tasks.len());
+        let live = m
+            .tasks
             .iter_mut()
             .enumerate()
             .filter(|(_, t)| t.state != State::Done)
@@ -83,8 +85,9 @@ impl Rtmgr {
                 t.w_vol = 0;
                 t.w_invol = 0;
                 o
-            })
-            .collect()
+            });
+        seen.extend(live);
+        seen
     }
 }
 

@@ -74,18 +74,25 @@ struct Node {
 
 /// The pending ticks in (time, cpu) order: a ring of at most one tick per
 /// CPU (a power-of-two capacity, so that wrapping is a mask). Ticks leave
-/// at the front; a new one nearly always goes to the back.
+/// at the front; a new one nearly always goes to the back. Free slots hold
+/// `NO_TICK`, so that the front of an empty ring is `NO_TICK`.
 #[derive(Debug, Clone)]
 struct TickRing {
     buf: Vec<(u64, u32)>,
+    /// `buf.len() - 1`.
+    mask: usize,
     head: usize,
     len: usize,
 }
 
+const NO_TICK: (u64, u32) = (u64::MAX, u32::MAX);
+
 impl TickRing {
     fn new(cpus: usize) -> Self {
+        let cap = cpus.next_power_of_two();
         TickRing {
-            buf: vec![(u64::MAX, u32::MAX); cpus.next_power_of_two()],
+            buf: vec![NO_TICK; cap],
+            mask: cap - 1,
             head: 0,
             len: 0,
         }
@@ -93,17 +100,19 @@ impl TickRing {
 
     #[inline]
     fn slot(&self, i: usize) -> usize {
-        (self.head + i) & (self.buf.len() - 1)
+        (self.head + i) & self.mask
     }
 
+    /// The earliest tick, `NO_TICK` if none.
     #[inline]
-    fn front(&self) -> Option<(u64, u32)> {
-        (self.len > 0).then(|| self.buf[self.head])
+    fn front(&self) -> (u64, u32) {
+        self.buf[self.head]
     }
 
     #[inline]
     fn pop_front(&mut self) {
         debug_assert!(self.len > 0);
+        self.buf[self.head] = NO_TICK;
         self.head = self.slot(1);
         self.len -= 1;
     }
@@ -155,7 +164,29 @@ impl Timers {
     fn set_run(&mut self, cpu: u32, t: u64) {
         self.run[cpu as usize] = t;
         if t < self.tree[self.size + cpu as usize].key {
-            self.replay(cpu);
+            self.lower(cpu);
+        }
+    }
+
+    /// CPU `c`'s deadline moved below its leaf's bound: every node on the
+    /// way up is the earliest (time, cpu) of its two children, so the new
+    /// one replaces each node it beats, and the walk stops at the first it
+    /// does not beat (what is above it cannot change). The same tree as a
+    /// full `replay`, in fewer steps.
+    fn lower(&mut self, c: u32) {
+        let n = Node {
+            key: self.run[c as usize],
+            cpu: c,
+        };
+        let mut i = self.size + c as usize;
+        self.tree[i] = n;
+        while i > 1 {
+            i /= 2;
+            let above = self.tree[i];
+            if (above.key, above.cpu) < (n.key, n.cpu) {
+                break;
+            }
+            self.tree[i] = n;
         }
     }
 
@@ -199,7 +230,7 @@ impl Timers {
     fn take_until(&mut self, limit: u64) -> Option<(u64, Ev)> {
         loop {
             let Node { key: rt, cpu: rc } = self.tree[1];
-            let tick = self.ticks.front().unwrap_or((u64::MAX, u32::MAX));
+            let tick = self.ticks.front();
             if (rt, rc) > tick {
                 // A bound later than the tick: the segment end is too.
                 if tick.0 > limit || tick.0 == u64::MAX {

@@ -4,6 +4,7 @@
 
 use super::events::Ev;
 use super::machine::{Machine, State};
+use super::sched::interrupt_running;
 use crate::balancers::Balancer;
 use rtmgr_core::class::TaskClass;
 
@@ -90,29 +91,39 @@ impl Machine {
         self.enqueue(cpu, ti, false, b);
     }
 
+    /// The most frequent event: inlined into the loop, its rare end of a
+    /// slice out of line.
+    #[inline(always)]
     pub(super) fn on_tick(&mut self, cpu: u32, b: &impl Balancer) {
+        let now = self.now;
         let c = &mut self.cpus[cpu as usize];
         let Some(r) = c.running else {
             // The tick that fired was the last: an idle CPU is tickless.
             c.tick_armed = false;
             return;
         };
-        let now = self.now;
-        self.interrupt(cpu, self.cfg.tick_cost_ns);
-        let c = &self.cpus[cpu as usize];
-        let t = &self.tasks[r as usize];
+        let t = &mut self.tasks[r as usize];
+        let end = interrupt_running(c, t, now, self.cfg.tick_cost_ns);
         // One branch (rarely taken) rather than four on data.
         let slice_over =
             (t.prio == 0) & (t.np_left == 0) & (t.slice_left <= 0) & !c.fair.is_empty();
+        self.queue.set_run(cpu, end);
         if slice_over {
-            self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
-            if let Some(r) = self.deschedule(cpu) {
-                self.tasks[r as usize].w_invol += 1;
-                self.cpus[cpu as usize].fair.push_back(r);
-            }
-            self.dispatch(cpu, b);
+            self.end_slice(cpu, r, b);
         }
         self.queue.arm_tick(cpu, now + self.cfg.tick_ns);
+    }
+
+    /// Round robin: the running task `r` of `cpu` used its slice up and
+    /// others wait; it goes to the back of the queue.
+    #[inline(never)]
+    fn end_slice(&mut self, cpu: u32, r: u32, b: &impl Balancer) {
+        self.tasks[r as usize].slice_left = self.cfg.slice_ns as i64;
+        if let Some(r) = self.deschedule(cpu) {
+            self.tasks[r as usize].w_invol += 1;
+            self.cpus[cpu as usize].fair.push_back(r);
+        }
+        self.dispatch(cpu, b);
     }
 
     pub(super) fn on_irq(&mut self) {

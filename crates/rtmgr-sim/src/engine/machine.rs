@@ -94,7 +94,12 @@ pub(crate) struct Cpu {
 
 impl Cpu {
     pub(crate) fn nr_running(&self) -> usize {
-        self.fifo.len() + self.fair.len() + usize::from(self.running.is_some())
+        self.nr_queued() + usize::from(self.running.is_some())
+    }
+
+    /// Runnable tasks waiting for the CPU.
+    pub(crate) fn nr_queued(&self) -> usize {
+        self.fifo.len() + self.fair.len()
     }
 }
 
@@ -142,10 +147,10 @@ pub(crate) struct Machine {
     /// task (one word for up to 64 CPUs: the whole matrix stays in cache).
     allowed: Vec<u64>,
     mask_words: usize,
-    /// Per CPU: how many non-RT0 tasks may run there. Zero means no
-    /// balancer may ever move a task to it (`Balancer::may_move` implies
-    /// both), so an idle pull there has nothing to look for.
-    pullable: Vec<u32>,
+    /// Per CPU: the non-RT0 tasks that may run there, in no order. None
+    /// means no balancer may ever move a task to it (`Balancer::may_move`
+    /// implies both), so an idle pull there has nothing to look for.
+    movable_to: Vec<Vec<u32>>,
     pub(crate) nrt: Vec<u32>,
     /// The CPUs device interrupts go to (all, until a partition steers them).
     pub(crate) irq_cpus: Vec<u32>,
@@ -153,6 +158,8 @@ pub(crate) struct Machine {
     pub(super) lat: Latencies,
     pub(super) left: usize,
     pub(super) all_rt0: bool,
+    /// Scratch for the periodic balancing pass: each CPU's load.
+    pub(crate) pass_loads: Vec<f64>,
 }
 
 impl Machine {
@@ -237,34 +244,51 @@ impl Machine {
             tasks,
             allowed,
             mask_words,
-            pullable: vec![0; n],
+            movable_to: vec![Vec::new(); n],
             nrt,
             lat: Latencies::default(),
             left,
             all_rt0,
+            pass_loads: Vec::with_capacity(n),
         };
         for ti in 0..m.tasks.len() as u32 {
-            m.count_pullable(ti, 1);
+            m.note_mask(ti, true);
         }
         Ok(m)
     }
 
-    /// Add (`sign` 1) or remove (-1) task `ti`'s mask from `pullable`.
-    fn count_pullable(&mut self, ti: u32, sign: i32) {
+    /// Add (`add`) or remove task `ti` from `movable_to` on the CPUs of its mask.
+    fn note_mask(&mut self, ti: u32, add: bool) {
         if self.tasks[ti as usize].class == TaskClass::Rt0 {
             return;
         }
         for c in 0..self.cfg.cpus {
             if self.allows(ti, c) {
-                let p = &mut self.pullable[c as usize];
-                *p = p.wrapping_add_signed(sign);
+                let list = &mut self.movable_to[c as usize];
+                if add {
+                    list.push(ti);
+                } else {
+                    list.retain(|&t| t != ti);
+                }
             }
         }
     }
 
     /// May any task ever be moved to `cpu`?
     pub(crate) fn pullable(&self, cpu: u32) -> bool {
-        self.pullable[cpu as usize] > 0
+        !self.movable_to[cpu as usize].is_empty()
+    }
+
+    /// The non-RT0 tasks whose mask allows `cpu`, in no order.
+    pub(crate) fn movable_to(&self, cpu: u32) -> &[u32] {
+        &self.movable_to[cpu as usize]
+    }
+
+    /// Is task `ti` waiting in the queues of `cpu`? A queued task is ready
+    /// and its `cpu` is the CPU whose queue holds it (enqueue sets both).
+    pub(crate) fn queued_on(&self, ti: u32, cpu: u32) -> bool {
+        let t = &self.tasks[ti as usize];
+        t.cpu == cpu && t.state == State::Ready
     }
 
     /// Fork placement: all tasks start at once, each on the allowed CPU with
@@ -300,13 +324,13 @@ impl Machine {
 
     /// Let task `ti` run exactly on the CPUs `allow` accepts.
     pub(crate) fn set_allowed(&mut self, ti: u32, allow: impl Fn(u32) -> bool) {
-        self.count_pullable(ti, -1);
+        self.note_mask(ti, false);
         let words = &mut self.allowed[ti as usize * self.mask_words..][..self.mask_words];
         words.fill(0);
         for c in (0..self.cfg.cpus).filter(|&c| allow(c)) {
             words[c as usize / 64] |= 1 << (c % 64);
         }
-        self.count_pullable(ti, 1);
+        self.note_mask(ti, true);
     }
 
     /// The CPUs task `ti` may run on.

@@ -53,21 +53,39 @@ fn run_loop(m: &mut Machine, b: &mut impl Balancer, log: &mut Log, trace: &mut V
         }
         m.now = t;
         events += 1;
-        let code = ev.code();
-        hash = (hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
-        if m.cfg.keep_trace {
-            trace.push((t, code));
-        }
+        // Count and hash the event in its own arm, where its code is known
+        // (one branch on the kind of event, not two).
+        let keep = m.cfg.keep_trace;
+        let mut log = |code: u64| {
+            hash = (hash ^ t ^ code.rotate_left(29)).wrapping_mul(0x0100_0000_01b3);
+            if keep {
+                trace.push((t, code));
+            }
+        };
         match ev {
-            Ev::Run { cpu } => m.on_run(cpu, b),
-            Ev::Wake { task } => m.on_wake(task, b),
-            Ev::Tick { cpu } => m.on_tick(cpu, b),
-            Ev::Irq => m.on_irq(),
+            Ev::Run { cpu } => {
+                log(ev.code());
+                m.on_run(cpu, b);
+            }
+            Ev::Wake { task } => {
+                log(ev.code());
+                m.on_wake(task, b);
+            }
+            Ev::Tick { cpu } => {
+                log(ev.code());
+                m.on_tick(cpu, b);
+            }
+            Ev::Irq => {
+                log(ev.code());
+                m.on_irq();
+            }
             Ev::Balance => {
+                log(ev.code());
                 balancers::periodic_balance(m, b);
                 m.queue.push(m.now + m.cfg.balance_ns, Ev::Balance);
             }
             Ev::Sample => {
+                log(ev.code());
                 b.sample(m);
                 let period = b.sample_period().expect("sampling balancer");
                 m.queue.push(m.now + period, Ev::Sample);

@@ -51,7 +51,9 @@ impl Machine {
     pub(crate) fn dispatch(&mut self, cpu: u32, b: &impl Balancer) {
         debug_assert!(self.cpus[cpu as usize].running.is_none());
         let c = &mut self.cpus[cpu as usize];
-        let next = if !c.fifo.is_empty() {
+        let next = if c.fifo.len() == 1 {
+            c.fifo.pop() // mostly the lone RT0 task of its CPU: no shifting
+        } else if !c.fifo.is_empty() {
             Some(c.fifo.remove(0))
         } else {
             c.fair.pop_front()
@@ -176,20 +178,34 @@ impl Machine {
     pub(super) fn interrupt(&mut self, cpu: u32, cost: u64) {
         let now = self.now;
         let c = &mut self.cpus[cpu as usize];
-        let (e, fixed) = match c.running {
-            Some(ti) => charge(c, &mut self.tasks[ti as usize], now),
-            None => (0, 0),
-        };
-        c.irq_until = c.irq_until.max(now) + cost;
-        c.busy_ns += e + cost;
-        c.w_fixed += fixed + cost;
-        if c.running.is_some() {
-            c.seg_start = c.seg_start.max(now) + cost;
-            c.seg_end += cost;
-            let end = c.seg_end;
-            self.queue.set_run(cpu, end);
+        match c.running {
+            Some(ti) => {
+                let end = interrupt_running(c, &mut self.tasks[ti as usize], now, cost);
+                self.queue.set_run(cpu, end);
+            }
+            None => charge_interrupt(c, now, cost, (0, 0)),
         }
     }
+}
+
+/// An interrupt of `cost` on `c` while task `t` runs there: charge `t` up to
+/// now, and push its segment's end back; returns that end (for the queue).
+#[inline(always)]
+pub(super) fn interrupt_running(c: &mut Cpu, t: &mut Task, now: u64, cost: u64) -> u64 {
+    let charged = charge(c, t, now);
+    charge_interrupt(c, now, cost, charged);
+    c.seg_start = c.seg_start.max(now) + cost;
+    c.seg_end += cost;
+    c.seg_end
+}
+
+/// The CPU side of an interrupt: busy `cost` more after what `charged`
+/// (time, unmovable part) the running task.
+#[inline(always)]
+fn charge_interrupt(c: &mut Cpu, now: u64, cost: u64, (e, fixed): (u64, u64)) {
+    c.irq_until = c.irq_until.max(now) + cost;
+    c.busy_ns += e + cost;
+    c.w_fixed += fixed + cost;
 }
 
 /// Charge task `t`, running on `c`, for the time since its segment began;
