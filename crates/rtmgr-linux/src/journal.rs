@@ -7,9 +7,9 @@
 
 use crate::cgroup::Layout;
 use crate::host::{Host, HostError, Result};
-use crate::saved_attr::SavedAttr;
 use rtmgr_core::partition::{ApplyReport, PartitionPlan};
 use rtmgr_core::CpuSet;
+use rtmgr_sys::sched::SchedAttr;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ pub enum Record {
     Boost {
         tid: u32,
         start_time: u64,
-        old: SavedAttr,
+        old: SchedAttr,
     },
     /// That boost was put back.
     Unboost { tid: u32 },
@@ -159,7 +159,8 @@ pub(crate) fn append_line(
         .map_err(|e| io("write", real, e))
 }
 
-fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
+/// An I/O error on a journal file.
+pub(crate) fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
     HostError::Io {
         op,
         path: p.display().to_string(),
@@ -249,6 +250,19 @@ mod tests {
         remove(&host, path).unwrap();
         assert!(read(&host, path).unwrap().is_none());
         assert!(!host.path("/run/rtmgr").exists());
+    }
+
+    /// A boost as rtmgr wrote it before `SchedAttr` was journalled itself:
+    /// read and written back byte for byte.
+    #[test]
+    fn a_boost_record_of_the_earlier_form_round_trips_byte_identical() {
+        let line = r#"{"op":"boost","tid":100,"start_time":1100,"old":{"policy":1,"flags":0,"nice":0,"priority":10,"runtime":0,"deadline":0,"period":0}}"#;
+        let rec: Record = serde_json::from_str(line).unwrap();
+        let Record::Boost { old, .. } = &rec else {
+            panic!("{rec:?}")
+        };
+        assert_eq!((old.policy, old.priority), (1, 10));
+        assert_eq!(serde_json::to_string(&rec).unwrap(), line);
     }
 
     #[test]

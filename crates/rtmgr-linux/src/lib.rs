@@ -41,7 +41,6 @@ pub mod preload;
 pub mod resource_records;
 pub mod resources;
 pub mod rt_thread;
-pub mod saved_attr;
 pub mod sched;
 pub mod snapshot;
 pub mod status;

@@ -69,7 +69,7 @@ pub fn undo(host: &Host, records: &[Record], source: Source) -> Undone {
             } if !put_back.contains(tid) => {
                 put_back.push(*tid);
                 if tasks::same_task(host, *tid, *start_time) {
-                    let done = host.set_attr(*tid, &(*old).into());
+                    let done = host.set_attr(*tid, old);
                     note(format!("thread {tid} policy"), done, &mut out);
                     out.unboosted.push(*tid);
                 }

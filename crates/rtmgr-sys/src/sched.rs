@@ -168,8 +168,11 @@ pub enum Policy {
     },
 }
 
-/// The fields of the kernel's `struct sched_attr` (sched_setattr(2)).
+/// The fields of the kernel's `struct sched_attr` (sched_setattr(2)). With
+/// the `serde` feature it is also the form rtmgr-linux's journals keep a
+/// thread's old attributes in: its field names are part of that format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SchedAttr {
     pub policy: u32,
     pub flags: u64,

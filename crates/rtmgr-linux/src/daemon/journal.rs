@@ -6,9 +6,11 @@
 //! reset`) reads it to re-adopt or revoke. It lives beside the partition
 //! journal and is compacted so that released grants do not pile up.
 
-use crate::host::{Host, HostError, Limit, LimitKind, Result};
+use crate::host::{Host, Limit, LimitKind, Result};
+use crate::journal::io;
 use rtmgr_core::admission::Demand;
 use rtmgr_core::CpuSet;
+use rtmgr_sys::sched::SchedAttr;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,14 +19,12 @@ pub const GRANTS_VERSION: u32 = 1;
 /// Compact the file once this many released grants are in it.
 const COMPACT_AFTER: usize = 64;
 
-pub use crate::saved_attr::SavedAttr;
-
 /// One thread before its grant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadBefore {
     pub tid: u32,
     pub start_time: u64,
-    pub attr: SavedAttr,
+    pub attr: SchedAttr,
     pub affinity: CpuSet,
     /// Its cpuset cgroup, relative to the mount (None: unknown, or v2).
     pub cgroup: Option<String>,
@@ -116,14 +116,6 @@ pub struct GrantJournal {
     released: usize,
 }
 
-fn io(op: &'static str, p: &Path, source: std::io::Error) -> HostError {
-    HostError::Io {
-        op,
-        path: p.display().to_string(),
-        source,
-    }
-}
-
 impl GrantJournal {
     /// Open (creating if needed) to append.
     pub fn open(host: &Host, path: &Path) -> Result<Self> {
@@ -194,25 +186,11 @@ impl GrantJournal {
 /// Read a grants journal; None when there is none. A torn last line (the
 /// writer was killed mid-write) is ignored: its change was never made.
 pub fn read(host: &Host, path: &Path) -> Result<Option<JournalState>> {
-    let real = host.path(path);
-    let text = match std::fs::read_to_string(&real) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io("read", &real, e)),
+    let Some(records) = crate::journal::read_lines::<Record>(host, path)? else {
+        return Ok(None);
     };
-    let lines: Vec<&str> = text.lines().collect();
     let mut st = JournalState::default();
-    for (i, line) in lines.iter().enumerate() {
-        let rec = match serde_json::from_str::<Record>(line) {
-            Ok(r) => r,
-            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
-            Err(e) => {
-                return Err(HostError::Parse {
-                    path: real.display().to_string(),
-                    msg: format!("line {}: {e}", i + 1),
-                })
-            }
-        };
+    for rec in records {
         match rec {
             Record::Serve {
                 partition_journal, ..
@@ -321,5 +299,25 @@ mod tests {
         assert_eq!(st.live, vec![keep]);
         remove(&host, path).unwrap();
         assert!(read(&host, path).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_corrupt_line_before_the_last_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let path = Path::new("/grants.jsonl");
+        std::fs::write(host.path(path), "{\"op\":\"owned\",\"inode\":7}\ngarbage\n").unwrap();
+        let e = read(&host, path).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    /// A thread's old attributes as rtmgr wrote them before `SchedAttr`
+    /// was journalled itself: read and written back byte for byte.
+    #[test]
+    fn a_thread_record_of_the_earlier_form_round_trips_byte_identical() {
+        let line = r#"{"tid":500,"start_time":9,"attr":{"policy":6,"flags":1,"nice":-5,"priority":0,"runtime":1000,"deadline":2000,"period":3000},"affinity":"0-1","cgroup":"/"}"#;
+        let t: ThreadBefore = serde_json::from_str(line).unwrap();
+        assert_eq!((t.attr.policy, t.attr.nice, t.attr.period), (6, -5, 3000));
+        assert_eq!(serde_json::to_string(&t).unwrap(), line);
     }
 }

@@ -134,3 +134,7 @@ fn cpus_online(m: &mut Manager, online: &CpuSet) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;

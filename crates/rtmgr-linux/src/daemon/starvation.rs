@@ -168,7 +168,7 @@ fn boost(
     j.record(&Record::Boost {
         tid,
         start_time,
-        old: before.into(),
+        old: before,
     })?;
     let attr = SchedAttr {
         policy: SCHED_DEADLINE,

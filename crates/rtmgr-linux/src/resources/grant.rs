@@ -2,10 +2,10 @@
 //! given on request): its locked-memory allowance (counted, not set here: the
 //! RLIMIT_MEMLOCK is the grant's limit), its threads' I/O class (ioprio,
 //! DROPS §4.3's separate RT queue) and their resctrl group (DROPS §4.4's
-//! cache partition). Journalled inside the grant record; undone from it.
+//! cache partition). Journalled inside the grant record; the daemon's grant
+//! pipeline (`daemon/grant/io.rs`) applies, verifies and undoes it from there.
 
 use crate::host::{Host, HostError};
-use crate::tasks;
 use rtmgr_sys::ioprio;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -74,66 +74,4 @@ pub fn ioprio_changes(
         }
     }
     Ok(out)
-}
-
-/// Put a grant's resources into effect (its record is journalled already).
-pub fn apply(host: &Host, r: &GrantResources, tids: &[u32]) -> Result<(), HostError> {
-    for c in &r.ioprio {
-        host.set_ioprio(c.tid, c.new)?;
-    }
-    if let Some(group) = &r.cache_group {
-        for tid in tids {
-            host.write(group.join("tasks"), &tid.to_string())?;
-        }
-    }
-    Ok(())
-}
-
-/// Undo a grant's resources from its record; what could not be undone.
-pub fn revoke(host: &Host, r: &GrantResources, threads: &[(u32, u64)]) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut note = |what: String, res: Result<(), HostError>| {
-        if let Err(e) = res {
-            if !e.is_gone() {
-                problems.push(format!("{what}: {e}"));
-            }
-        }
-    };
-    for c in r.ioprio.iter().rev() {
-        if tasks::same_task(host, c.tid, c.start_time) {
-            note(
-                format!("thread {} ioprio", c.tid),
-                host.set_ioprio(c.tid, c.old),
-            );
-        }
-    }
-    if let Some(group) = &r.cache_group {
-        // Back to the default group (the resctrl root); a removed group
-        // already gave its tasks back.
-        let root = group.parent().map(|p| p.join("tasks"));
-        if let (Some(root), true) = (root, host.exists(group)) {
-            for &(tid, start) in threads {
-                if tasks::same_task(host, tid, start) {
-                    note(
-                        format!("thread {tid} cache group"),
-                        host.write(&root, &tid.to_string()),
-                    );
-                }
-            }
-        }
-    }
-    problems
-}
-
-/// A grant adopted after a restart: its threads back into the resctrl group
-/// (the new daemon removed and re-created it). Errors are left to drift.
-pub fn rejoin(host: &Host, r: &GrantResources, threads: &[(u32, u64)]) {
-    let Some(group) = r.cache_group.as_ref().filter(|g| host.exists(g)) else {
-        return;
-    };
-    for &(tid, start) in threads {
-        if tasks::same_task(host, tid, start) {
-            let _ = host.write(group.join("tasks"), &tid.to_string());
-        }
-    }
 }

@@ -157,7 +157,7 @@ fn bad_or_impossible_configs_are_refused_before_anything_changes() {
 }
 
 #[test]
-fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
+fn a_grant_gets_its_memory_counted_and_rt_io() {
     let m = machine();
     let (host, r) = started(&m, "");
     let mut req = ReserveRequest::new(10_000_000, 1_000_000);
@@ -167,13 +167,20 @@ fn a_grant_gets_its_memory_counted_and_rt_io_and_gives_them_back() {
     let g = r.for_request(&host, &v, &threads, 2 * GIB, 0).unwrap();
     assert_eq!(g.memlock_bytes, GIB);
     assert_eq!(g.io_label().as_deref(), Some("rt:4"));
-    grant::apply(&host, &g, &[100]).unwrap();
+    let rt4 = ioprio::value(ioprio::CLASS_RT, 4);
     assert_eq!(
-        host.get_ioprio(100).unwrap(),
-        ioprio::value(ioprio::CLASS_RT, 4)
+        g.ioprio,
+        vec![grant::IoprioChange {
+            tid: 100,
+            start_time: 1100,
+            old: 0,
+            new: rt4
+        }]
     );
-    assert!(grant::revoke(&host, &g, &threads).is_empty());
-    assert_eq!(host.get_ioprio(100).unwrap(), 0);
+    // A thread already at that class is left out.
+    host.set_ioprio(100, rt4).unwrap();
+    let g = r.for_request(&host, &v, &threads, 2 * GIB, 0).unwrap();
+    assert!(g.ioprio.is_empty(), "{:?}", g.ioprio);
     // 4 GiB may be locked in all (half of 8): 3.5 held leaves 0.5.
     let refused = r
         .for_request(&host, &v, &threads, 2 * GIB, 7 * GIB / 2)
@@ -244,14 +251,6 @@ fn the_cache_split_gives_rt_cpus_and_clients_their_ways_and_goes_back() {
         g.cache_group.as_deref(),
         Some(Path::new("/sys/fs/resctrl/rtmgr-rt"))
     );
-    grant::apply(&host, &g, &[100]).unwrap();
-    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
-    assert!(grant::revoke(&host, &g, &threads).is_empty());
-    assert_eq!(read(&m, "/sys/fs/resctrl/tasks"), "100");
-    // Adopted by a restarted daemon: back into the re-created group.
-    std::fs::write(m.root().join("sys/fs/resctrl/rtmgr-rt/tasks"), "").unwrap();
-    grant::rejoin(&host, &g, &threads);
-    assert_eq!(read(&m, "/sys/fs/resctrl/rtmgr-rt/tasks"), "100");
     // Another group of that name at start: refused before anything changes.
     assert!(prepare(&host, &cfg("rt_cache_share = 0.5")).is_err());
     assert!(knobs::undo(&host, jp).unwrap().is_empty());

@@ -3,7 +3,7 @@
 //! SCHED_DEADLINE, soft ones as SCHED_FIFO; rtkit: reset-on-fork).
 
 use super::{live, note, Cx, Draft, GrantStep};
-use crate::daemon::journal::{Grant, SavedAttr};
+use crate::daemon::journal::Grant;
 use crate::host::{Host, HostError};
 use rtmgr_core::admission::{Demand, Kind};
 use rtmgr_sys::sched::{SchedAttr, SCHED_DEADLINE, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
@@ -48,7 +48,7 @@ impl GrantStep for SchedAttrs {
 
     fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
         for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
-            t.attr = SavedAttr::from(cx.host.get_attr(t.tid)?);
+            t.attr = cx.host.get_attr(t.tid)?;
         }
         Ok(())
     }
@@ -72,7 +72,7 @@ impl GrantStep for SchedAttrs {
     fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         let mut problems = Vec::new();
         for t in live(cx.host, g) {
-            let r = cx.host.set_attr(t.tid, &SchedAttr::from(t.attr));
+            let r = cx.host.set_attr(t.tid, &t.attr);
             note(&mut problems, format!("thread {} policy", t.tid), r);
         }
         problems
