@@ -53,19 +53,21 @@ impl Balancer {
     /// Phase 2 (rotation, rtmgr's extension of §2.3's balancing by moving
     /// tasks): when each guest was first seen on its RT CPU.
     fn track_seats(&mut self, s: &Step) {
-        let mut guests: Vec<TaskId> = s
+        let mut guests = std::mem::take(&mut self.seen_guests);
+        guests.clear();
+        let seen = s
             .obs
             .tasks
             .iter()
-            .filter(|t| matches!(t.place, Place::Rt(_)))
-            .map(|t| t.id)
-            .collect();
+            .filter(|t| matches!(t.place, Place::Rt(_)));
+        guests.extend(seen.map(|t| t.id));
         guests.sort_unstable();
         // The guests seen now keep their seat's start; new ones start now.
         self.seated.retain(|id, _| guests.binary_search(id).is_ok());
-        for id in guests {
+        for &id in &guests {
             self.seated.entry(id).or_insert(s.now);
         }
+        self.seen_guests = guests;
     }
 
     /// Phase 3 (Fig. 3): a task unseen for longer than any back-off (exited,
@@ -233,7 +235,9 @@ impl Balancer {
         let gain = 1.0 + cfg.hysteresis;
         s.linux_turn = self.steps.is_multiple_of(u64::from(cfg.linux_every.max(1)));
         let nrt_share = share(s.cap_nrt, s.n_nrt).min(1.0);
-        let mut candidates: Vec<&TaskObs> = obs
+        // Sized once for every task: no regrowth while it fills.
+        let mut candidates: Vec<&TaskObs> = Vec::with_capacity(obs.tasks.len());
+        let eligible = obs
             .tasks
             .iter()
             .filter(|t| movable(t) && t.runnable && t.place == Place::Nrt)
@@ -246,8 +250,8 @@ impl Balancer {
                 self.history
                     .get(&t.id)
                     .is_none_or(|h| h.may_return(now, cfg))
-            })
-            .collect();
+            });
+        candidates.extend(eligible);
         candidates.sort_by_key(|t| (class_rank(t.class), t.total_ns, t.id));
         s.counts = s.guests.iter().map(|(c, l)| (c, l.len())).collect();
         let mut filled = 0;
@@ -276,11 +280,10 @@ impl Balancer {
             s.n_nrt -= 1;
             filled += 1;
         }
-        candidates[filled..]
-            .iter()
-            .copied()
-            .filter(|t| t.class == TaskClass::Linux)
-            .collect()
+        // The ones left waiting, in the same vector.
+        candidates.drain(..filled);
+        candidates.retain(|t| t.class == TaskClass::Linux);
+        candidates
     }
 
     /// Phase 10, rotation (rtmgr's extension; ARTiS's balancer gives every
