@@ -308,15 +308,16 @@ impl Balancer {
         } = s;
         let (now, window_ns, cap_nrt, mut n_nrt) = (*now, obs.window_ns, *cap_nrt, *n_nrt);
         let cap = |cpu: u32| capacity(rt_cpus[cpu]);
-        // Poorest first; taken from both ends.
-        let mut pool: std::collections::VecDeque<&TaskObs> = candidates.iter().copied().collect();
+        // Poorest first; taken from both ends (the slice shrinks).
+        let mut pool = candidates;
         let open = |c: u32| self.accepting(c, now) && cap(c) >= cfg.min_lend_capacity;
         for (cpu, &n) in counts.iter() {
             if moves.len() >= cfg.max_moves {
                 return;
             }
             if n == 0 && open(cpu) && (n_nrt as f64 - 1.0) >= cap_nrt {
-                if let Some(t) = pool.pop_back() {
+                if let Some((t, rest)) = pool.split_last() {
+                    pool = rest;
                     moves.push(Move {
                         task: t.id,
                         from: Place::Nrt,
@@ -351,20 +352,14 @@ impl Balancer {
                     continue;
                 }
                 let other = if better {
-                    pool.front()
-                        .filter(|p| p.total_ns.saturating_add(q) < g.total_ns)
-                        .copied()
+                    pool.split_first()
+                        .filter(|(p, _)| p.total_ns.saturating_add(q) < g.total_ns)
                 } else {
-                    pool.back()
-                        .filter(|r| r.total_ns > g.total_ns.saturating_add(q))
-                        .copied()
+                    pool.split_last()
+                        .filter(|(r, _)| r.total_ns > g.total_ns.saturating_add(q))
                 };
-                let Some(o) = other else { continue };
-                if better {
-                    pool.pop_front();
-                } else {
-                    pool.pop_back();
-                }
+                let Some((o, rest)) = other else { continue };
+                pool = rest;
                 moves.push(Move {
                     task: g.id,
                     from: g.place,
