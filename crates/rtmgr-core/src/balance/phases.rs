@@ -155,7 +155,7 @@ impl Balancer {
     fn weigh_loads(&self, s: &mut Step) {
         let obs = s.obs;
         s.cap_nrt = obs.cpus.iter().filter(|c| !c.rt).map(capacity).sum();
-        s.guests = s.rt_cpus.keys().map(|c| (c, Vec::new())).collect();
+        s.guests = s.rt_cpus.map_values(|_| Vec::new());
         for t in obs.tasks.iter().filter(|t| movable(t) && t.runnable) {
             match (t.place, s.moved.contains_key(&t.id)) {
                 (Place::Nrt, _) | (Place::Rt(_), true) => s.n_nrt += 1,
@@ -253,7 +253,7 @@ impl Balancer {
             });
         candidates.extend(eligible);
         candidates.sort_by_key(|t| (class_rank(t.class), t.total_ns, t.id));
-        s.counts = s.guests.iter().map(|(c, l)| (c, l.len())).collect();
+        s.counts = s.guests.map_values(Vec::len);
         let mut filled = 0;
         for t in candidates.iter() {
             if s.moves.len() >= cfg.max_moves || s.n_nrt <= 1 {
