@@ -65,8 +65,12 @@ impl<V> CpuMap<V> {
         &mut self.items[i].1
     }
 
-    pub(super) fn keys(&self) -> impl Iterator<Item = u32> + '_ {
-        self.items.iter().map(|&(c, _)| c)
+    /// The same CPUs with `f` of each value: already in order, no sorting.
+    pub(super) fn map_values<W>(&self, f: impl FnMut(&V) -> W) -> CpuMap<W> {
+        let mut f = f;
+        CpuMap {
+            items: self.items.iter().map(|(c, v)| (*c, f(v))).collect(),
+        }
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (u32, &V)> {
@@ -104,7 +108,7 @@ mod tests {
             assert_eq!(m.contains_key(cpu), b.contains_key(&cpu));
         }
         let mut m = m;
-        let mut counts: CpuMap<usize> = m.keys().map(|c| (c, 0)).collect();
+        let mut counts: CpuMap<usize> = m.map_values(|_| 0);
         *counts.or_default(7) += 1;
         *counts.or_default(5) += 2;
         *counts.get_mut(9).unwrap() += 3;

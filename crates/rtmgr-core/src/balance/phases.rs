@@ -53,19 +53,21 @@ impl Balancer {
     /// Phase 2 (rotation, rtmgr's extension of §2.3's balancing by moving
     /// tasks): when each guest was first seen on its RT CPU.
     fn track_seats(&mut self, s: &Step) {
-        let mut guests: Vec<TaskId> = s
+        let mut guests = std::mem::take(&mut self.seen_guests);
+        guests.clear();
+        let seen = s
             .obs
             .tasks
             .iter()
-            .filter(|t| matches!(t.place, Place::Rt(_)))
-            .map(|t| t.id)
-            .collect();
+            .filter(|t| matches!(t.place, Place::Rt(_)));
+        guests.extend(seen.map(|t| t.id));
         guests.sort_unstable();
         // The guests seen now keep their seat's start; new ones start now.
         self.seated.retain(|id, _| guests.binary_search(id).is_ok());
-        for id in guests {
+        for &id in &guests {
             self.seated.entry(id).or_insert(s.now);
         }
+        self.seen_guests = guests;
     }
 
     /// Phase 3 (Fig. 3): a task unseen for longer than any back-off (exited,
@@ -153,7 +155,7 @@ impl Balancer {
     fn weigh_loads(&self, s: &mut Step) {
         let obs = s.obs;
         s.cap_nrt = obs.cpus.iter().filter(|c| !c.rt).map(capacity).sum();
-        s.guests = s.rt_cpus.keys().map(|c| (c, Vec::new())).collect();
+        s.guests = s.rt_cpus.map_values(|_| Vec::new());
         for t in obs.tasks.iter().filter(|t| movable(t) && t.runnable) {
             match (t.place, s.moved.contains_key(&t.id)) {
                 (Place::Nrt, _) | (Place::Rt(_), true) => s.n_nrt += 1,
@@ -233,7 +235,9 @@ impl Balancer {
         let gain = 1.0 + cfg.hysteresis;
         s.linux_turn = self.steps.is_multiple_of(u64::from(cfg.linux_every.max(1)));
         let nrt_share = share(s.cap_nrt, s.n_nrt).min(1.0);
-        let mut candidates: Vec<&TaskObs> = obs
+        // Sized once for every task: no regrowth while it fills.
+        let mut candidates: Vec<&TaskObs> = Vec::with_capacity(obs.tasks.len());
+        let eligible = obs
             .tasks
             .iter()
             .filter(|t| movable(t) && t.runnable && t.place == Place::Nrt)
@@ -246,10 +250,10 @@ impl Balancer {
                 self.history
                     .get(&t.id)
                     .is_none_or(|h| h.may_return(now, cfg))
-            })
-            .collect();
+            });
+        candidates.extend(eligible);
         candidates.sort_by_key(|t| (class_rank(t.class), t.total_ns, t.id));
-        s.counts = s.guests.iter().map(|(c, l)| (c, l.len())).collect();
+        s.counts = s.guests.map_values(Vec::len);
         let mut filled = 0;
         for t in candidates.iter() {
             if s.moves.len() >= cfg.max_moves || s.n_nrt <= 1 {
@@ -276,11 +280,10 @@ impl Balancer {
             s.n_nrt -= 1;
             filled += 1;
         }
-        candidates[filled..]
-            .iter()
-            .copied()
-            .filter(|t| t.class == TaskClass::Linux)
-            .collect()
+        // The ones left waiting, in the same vector.
+        candidates.drain(..filled);
+        candidates.retain(|t| t.class == TaskClass::Linux);
+        candidates
     }
 
     /// Phase 10, rotation (rtmgr's extension; ARTiS's balancer gives every
@@ -305,15 +308,16 @@ impl Balancer {
         } = s;
         let (now, window_ns, cap_nrt, mut n_nrt) = (*now, obs.window_ns, *cap_nrt, *n_nrt);
         let cap = |cpu: u32| capacity(rt_cpus[cpu]);
-        // Poorest first; taken from both ends.
-        let mut pool: std::collections::VecDeque<&TaskObs> = candidates.iter().copied().collect();
+        // Poorest first; taken from both ends (the slice shrinks).
+        let mut pool = candidates;
         let open = |c: u32| self.accepting(c, now) && cap(c) >= cfg.min_lend_capacity;
         for (cpu, &n) in counts.iter() {
             if moves.len() >= cfg.max_moves {
                 return;
             }
             if n == 0 && open(cpu) && (n_nrt as f64 - 1.0) >= cap_nrt {
-                if let Some(t) = pool.pop_back() {
+                if let Some((t, rest)) = pool.split_last() {
+                    pool = rest;
                     moves.push(Move {
                         task: t.id,
                         from: Place::Nrt,
@@ -348,20 +352,14 @@ impl Balancer {
                     continue;
                 }
                 let other = if better {
-                    pool.front()
-                        .filter(|p| p.total_ns.saturating_add(q) < g.total_ns)
-                        .copied()
+                    pool.split_first()
+                        .filter(|(p, _)| p.total_ns.saturating_add(q) < g.total_ns)
                 } else {
-                    pool.back()
-                        .filter(|r| r.total_ns > g.total_ns.saturating_add(q))
-                        .copied()
+                    pool.split_last()
+                        .filter(|(r, _)| r.total_ns > g.total_ns.saturating_add(q))
                 };
-                let Some(o) = other else { continue };
-                if better {
-                    pool.pop_front();
-                } else {
-                    pool.pop_back();
-                }
+                let Some((o, rest)) = other else { continue };
+                pool = rest;
                 moves.push(Move {
                     task: g.id,
                     from: g.place,

@@ -27,6 +27,9 @@ pub struct Balancer {
     pub(super) steps: u64,
     /// Since when each guest has been on its RT CPU (for rotation).
     pub(super) seated: BTreeMap<TaskId, u64>,
+    /// Scratch of `track_seats` (the guests seen), kept between steps so
+    /// that a step does not allocate it.
+    pub(super) seen_guests: Vec<TaskId>,
 }
 
 impl Balancer {
@@ -37,6 +40,7 @@ impl Balancer {
             guards: BTreeMap::new(),
             steps: 0,
             seated: BTreeMap::new(),
+            seen_guests: Vec::new(),
         }
     }
 

@@ -26,33 +26,23 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
     loads.clear();
     loads.extend((0..n).map(|c| b.load(m, c, 0)));
     for _ in 0..MAX_PASS_MOVES {
-        let target = (0..n)
-            .min_by(|&a, &c| {
-                loads[a as usize]
-                    .total_cmp(&loads[c as usize])
-                    .then(a.cmp(&c))
-            })
-            .expect("cpus");
+        let (target, to_load) = least_loaded(&loads);
         if !m.pullable(target) {
             break; // no task may ever move there (`may_move` implies its mask)
         }
         let mut best: Option<(f64, u32, u32)> = None; // (gain, task, from)
-        for from in 0..n {
-            let before = loads[from as usize];
-            let gain = before - loads[target as usize];
+        for (from, &before) in (0..n).zip(loads.iter()) {
+            let gain = before - to_load;
             // Only a greater gain than the best so far may replace it: the
             // questions below (pure) need no asking otherwise.
-            if from == target
-                || before <= loads[target as usize]
-                || best.is_some_and(|x| gain <= x.0)
-            {
+            if from == target || before <= to_load || best.is_some_and(|x| gain <= x.0) {
                 continue;
             }
             let pair = PassLoads {
                 from,
                 to: target,
                 from_load: before,
-                to_load: loads[target as usize],
+                to_load,
             };
             if !b.loads_worth_moving(m, &pair) {
                 continue;
@@ -73,6 +63,18 @@ pub(crate) fn periodic_balance(m: &mut Machine, b: &mut impl Balancer) {
         loads[target as usize] = b.load(m, target, 0);
     }
     m.pass_loads = loads;
+}
+
+/// The CPU with the lowest load (`total_cmp`; of equals the lowest
+/// numbered) and its load.
+fn least_loaded(loads: &[f64]) -> (u32, f64) {
+    let mut best = (0, loads[0]);
+    for (cpu, &load) in (0..).zip(loads.iter()).skip(1) {
+        if load.total_cmp(&best.1).is_lt() {
+            best = (cpu, load);
+        }
+    }
+    best
 }
 
 /// The first queued task of `from` that may move to `to` with the lowest

@@ -13,6 +13,11 @@ pub(crate) struct Rtmgr {
     last_sample: u64,
     /// Where the policy put each task (Fixed: not the policy's business).
     places: Vec<Place>,
+    /// The observation handed to the policy, refilled at each sample (its
+    /// vectors keep their capacity: no allocation per sample).
+    obs: Observation,
+    /// Per CPU: is it an RT CPU (the mask of a task sent back to the NRT set).
+    rt: Vec<bool>,
 }
 
 impl Rtmgr {
@@ -22,40 +27,47 @@ impl Rtmgr {
             sample_ns: cfg.sample_ns,
             last_sample: 0,
             places: Vec::new(),
+            obs: Observation {
+                now_ns: 0,
+                window_ns: 0,
+                cpus: Vec::new(),
+                tasks: Vec::new(),
+                time_resolution_ns: 0,
+            },
+            rt: Vec::new(),
         }
     }
 
     /// What the observer sees of the CPUs over the window (the latency probe,
-    /// unmovable load), resetting their window counters.
-    fn observe_cpus(m: &mut Machine, window: u64) -> Vec<CpuObs> {
+    /// unmovable load) into `seen`, resetting their window counters.
+    fn observe_cpus(m: &mut Machine, window: u64, seen: &mut Vec<CpuObs>) {
         let w = window.max(1) as f64;
-        m.cpus
-            .iter_mut()
-            .enumerate()
-            .map(|(i, c)| {
-                let p99 = if c.w_lat.is_empty() {
-                    None
-                } else {
-                    let k = (c.w_lat.len() * 99).div_ceil(100).max(1) - 1;
-                    Some(*c.w_lat.select_nth_unstable(k).1)
-                };
-                c.w_lat.clear();
-                let o = CpuObs {
-                    cpu: i as u32,
-                    rt: c.rt,
-                    rt_load: (c.w_fixed as f64 / w).min(1.0),
-                    latency_p99_ns: p99,
-                };
-                c.w_fixed = 0;
-                o
-            })
-            .collect()
+        let cpus = m.cpus.iter_mut().enumerate().map(|(i, c)| {
+            let p99 = if c.w_lat.is_empty() {
+                None
+            } else {
+                let k = (c.w_lat.len() * 99).div_ceil(100).max(1) - 1;
+                Some(*c.w_lat.select_nth_unstable(k).1)
+            };
+            c.w_lat.clear();
+            let o = CpuObs {
+                cpu: i as u32,
+                rt: c.rt,
+                rt_load: (c.w_fixed as f64 / w).min(1.0),
+                latency_p99_ns: p99,
+            };
+            c.w_fixed = 0;
+            o
+        });
+        seen.clear();
+        seen.extend(cpus);
     }
 
-    /// What /proc shows of the live tasks over the window, resetting their
-    /// window counters.
-    fn observe_tasks(&self, m: &mut Machine) -> Vec<TaskObs> {
-        let mut seen = Vec::with_capacity(m.tasks.len());
+    /// What /proc shows of the live tasks over the window into `seen`,
+    /// resetting their window counters.
+    fn observe_tasks(places: &[Place], m: &mut Machine, seen: &mut Vec<TaskObs>) {
+        seen.clear();
+        seen.reserve(m.tasks.len());
         let live = m
             .tasks
             .iter_mut()
@@ -65,11 +77,7 @@ impl Rtmgr {
                 let o = TaskObs {
                     id: i as u64,
                     class: t.class,
-                    place: if t.movable {
-                        self.places[i]
-                    } else {
-                        Place::Fixed
-                    },
+                    place: if t.movable { places[i] } else { Place::Fixed },
                     runnable: matches!(t.state, State::Ready | State::Running),
                     user_ns: t.w_user,
                     kernel_ns: t.w_kernel,
@@ -87,7 +95,6 @@ impl Rtmgr {
                 o
             });
         seen.extend(live);
-        seen
     }
 }
 
@@ -100,6 +107,7 @@ impl Balancer for Rtmgr {
             .iter()
             .map(|t| if t.movable { Place::Nrt } else { Place::Fixed })
             .collect();
+        self.rt = m.cpus.iter().map(|c| c.rt).collect();
     }
 
     fn sample_period(&self) -> Option<u64> {
@@ -111,14 +119,11 @@ impl Balancer for Rtmgr {
         let now = m.now;
         let window = now - self.last_sample;
         self.last_sample = now;
-        let obs = Observation {
-            now_ns: now,
-            window_ns: window,
-            cpus: Self::observe_cpus(m, window),
-            tasks: self.observe_tasks(m),
-            time_resolution_ns: 0,
-        };
-        let moves = self.policy.step(&obs);
+        self.obs.now_ns = now;
+        self.obs.window_ns = window;
+        Self::observe_cpus(m, window, &mut self.obs.cpus);
+        Self::observe_tasks(&self.places, m, &mut self.obs.tasks);
+        let moves = self.policy.step(&self.obs);
         for mv in moves {
             let ti = mv.task as u32;
             let target = match mv.to {
@@ -127,7 +132,7 @@ impl Balancer for Rtmgr {
                     Some(c)
                 }
                 Place::Nrt => {
-                    let rt: Vec<bool> = m.cpus.iter().map(|c| c.rt).collect();
+                    let rt = &self.rt;
                     m.set_allowed(ti, |x| !rt[x as usize]);
                     None
                 }

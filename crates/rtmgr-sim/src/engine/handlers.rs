@@ -9,6 +9,7 @@ use crate::balancers::Balancer;
 use rtmgr_core::class::TaskClass;
 
 impl Machine {
+    #[inline(always)]
     pub(super) fn on_run(&mut self, cpu: u32, b: &mut impl Balancer) {
         let c = &self.cpus[cpu as usize];
         debug_assert!(c.running.is_some() && c.seg_end == self.now);
@@ -63,6 +64,7 @@ impl Machine {
         self.queue.set_run(cpu, end);
     }
 
+    #[inline(always)]
     pub(super) fn on_wake(&mut self, ti: u32, b: &impl Balancer) {
         let now = self.now;
         let t = &mut self.tasks[ti as usize];
@@ -126,6 +128,7 @@ impl Machine {
         self.dispatch(cpu, b);
     }
 
+    #[inline(always)]
     pub(super) fn on_irq(&mut self) {
         let (x, n) = (self.rng.next(), self.irq_cpus.len() as u64);
         // x % n; a 64-bit division is slow, and n is often a power of two.

@@ -17,13 +17,20 @@ impl Machine {
 
     /// Count a migration of `ti` to `to` (and a ping-pong if it reverses the
     /// previous cross-role migration soon after), charging the migration cost.
+    /// Inlined: a task mostly stays where it was (an RT task waking on its
+    /// own CPU), and that needs no call.
+    #[inline(always)]
     pub(crate) fn note_migration(&mut self, ti: u32, to: u32) {
+        let from = self.tasks[ti as usize].cpu;
+        if from != to {
+            self.count_migration(ti, from, to);
+        }
+    }
+
+    #[inline(never)]
+    fn count_migration(&mut self, ti: u32, from: u32, to: u32) {
         let now = self.now;
         let to_rt = self.cpus[to as usize].rt;
-        let from = self.tasks[ti as usize].cpu;
-        if from == to {
-            return;
-        }
         let from_rt = self.cpus[from as usize].rt;
         let window = self.cfg.pingpong_ns;
         let cost = self.cfg.migration_cost_ns;

@@ -48,6 +48,7 @@ impl Machine {
     }
 
     /// Start the best queued task on an idle CPU (or one the balancer pulls).
+    #[inline(always)]
     pub(crate) fn dispatch(&mut self, cpu: u32, b: &impl Balancer) {
         debug_assert!(self.cpus[cpu as usize].running.is_none());
         let c = &mut self.cpus[cpu as usize];
@@ -99,6 +100,7 @@ impl Machine {
     }
 
     /// Take the running task off its CPU (still runnable or not).
+    #[inline(always)]
     pub(crate) fn deschedule(&mut self, cpu: u32) -> Option<u32> {
         self.account(cpu);
         let c = &mut self.cpus[cpu as usize];
@@ -112,6 +114,7 @@ impl Machine {
     }
 
     /// Put a runnable task on a CPU's queue; preempt if it is more urgent.
+    #[inline(always)]
     pub(crate) fn enqueue(&mut self, cpu: u32, ti: u32, front: bool, b: &impl Balancer) {
         let prio = self.tasks[ti as usize].prio;
         {
@@ -139,6 +142,7 @@ impl Machine {
         self.check_preempt(cpu, b);
     }
 
+    #[inline(always)]
     fn check_preempt(&mut self, cpu: u32, b: &impl Balancer) {
         let c = &self.cpus[cpu as usize];
         let Some(r) = c.running else {
@@ -155,6 +159,7 @@ impl Machine {
         }
     }
 
+    #[inline(always)]
     pub(super) fn preempt(&mut self, cpu: u32, b: &impl Balancer) {
         if let Some(r) = self.deschedule(cpu) {
             self.tasks[r as usize].w_invol += 1;
