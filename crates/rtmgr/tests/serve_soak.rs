@@ -11,13 +11,80 @@ mod serve_common;
 use rtmgr_rt::client::ReserveRequest;
 use rtmgr_sys::sched::SCHED_OTHER;
 use serve_common::*;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn proc_count(pid: u32, what: &str) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/{what}"))
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+/// The daemon's resident count of `what` (fd, task): the smallest of
+/// samples over a reconciliation tick, so a file that reconciliation holds
+/// open for a moment (it reads the partition journal) is not taken for a
+/// leak, while a leaked one, open for good, still is.
+fn settled_count(pid: u32, what: &str) -> usize {
+    (0..30)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            proc_count(pid, what)
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// How long the soak may go without a finished cycle before the watchdog
+/// calls it a stall.
+const STALL_S: u64 = 60;
+
+/// Each thread of `pid` with its state and policy, for a stall's diagnosis.
+fn threads_of(pid: u32) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let tid: u32 = e.file_name().to_string_lossy().parse().unwrap_or(0);
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        let policy = rtmgr_sys::sched::get_attr(tid).map(|a| a.policy).ok();
+        out += &format!(" tid {tid} state {state:?} policy {policy:?};");
+    }
+    out
+}
+
+/// The soak's watchdog: when no cycle finishes for STALL_S, say which threads
+/// are stuck and stop the daemon with SIGTERM (it revokes every grant, which
+/// puts a stuck client thread back to SCHED_OTHER, and resets the partition),
+/// so a stall fails the test within a minute instead of hanging it. Seen on
+/// kernel 6.18, also before issue 19: a client thread made SCHED_DEADLINE on
+/// the RT CPU left runnable (state R, dl_rq nr_running 1) while the CPU's run
+/// queue counted nothing and stayed idle (docs/serve.md, "Known limits").
+fn watchdog(done: &AtomicU64, finished: &AtomicBool, daemon: u32, stalled: &AtomicBool) {
+    let (mut last, mut since) = (u64::MAX, std::time::Instant::now());
+    while !finished.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let now = done.load(Ordering::Relaxed);
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        } else if since.elapsed().as_secs() >= STALL_S {
+            eprintln!(
+                "soak: no cycle finished for {STALL_S} s after {now}; test threads:{}; stopping the daemon",
+                threads_of(std::process::id())
+            );
+            stalled.store(true, Ordering::Relaxed);
+            // Our own child, which revokes and resets on SIGTERM.
+            let _ = std::process::Command::new("kill")
+                .arg(daemon.to_string())
+                .status();
+            return;
+        }
+    }
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -35,17 +102,20 @@ fn soak(cycles: u64) {
         "[[client]]\nusers = [\"root\"]\nmax_priority = 98\nrequests_per_burst = 100000000\nburst_s = 1\nmax_reservations = 1000\n",
     );
     let dpid = d.pid();
-    let (fds0, threads0) = (proc_count(dpid, "fd"), proc_count(dpid, "task"));
+    let (fds0, threads0) = (settled_count(dpid, "fd"), settled_count(dpid, "task"));
     let done = Arc::new(AtomicU64::new(0));
     let killed = Arc::new(AtomicU64::new(0));
     let workers = 4u64;
     let child_cycles = (cycles / 10).max(4);
     let thread_cycles = (cycles - child_cycles) / workers;
     let mut rss_warm = 0;
-    std::thread::scope(|s| {
+    let (finished, stalled) = (AtomicBool::new(false), AtomicBool::new(false));
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| watchdog(&done, &finished, dpid, &stalled));
+        let mut clients = Vec::new();
         for w in 0..workers {
             let (done, sock) = (done.clone(), live.socket());
-            s.spawn(move || {
+            clients.push(s.spawn(move || {
                 let mut c = rtmgr_rt::client::Client::connect_to(&sock).unwrap();
                 let me = rtmgr_sys::sched::gettid();
                 let aff = rtmgr_sys::sched::get_affinity(0).unwrap();
@@ -66,10 +136,10 @@ fn soak(cycles: u64) {
                 eventually("affinity restored", || {
                     rtmgr_sys::sched::get_affinity(0).unwrap() == aff
                 });
-            });
+            }));
         }
         let (done2, killed, live) = (done.clone(), killed.clone(), &live);
-        s.spawn(move || {
+        clients.push(s.spawn(move || {
             let mut seed = 0x2545_f491_u64;
             for i in 0..child_cycles {
                 seed ^= seed << 13;
@@ -89,13 +159,25 @@ fn soak(cycles: u64) {
                 let _ = ch.wait();
                 done2.fetch_add(1, Ordering::Relaxed);
             }
-        });
+        }));
         // Memory after warm-up.
-        while done.load(Ordering::Relaxed) < cycles / 10 {
+        while done.load(Ordering::Relaxed) < cycles / 10 && !stalled.load(Ordering::Relaxed) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         rss_warm = rss_kib(dpid);
+        let joined: Vec<_> = clients.into_iter().map(|c| c.join()).collect();
+        finished.store(true, Ordering::Relaxed);
+        joined
     });
+    assert!(
+        !stalled.load(Ordering::Relaxed),
+        "the soak stalled (no cycle for {STALL_S} s; the daemon was stopped, see above)"
+    );
+    for r in outcome {
+        if let Err(panic) = r {
+            std::panic::resume_unwind(panic);
+        }
+    }
     let mut c = live.client();
     eventually("every grant of a dead client revoked", || {
         listed(&mut c).is_empty()
@@ -104,8 +186,8 @@ fn soak(cycles: u64) {
     drop(c);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (fds1, threads1, rss_end) = (
-        proc_count(dpid, "fd"),
-        proc_count(dpid, "task"),
+        settled_count(dpid, "fd"),
+        settled_count(dpid, "task"),
         rss_kib(dpid),
     );
     let cpuset = std::path::Path::new("/sys/fs/cgroup/cpuset/rtmgr-rt");
