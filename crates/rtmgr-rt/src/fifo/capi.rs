@@ -143,15 +143,11 @@ pub unsafe extern "C" fn rtf_create(
     out: *mut *mut RtfFifo,
 ) -> RtfStatus {
     // SAFETY: per this function's contract.
-    let Some(name) = (unsafe { name_arg(name) }) else {
-        return RtfStatus::RTF_EINVAL;
-    };
-    if out.is_null() {
-        return RtfStatus::RTF_EINVAL;
+    unsafe {
+        open_named(name, out, |n| {
+            open_end(Opening::CreateNamed(n), record_size, capacity, role)
+        })
     }
-    let r = open_end(Opening::CreateNamed(name), record_size, capacity, role);
-    // SAFETY: out checked non-NULL; valid per contract.
-    unsafe { finish(r, out) }
 }
 
 /// Open the existing FIFO `name` as `role`. `record_size` is the record size
@@ -168,14 +164,33 @@ pub unsafe extern "C" fn rtf_open(
     out: *mut *mut RtfFifo,
 ) -> RtfStatus {
     // SAFETY: per this function's contract.
+    unsafe {
+        open_named(name, out, |n| {
+            open_end(Opening::OpenNamed(n), record_size, 0, role)
+        })
+    }
+}
+
+/// `rtf_create` and `rtf_open`: the name and `out` checked, then `open` run
+/// on the name and its handle stored in `*out`.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string; `out` must be NULL or
+/// valid for writing a pointer.
+unsafe fn open_named(
+    name: *const c_char,
+    out: *mut *mut RtfFifo,
+    open: impl FnOnce(&str) -> Result<RtfFifo, FifoError>,
+) -> RtfStatus {
+    // SAFETY: per the caller's contract.
     let Some(name) = (unsafe { name_arg(name) }) else {
         return RtfStatus::RTF_EINVAL;
     };
     if out.is_null() {
         return RtfStatus::RTF_EINVAL;
     }
-    let r = open_end(Opening::OpenNamed(name), record_size, 0, role);
-    // SAFETY: out checked non-NULL; valid per contract.
+    let r = open(name);
+    // SAFETY: out checked non-NULL; valid per the caller's contract.
     unsafe { finish(r, out) }
 }
 
@@ -192,14 +207,12 @@ pub unsafe extern "C" fn rtf_create_fd(
     role: RtfRole,
     out: *mut *mut RtfFifo,
 ) -> RtfStatus {
-    if out.is_null() || fd < 0 {
-        return RtfStatus::RTF_EINVAL;
+    // SAFETY: per this function's contract.
+    unsafe {
+        open_fd(fd, out, |fd| {
+            open_end(Opening::CreateFd(fd), record_size, capacity, role)
+        })
     }
-    // SAFETY: the caller guarantees fd is open for the duration of the call.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let r = open_end(Opening::CreateFd(fd), record_size, capacity, role);
-    // SAFETY: out checked non-NULL; valid per contract.
-    unsafe { finish(r, out) }
 }
 
 /// Like `rtf_open`, on the segment in `fd`. `fd` stays the caller's.
@@ -213,13 +226,31 @@ pub unsafe extern "C" fn rtf_open_fd(
     role: RtfRole,
     out: *mut *mut RtfFifo,
 ) -> RtfStatus {
+    // SAFETY: per this function's contract.
+    unsafe {
+        open_fd(fd, out, |fd| {
+            open_end(Opening::OpenFd(fd), record_size, 0, role)
+        })
+    }
+}
+
+/// `rtf_create_fd` and `rtf_open_fd`: `fd` and `out` checked, then `open`
+/// run on the borrowed descriptor and its handle stored in `*out`.
+///
+/// # Safety
+/// `fd` must be negative or open for the duration of the call; `out` must be
+/// NULL or valid for writing a pointer.
+unsafe fn open_fd(
+    fd: c_int,
+    out: *mut *mut RtfFifo,
+    open: impl FnOnce(BorrowedFd<'_>) -> Result<RtfFifo, FifoError>,
+) -> RtfStatus {
     if out.is_null() || fd < 0 {
         return RtfStatus::RTF_EINVAL;
     }
     // SAFETY: the caller guarantees fd is open for the duration of the call.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let r = open_end(Opening::OpenFd(fd), record_size, 0, role);
-    // SAFETY: out checked non-NULL; valid per contract.
+    let r = open(unsafe { BorrowedFd::borrow_raw(fd) });
+    // SAFETY: out checked non-NULL; valid per the caller's contract.
     unsafe { finish(r, out) }
 }
 
@@ -318,11 +349,7 @@ pub unsafe extern "C" fn rtf_pop(
 #[no_mangle]
 pub unsafe extern "C" fn rtf_record_size(f: *const RtfFifo) -> u32 {
     // SAFETY: per contract.
-    match unsafe { f.as_ref() } {
-        Some(RtfFifo::Producer(p)) => p.record_size(),
-        Some(RtfFifo::Consumer(c)) => c.record_size(),
-        None => 0,
-    }
+    unsafe { either_end(f, |p| p.record_size(), |c| c.record_size()) }
 }
 
 /// Capacity in records of an open FIFO (0 for NULL).
@@ -332,9 +359,22 @@ pub unsafe extern "C" fn rtf_record_size(f: *const RtfFifo) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn rtf_capacity(f: *const RtfFifo) -> u32 {
     // SAFETY: per contract.
+    unsafe { either_end(f, |p| p.capacity(), |c| c.capacity()) }
+}
+
+/// A figure of whichever end `f` is (0 for NULL).
+///
+/// # Safety
+/// `f` must be NULL or a live handle.
+unsafe fn either_end(
+    f: *const RtfFifo,
+    producer: impl FnOnce(&ShmProducer) -> u32,
+    consumer: impl FnOnce(&ShmConsumer) -> u32,
+) -> u32 {
+    // SAFETY: per the caller's contract.
     match unsafe { f.as_ref() } {
-        Some(RtfFifo::Producer(p)) => p.capacity(),
-        Some(RtfFifo::Consumer(c)) => c.capacity(),
+        Some(RtfFifo::Producer(p)) => producer(p),
+        Some(RtfFifo::Consumer(c)) => consumer(c),
         None => 0,
     }
 }

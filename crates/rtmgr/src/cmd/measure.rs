@@ -124,6 +124,18 @@ pub struct LatencyArgs {
     pub parallel_sweep: Option<u32>,
 }
 
+/// What `measure exec` and `measure periodicity` share: the measured
+/// task's priority, the load beside it and where the report goes.
+#[derive(clap::Args)]
+pub struct TaskArgs {
+    #[arg(long)]
+    pub priority: Option<u8>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub out: OutArgs,
+}
+
 #[derive(clap::Args)]
 pub struct ExecArgs {
     /// CPU to run the routine on (default: the last online CPU).
@@ -135,12 +147,8 @@ pub struct ExecArgs {
     /// Runs per pass (one unloaded pass for T_min, one loaded pass).
     #[arg(long, default_value_t = 300)]
     pub runs: u64,
-    #[arg(long)]
-    pub priority: Option<u8>,
     #[command(flatten)]
-    pub load: LoadArgs,
-    #[command(flatten)]
-    pub out: OutArgs,
+    pub task: TaskArgs,
 }
 
 #[derive(clap::Args)]
@@ -152,12 +160,8 @@ pub struct PeriodicityArgs {
     pub period: Duration,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    #[arg(long)]
-    pub priority: Option<u8>,
     #[command(flatten)]
-    pub load: LoadArgs,
-    #[command(flatten)]
-    pub out: OutArgs,
+    pub task: TaskArgs,
 }
 
 pub fn run(cmd: MeasureCmd) -> Result<Outcome> {
@@ -400,8 +404,8 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
         cpu: a.cpu,
         divisions: a.divisions,
         runs: a.runs,
-        priority: a.priority,
-        load: a.load.request()?,
+        priority: a.task.priority,
+        load: a.task.load.request()?,
     };
     experiment::exec::check(&cfg)?;
     let s = Session::open(host_from_env()?, "rtmgr measure exec")?;
@@ -434,7 +438,7 @@ fn exec_cmd(a: ExecArgs) -> Result<Outcome> {
             XScale::Linear,
         ),
     )];
-    let partial = write_session_report(&s, &a.out, "exec", Body::Exec(run), &svgs)?;
+    let partial = write_session_report(&s, &a.task.out, "exec", Body::Exec(run), &svgs)?;
     Ok(outcome(&partial))
 }
 
@@ -444,8 +448,8 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
         cpu: a.cpu,
         period: a.period,
         duration: a.duration,
-        priority: a.priority,
-        load: a.load.request()?,
+        priority: a.task.priority,
+        load: a.task.load.request()?,
     };
     let out = experiment::periodicity::run(&s, &cfg, &mut experiment::Quiet)?;
     let run = out.run;
@@ -483,6 +487,6 @@ fn periodicity_cmd(a: PeriodicityArgs) -> Result<Outcome> {
         .partial()
         .or(out.interrupted.then(|| "interrupted".to_string()));
     let rep = s.report(Body::Periodicity(run), partial.clone());
-    write_report(&a.out, "periodicity", &rep, &svgs)?;
+    write_report(&a.task.out, "periodicity", &rep, &svgs)?;
     Ok(outcome(&partial))
 }
