@@ -9,8 +9,9 @@
 //! the journal (stop, reset, after `kill -9`).
 //!
 //! Files: `nrt.rs` (NRT cgroups and their files), `resctrl.rs` (the L3
-//! partition, DROPS §4.4), `grant.rs` (a grant's part, journalled in the
-//! grant record), `knobs.rs` (the machine-wide settings as knobs: journal,
+//! partition, DROPS §4.4), `grant.rs` (what a grant asks of them — I/O
+//! class, cache group — decided for the grant pipeline's steps and journalled
+//! in the grant record), `knobs.rs` (the machine-wide settings as knobs: journal,
 //! verify, repair; an older rtmgr's resources.jsonl).
 
 pub mod grant;

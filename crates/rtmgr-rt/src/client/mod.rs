@@ -80,7 +80,7 @@ impl Client {
     /// Send one request, read its response. While waiting the thread stays
     /// runnable (yielding) until the answer: a SCHED_DEADLINE grant needs it
     /// to move to its RT CPU, which an asleep thread does only when it next
-    /// runs (see the daemon's grant.rs), and a release needs it runnable to
+    /// runs (see the daemon's grant pipeline, daemon/grant/), and a release needs it runnable to
     /// get the bandwidth back. A SCHED_FIFO/RR thread blocks at once.
     pub fn request(&mut self, op: Op) -> Result<Response, ClientError> {
         self.stream
