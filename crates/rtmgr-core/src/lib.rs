@@ -23,8 +23,6 @@
 //! policy runs unchanged live (rtmgr-linux) and in the deterministic simulator
 //! (rtmgr-sim), and is property-tested without a machine.
 
-#![forbid(unsafe_code)]
-
 pub mod admission;
 pub mod balance;
 pub mod budget;

@@ -21,8 +21,6 @@
 //! call, so they are tested without a machine; live parts go through
 //! rtmgr-linux's `Host` like the manager does.
 
-#![forbid(unsafe_code)]
-
 pub mod ablation;
 pub mod advice;
 pub mod budget;

@@ -21,8 +21,6 @@
 //! machine, and production code never asks which it has. Decisions are
 //! rtmgr-core's; this crate observes, applies, and undoes.
 
-#![forbid(unsafe_code)]
-
 pub mod balance;
 pub mod cgroup;
 pub mod classify;

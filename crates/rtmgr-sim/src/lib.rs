@@ -16,8 +16,6 @@
 //! which one it runs; the event loop is compiled once per balancer. Same
 //! seed, same events, same trace hash.
 
-#![forbid(unsafe_code)]
-
 mod balancers;
 mod engine;
 

@@ -10,8 +10,6 @@
 //! Exit codes: 0 success, 1 failure at run time, 2 bad input (nothing
 //! changed), 130 interrupted with a partial report.
 
-#![forbid(unsafe_code)]
-
 mod cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
