@@ -29,6 +29,8 @@ pub fn class_of_policy(policy: u32, prio: u32) -> TaskClass {
 #[derive(Debug, Default, PartialEq)]
 pub struct StatusLines {
     pub affinity: Option<CpuSet>,
+    /// The parent process (`PPid`), 0 when absent.
+    pub ppid: u32,
     pub voluntary: u64,
     pub involuntary: u64,
 }
@@ -42,6 +44,7 @@ pub fn parse_status(text: &[u8]) -> StatusLines {
         let value = value.trim();
         match key {
             "Cpus_allowed_list" => out.affinity = CpuSet::parse_list(value).ok(),
+            "PPid" => out.ppid = value.parse().unwrap_or(0),
             "voluntary_ctxt_switches" => out.voluntary = value.parse().unwrap_or(0),
             "nonvoluntary_ctxt_switches" => out.involuntary = value.parse().unwrap_or(0),
             _ => {}

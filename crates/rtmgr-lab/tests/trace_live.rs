@@ -50,6 +50,7 @@ fn a_private_instance_records_a_threads_syscalls_and_goes_away() {
         buffer_kb: 1024,
         pids: None,
         react_at_priority: None,
+        events_only_with_pids: false,
     };
     let session = TraceSession::start(
         spec,

@@ -186,6 +186,7 @@ impl TailTracer {
             buffer_kb: 8192,
             pids: None,
             react_at_priority: None,
+            events_only_with_pids: false,
         };
         let session = TraceSession::start(spec, sink)?;
         Ok((

@@ -79,6 +79,8 @@ impl EntryWatch {
             pids: Some(Vec::new()),
             // React at once, above the ordinary work on the NRT CPUs.
             react_at_priority: Some(1),
+            // No system-call tax on the machine while no guest is lent.
+            events_only_with_pids: true,
         };
         Ok(EntryWatch {
             session: TraceSession::start(spec, sink)?,

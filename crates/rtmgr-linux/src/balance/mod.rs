@@ -134,6 +134,11 @@ pub struct LiveReport {
     pub entry_events: u64,
     /// RT1+ tasks across both sets taken under the policy.
     pub adopted: u64,
+    /// Threads and processes created by guests (they inherit the RT-CPU
+    /// pinning): kept as guests of the same CPU while their creator was
+    /// lent, or sent back to the NRT CPUs.
+    pub children_lent: u64,
+    pub children_sent_back: u64,
     pub notes: Vec<String>,
 }
 

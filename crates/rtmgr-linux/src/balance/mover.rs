@@ -16,6 +16,7 @@ use rtmgr_core::CpuSet;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+#[derive(Clone)]
 struct Changed {
     start_time: u64,
     affinity: CpuSet,
@@ -53,6 +54,9 @@ pub struct Mover {
     layout: Layout,
     nrt: CpuSet,
     changed: BTreeMap<u32, Changed>,
+    /// What each task lent in this run had before its first lend (kept after
+    /// it left): the state its forked children and new threads go back to.
+    origins: BTreeMap<u32, Changed>,
 }
 
 impl Mover {
@@ -62,6 +66,7 @@ impl Mover {
             layout: applied.layout.clone(),
             nrt: applied.plan.nrt.clone(),
             changed: BTreeMap::new(),
+            origins: BTreeMap::new(),
         }
     }
 
@@ -138,6 +143,9 @@ impl Mover {
             Ok(()) => {
                 if let Some(c) = self.changed.get_mut(&tid) {
                     c.cpu = Some(cpu);
+                    if !c.adopted {
+                        self.origins.entry(tid).or_insert_with(|| c.clone());
+                    }
                 }
                 Ok(())
             }
@@ -146,6 +154,39 @@ impl Mover {
                 Err(e)
             }
         }
+    }
+
+    /// A task created by the guest `from` (a forked process or a new thread)
+    /// that inherited its RT-CPU pinning: made a guest of the same CPU under
+    /// the same rules, to be given back what `from` had before its first
+    /// lend. Returns its CPU, or None when it is not pinned to one RT CPU
+    /// (any more) or `from` was never lent.
+    pub fn adopt_child(
+        &mut self,
+        tid: u32,
+        start_time: u64,
+        from: u32,
+        rt: &CpuSet,
+    ) -> Result<Option<u32>, HostError> {
+        if self.changed.contains_key(&tid) {
+            return Ok(None);
+        }
+        let Some(origin) = self.origins.get(&from) else {
+            return Ok(None);
+        };
+        let aff = self.host.get_affinity(tid)?;
+        let Some(cpu) = aff.first().filter(|&c| aff.len() == 1 && rt.contains(c)) else {
+            return Ok(None);
+        };
+        self.changed.insert(
+            tid,
+            Changed {
+                start_time,
+                cpu: Some(cpu),
+                ..origin.clone()
+            },
+        );
+        Ok(Some(cpu))
     }
 
     /// Back to the NRT CPUs: an adopted task stays held there; any other

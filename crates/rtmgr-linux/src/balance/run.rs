@@ -86,6 +86,10 @@ pub fn run_balancer(
     observer.set_switch_floor(switch_limit / 4.0);
     let mut policy = Balancer::new(cfg.policy.clone());
     let mut refused: BTreeSet<u64> = BTreeSet::new();
+    // Processes that had a guest in this run (pid → the thread lent), and
+    // the children of guests already handled (tid, start time).
+    let mut lent: BTreeMap<u32, (u32, u64)> = BTreeMap::new();
+    let mut children_seen: BTreeSet<(u32, u64)> = BTreeSet::new();
     let (t0, cpu0) = (mono_ns(), thread_cpu_ns());
     let mut next = t0;
     let mut last = t0;
@@ -134,6 +138,15 @@ pub fn run_balancer(
                 Err(e) => report.refused.push(format!("adopt RT1+ task {tid}: {e}")),
             }
         }
+        track_children(
+            &mut report,
+            &mut mover,
+            &observer,
+            &guests,
+            &lent,
+            &mut children_seen,
+            &plan.rt,
+        );
         for t in obs.tasks.iter_mut() {
             if refused.contains(&t.id) && t.place == Place::Nrt {
                 t.place = Place::Fixed;
@@ -152,6 +165,8 @@ pub fn run_balancer(
                         .map(|t| t.class)
                         .unwrap_or(rtmgr_core::class::TaskClass::Linux);
                     report.lends += 1;
+                    let pid = observer.process_of(tid).unwrap_or(tid);
+                    lent.entry(pid).or_insert((tid, uptime_ticks(host)));
                     mover.to_rt(tid, cpu, st, class)
                 }
                 Place::Nrt => mover.restore(tid),
@@ -200,6 +215,48 @@ pub fn run_balancer(
     report.prediction_hit_rate = (report.lends > 0)
         .then(|| 1.0 - report.kernel_entry_evictions as f64 / report.lends as f64);
     Ok(report)
+}
+
+/// Threads and processes a guest created inherit its RT-CPU pinning (and
+/// SCHED_IDLE): each is made a guest of the same CPU under the same rules
+/// while the task it came from is still lent, else sent back at once to what
+/// that task had before its lend.
+fn track_children(
+    report: &mut LiveReport,
+    mover: &mut Mover,
+    observer: &Observer,
+    guests: &BTreeMap<u32, u32>,
+    lent: &BTreeMap<u32, (u32, u64)>,
+    seen: &mut BTreeSet<(u32, u64)>,
+    rt: &rtmgr_core::CpuSet,
+) {
+    for (tid, start, from) in observer.children_of_guests(guests, lent) {
+        if !seen.insert((tid, start)) {
+            continue;
+        }
+        match mover.adopt_child(tid, start, from, rt) {
+            Ok(Some(_)) if guests.contains_key(&from) => report.children_lent += 1,
+            Ok(Some(_)) => match mover.restore(tid) {
+                Ok(()) => report.children_sent_back += 1,
+                Err(e) => report.refused.push(format!("send back child {tid}: {e}")),
+            },
+            Ok(None) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => report
+                .refused
+                .push(format!("child {tid} of guest {from}: {e}")),
+        }
+    }
+}
+
+/// Clock ticks since boot (the unit of a task's start time in /proc), rounded
+/// down; 0 when /proc/uptime cannot be read (every task then counts as new).
+fn uptime_ticks(host: &Host) -> u64 {
+    let secs: f64 = host
+        .read_opt("/proc/uptime")
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    (secs * procfs::ticks_per_second() as f64) as u64
 }
 
 /// A guard trip: the policy sees the late sample as the CPU's p99, so it

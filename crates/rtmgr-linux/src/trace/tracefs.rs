@@ -26,6 +26,9 @@ const MOUNT: &str = "/sys/kernel/tracing";
 pub const INSTANCE_PREFIX: &str = "rtmgr-";
 /// How long the reader waits for data before it checks its controls again.
 const IDLE_POLL: Duration = Duration::from_millis(2);
+/// How long a paused reader (events off, see `TraceSpec::events_only_with_pids`)
+/// sleeps on its controls between checks of the stop flag.
+const PAUSED_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -58,6 +61,12 @@ pub struct TraceSpec {
     /// (`buffer_percent` 0) and runs at this SCHED_FIFO priority. None: a
     /// recorder, woken when pages fill, at the creator's policy.
     pub react_at_priority: Option<u8>,
+    /// Enable the events only while `pids` names at least one task. A
+    /// syscall event enabled in any instance puts every thread of the
+    /// machine on the slow system-call path (TIF_SYSCALL_TRACEPOINT), even
+    /// with a pid filter, so a watch with nobody to watch turns them off and
+    /// its reader sleeps on its controls instead of polling.
+    pub events_only_with_pids: bool,
 }
 
 /// What a finished trace reports.
@@ -212,14 +221,30 @@ fn configure(inst: &Path, spec: &TraceSpec, stats: &mut TraceStats) -> Result<()
         set_pids(inst, p)?;
     }
     for ev in &spec.events {
-        let path = inst.join("events").join(ev).join("enable");
-        if path.exists() {
-            write(&path, "1")?;
-        } else {
+        if !inst.join("events").join(ev).join("enable").exists() {
             stats.missing_events.push(ev.clone());
         }
     }
+    if events_wanted(spec, spec.pids.as_deref()) {
+        enable_events(inst, &spec.events, true)?;
+    }
     write(&inst.join("tracing_on"), "1")
+}
+
+/// Should the events be on, with these pids recorded?
+fn events_wanted(spec: &TraceSpec, pids: Option<&[u32]>) -> bool {
+    !spec.events_only_with_pids || pids.is_some_and(|p| !p.is_empty())
+}
+
+/// Turn the events the kernel has on or off.
+fn enable_events(inst: &Path, events: &[String], on: bool) -> Result<(), TraceError> {
+    for ev in events {
+        let path = inst.join("events").join(ev).join("enable");
+        if path.exists() {
+            write(&path, if on { "1" } else { "0" })?;
+        }
+    }
+    Ok(())
 }
 
 fn set_pids(inst: &Path, pids: &[u32]) -> Result<(), TraceError> {
@@ -306,9 +331,25 @@ fn run(
     let mut page = vec![0u8; page_size];
     let mut batch: Vec<Event> = Vec::with_capacity(4096);
     let mut draining = false;
-    loop {
-        while let Ok(Control::Pids(p)) = control.try_recv() {
+    let mut enabled = events_wanted(&spec, spec.pids.as_deref());
+    let apply = |msg: Control, enabled: &mut bool| {
+        let Control::Pids(p) = msg;
+        let want = events_wanted(&spec, Some(&p));
+        // Pids first when turning on (no event of another task slips in),
+        // events first when turning off.
+        if want {
             let _ = set_pids(&inst, &p);
+        }
+        if want != *enabled && enable_events(&inst, &spec.events, want).is_ok() {
+            *enabled = want;
+        }
+        if !want {
+            let _ = set_pids(&inst, &p);
+        }
+    };
+    loop {
+        while let Ok(msg) = control.try_recv() {
+            apply(msg, &mut enabled);
         }
         if stop.load(Ordering::Relaxed) && !draining {
             let _ = write(&inst.join("tracing_on"), "0");
@@ -349,6 +390,13 @@ fn run(
             sink(&[]);
             if draining {
                 break;
+            }
+            if !enabled {
+                // Paused: nothing can arrive until the controls change.
+                if let Ok(msg) = control.recv_timeout(PAUSED_POLL) {
+                    apply(msg, &mut enabled);
+                }
+                continue;
             }
             use std::os::fd::AsFd;
             let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();

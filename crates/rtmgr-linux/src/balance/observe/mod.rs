@@ -33,7 +33,8 @@ const SWITCH_FLOOR_PER_S: f64 = 500.0;
 pub enum Scope {
     /// Every task of the machine except this process's own threads.
     All,
-    /// Only these thread ids (lbµ: the fake tasks).
+    /// Only these thread ids (lbµ: the fake tasks), and every thread of the
+    /// processes whose pid is among them (the threads they create later too).
     Tids(BTreeSet<u32>),
 }
 
@@ -161,7 +162,7 @@ impl Observer {
     fn in_scope(&self, pid: u32, tid: u32) -> bool {
         match &self.scope {
             Scope::All => pid != self.own_pid,
-            Scope::Tids(t) => t.contains(&tid),
+            Scope::Tids(t) => t.contains(&tid) || t.contains(&pid),
         }
     }
 
@@ -280,6 +281,39 @@ impl Observer {
             })
             .map(|(&tid, r)| (tid, r.start_time))
             .collect()
+    }
+
+    /// Tasks pinned to an RT CPU that are not guests but were created by a
+    /// guest's process after its lend: its new threads and the processes it
+    /// forked, which inherit the guest's RT-CPU pinning and SCHED_IDLE.
+    /// `lent`: the processes that had a guest in this run (pid → the thread
+    /// lent, and when, in clock ticks since boot like a task's start time).
+    /// RT0 threads are the application's own (pinned on purpose), never
+    /// children. Returns (tid, start time, the lent thread it came from).
+    pub fn children_of_guests(
+        &self,
+        guests: &BTreeMap<u32, u32>,
+        lent: &BTreeMap<u32, (u32, u64)>,
+    ) -> Vec<(u32, u64, u32)> {
+        self.recs
+            .iter()
+            .filter(|(tid, r)| {
+                !r.fresh
+                    && !r.kthread
+                    && r.class != TaskClass::Rt0
+                    && r.rt_pinned.is_some()
+                    && !guests.contains_key(tid)
+            })
+            .filter_map(|(&tid, r)| {
+                let &(from, since) = lent.get(&r.pid).or_else(|| lent.get(&r.ppid))?;
+                (from != tid && r.start_time >= since).then_some((tid, r.start_time, from))
+            })
+            .collect()
+    }
+
+    /// The process (thread group) of a known task.
+    pub fn process_of(&self, tid: u32) -> Option<u32> {
+        self.recs.get(&tid).map(|r| r.pid)
     }
 
     /// Start time of a known task (to recognise a reused tid).

@@ -67,6 +67,10 @@ pub(super) struct Rec {
     pub(super) w_invol: u64,
     /// Its affinity reaches into the RT CPUs (an RT1+ task started across both sets).
     pub(super) spans_rt: bool,
+    /// Its affinity is this one RT CPU (a guest, or a task forked by one).
+    pub(super) rt_pinned: Option<u32>,
+    /// Its parent process (from `status`).
+    pub(super) ppid: u32,
     /// Read and write system calls so far (/proc/…/io), and in the last window.
     pub(super) entries: Option<u64>,
     pub(super) w_entries: Option<u64>,
@@ -103,6 +107,8 @@ impl Rec {
             w_vol: 0,
             w_invol: 0,
             spans_rt: false,
+            rt_pinned: None,
+            ppid: 0,
             entries: None,
             w_entries: None,
         }
@@ -293,8 +299,12 @@ impl Observer {
                 if let Some(aff) = st.affinity {
                     rec.nrt_only = aff == self.nrt;
                     rec.spans_rt = !aff.is_disjoint(&self.rt);
+                    rec.rt_pinned = aff
+                        .first()
+                        .filter(|&c| aff.len() == 1 && self.rt.contains(c));
                     rec.has_affinity = true;
                 }
+                rec.ppid = st.ppid;
                 let (v, n) = (st.voluntary, st.involuntary);
                 // Not read for a while: no more switches than switch-ins.
                 rec.w_vol = if fresh {
