@@ -5,6 +5,7 @@
 
 use crate::class::{TaskClass, RT0_PRIORITY};
 use crate::cpuset::CpuSet;
+use std::collections::BTreeMap;
 
 /// SCHED_FIFO and SCHED_RR as /proc/…/stat numbers them.
 const SCHED_FIFO: u32 = 1;
@@ -117,6 +118,19 @@ pub fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
     Some((get("syscr:")?, get("syscw:")?))
+}
+
+/// Steal time per CPU in clock ticks (USER_HZ), from the `cpuN` lines of `/proc/stat`.
+pub fn parse_steal(stat: &str) -> BTreeMap<u32, u64> {
+    stat.lines()
+        .filter_map(|l| {
+            let mut t = l.split_whitespace();
+            let cpu: u32 = t.next()?.strip_prefix("cpu")?.parse().ok()?;
+            // user nice system idle iowait irq softirq steal
+            let steal = t.nth(7)?.parse().ok()?;
+            Some((cpu, steal))
+        })
+        .collect()
 }
 
 #[cfg(test)]

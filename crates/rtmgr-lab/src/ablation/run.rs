@@ -147,7 +147,9 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                 };
                 let applied = guard.as_ref().map(|g| g.applied());
                 let balancer = match (c, applied) {
-                    (Some(s), Some(a)) if s.balancer => Some(BackgroundBalancer::start(host, a)),
+                    (Some(s), Some(a)) if s.balancer => {
+                        Some(BackgroundBalancer::start_fresh(host, a))
+                    }
                     _ => None,
                 };
                 let seg = run_segment(
@@ -158,6 +160,7 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                         applied,
                         prepare: applied.map(|a| rt_prepare(host, a)),
                         trace: None,
+                        guard_feed: None,
                     },
                     &stop,
                     &mut |p, _| {
@@ -166,7 +169,7 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                         rep.progress(t0.elapsed(), &msg)
                     },
                 );
-                let balanced = balancer.map(|b| b.finish());
+                let balanced = balancer.map(|b| b.finish().0);
                 if let Some(g) = guard {
                     g.reset().context("reset the step's partition")?;
                 }

@@ -286,6 +286,7 @@ fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
         segments: 1,
         disturbance: Default::default(),
         tail_causes: None,
+        balancer: None,
     }
 }
 

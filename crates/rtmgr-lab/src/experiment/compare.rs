@@ -97,6 +97,7 @@ pub fn run(s: &Session, cfg: &CompareConfig, rep: &mut dyn Reporter) -> Result<C
                     applied: None,
                     prepare: prepare.clone(),
                     trace: None,
+                    guard_feed: None,
                 };
                 let seg = run_segment(&s.host, plan, &s.stop, &mut |p, _| {
                     let msg = format!("round {} rtmgr {}", r + 1, progress_line(p));

@@ -19,13 +19,16 @@ use crate::measure::segment::{
 };
 use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::report::{
-    evaluate_verdicts, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec, ProbeMode, Report,
+    evaluate_verdicts, BalancerSummary, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec,
+    ProbeMode, Report,
 };
 use crate::trace::{tail_of_run, Attribution};
+use rtmgr_core::balance::Balancer;
 use rtmgr_core::partition::{validate, KnobId, PartitionConfig, PartitionPlan, PreemptMode};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::background::BackgroundBalancer;
+use rtmgr_linux::balance::background::{background_config, BackgroundBalancer};
+use rtmgr_linux::balance::guard::GuardFeed;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard, Role};
 use rtmgr_linux::Host;
@@ -165,6 +168,8 @@ struct Acc {
     wakeups: Hist,
     attributions: Vec<Attribution>,
     events_lost: u64,
+    /// What the live balancer did over the segments ("balanced").
+    balancer: Option<BalancerSummary>,
 }
 
 /// Per-segment average of ops/s per load component.
@@ -315,6 +320,11 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
     let t0 = Instant::now();
     let mut rounds_done = 0;
     let mut failure: Option<Error> = None;
+    // The balancer's policy lives across the "balanced" segments (its
+    // lending controller, back-offs and baselines), and evaluate's probe is
+    // its latency guard: no second SCHED_FIFO thread on the RT CPU.
+    let feed = GuardFeed::new(&plan.rt);
+    let mut policy: Option<Balancer> = None;
     let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     'rounds: for r in 0..rounds {
         // Alternate the order so no configuration always runs first or last.
@@ -374,7 +384,13 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             let seg_start = Instant::now();
             // The live balancer runs during the "balanced" segment.
             let balancer = match (c, applied) {
-                (Config::Balanced, Some(a)) => Some(BackgroundBalancer::start(host, a)),
+                (Config::Balanced, Some(a)) => {
+                    let live = background_config(a, Some(feed.clone()));
+                    let p = policy
+                        .take()
+                        .unwrap_or_else(|| Balancer::new(live.policy.clone()));
+                    Some(BackgroundBalancer::start(host, a, live, p))
+                }
                 _ => None,
             };
             let plan = SegmentPlan {
@@ -383,6 +399,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                 applied,
                 prepare,
                 trace: cfg.trace,
+                guard_feed: balancer.is_some().then(|| feed.clone()),
             };
             let seg = run_segment(host, plan, &stop, &mut |p, _| {
                 let msg = format!(
@@ -403,8 +420,20 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                 failure = Some(Error::from(e).context("restore the preemption model"));
                 break 'rounds;
             }
-            let seg = match (seg, balancer.map(|b| b.finish())) {
+            let mut live = None;
+            if let Some(b) = balancer {
+                let (r, p) = b.finish();
+                policy = p;
+                live = Some(r);
+            }
+            let seg = match (seg, live) {
                 (Ok(_), Some(Err(e))) => Err(Error::from(e).context("live balancer")),
+                (Ok(seg), Some(Ok(rep))) => {
+                    let now = rtmgr_sys::time::mono_ns();
+                    let sum = acc[i].balancer.get_or_insert_with(BalancerSummary::default);
+                    sum.add_run(&rep, policy.as_ref(), now);
+                    Ok(seg)
+                }
                 (seg, _) => seg.map_err(Error::from),
             };
             match seg {
@@ -507,6 +536,7 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
             tail_causes: cfg.trace.map(|fixed| {
                 tail_of_run(&a.hist, &a.wakeups, &a.attributions, fixed, a.events_lost)
             }),
+            balancer: a.balancer.clone(),
         })
         .collect();
     let mut run = EvaluateRun {

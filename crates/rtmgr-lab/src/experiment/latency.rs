@@ -97,6 +97,7 @@ pub fn run(s: &Session, cfg: &LatencyConfig, rep: &mut dyn Reporter) -> Result<L
         applied: s.applied.as_ref(),
         prepare,
         trace: cfg.trace,
+        guard_feed: None,
     };
     let seg = run_segment(&s.host, plan, &s.stop, &mut |p, el| {
         rep.progress(el, &progress_line(p))

@@ -69,6 +69,7 @@ pub fn run(
                 applied: None,
                 prepare: prepare.clone(),
                 trace: traced.then_some(cfg.trace.unwrap_or(None)),
+                guard_feed: None,
             };
             let label = if traced { "traced" } else { "untraced" };
             let seg = run_segment(&s.host, plan, &s.stop, &mut |p, _| {

@@ -12,6 +12,7 @@ use crate::report::{PolicySpec, ProbeMode};
 use crate::trace::LateTx;
 use crate::trace::Sample;
 use rtmgr_core::stats::Hist;
+use rtmgr_linux::balance::guard::GuardFeed;
 use rtmgr_linux::sched::Policy;
 use rtmgr_sys::time::{diff_ns, sleep_for};
 use rtmgr_sys::Nanos;
@@ -108,6 +109,18 @@ impl Probe {
         prepare: Option<Prepare>,
         late: Vec<LateTx>,
     ) -> Result<Probe> {
+        Self::start_feeding(cfg, stop, prepare, late, None)
+    }
+
+    /// `start_traced`, also feeding every wake-up to the live balancer's
+    /// latency guard (evaluate's "balanced": the probe is the guard).
+    pub fn start_feeding(
+        cfg: &ProbeConfig,
+        stop: Arc<AtomicBool>,
+        prepare: Option<Prepare>,
+        late: Vec<LateTx>,
+        guard_feed: Option<GuardFeed>,
+    ) -> Result<Probe> {
         if cfg.interval_ns == 0 || cfg.cpus.is_empty() || cfg.parallel == 0 {
             return Err(MeasureError::Setup(
                 "probe needs an interval > 0, at least one CPU and --parallel ≥ 1".into(),
@@ -136,8 +149,13 @@ impl Probe {
         let mut handles = Vec::new();
         let mut late = late.into_iter();
         for (slot, &(cpu, index)) in placements.iter().enumerate() {
-            let (shared, tx, prepare, cfg) =
-                (shared.clone(), tx.clone(), prepare.clone(), cfg.clone());
+            let (shared, tx, prepare, cfg, feed) = (
+                shared.clone(),
+                tx.clone(),
+                prepare.clone(),
+                cfg.clone(),
+                guard_feed.clone(),
+            );
             let late = late.next();
             let h = std::thread::Builder::new()
                 .name(format!("rtmgr-probe{cpu}.{index}"))
@@ -146,7 +164,7 @@ impl Probe {
                     let failed = ok.is_err();
                     let _ = tx.send(ok.map_err(|e| e.to_string()));
                     drop(tx);
-                    run_thread(&cfg, &shared, slot, (cpu, index), failed, late)
+                    run_thread(&cfg, &shared, slot, (cpu, index), failed, late, feed)
                 })
                 .map_err(|e| MeasureError::io("spawn probe thread", e))?;
             handles.push(h);
@@ -216,6 +234,7 @@ fn run_thread(
     (cpu, index): (u32, u32),
     failed: bool,
     mut late: Option<LateTx>,
+    guard_feed: Option<GuardFeed>,
 ) -> ThreadOutcome {
     let tid = gettid();
     let me = &shared.slots[slot];
@@ -270,6 +289,9 @@ fn run_thread(
         };
         out.hist.record(lat);
         out.wakeups.record(lat);
+        if let Some(f) = &guard_feed {
+            f.sample(cpu, lat.max(0) as u64);
+        }
         delta.record(lat);
         samples += 1;
         max = max.max(lat);

@@ -11,6 +11,7 @@ use crate::report::{CpuResult, Disturbance, LatencyRun, LoadResult, ProbeSetting
 use crate::trace::{TailTrace, TailTracer};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
+use rtmgr_linux::balance::guard::GuardFeed;
 use rtmgr_linux::partition::{self, Applied, Role};
 use rtmgr_linux::sched;
 use rtmgr_linux::Host;
@@ -266,6 +267,8 @@ pub struct SegmentPlan<'a> {
     /// Trace the measured CPUs and explain late samples: samples at or above
     /// `Some(floor)`, or (None inside) above each thread's running p99.
     pub trace: Option<Option<u64>>,
+    /// The live balancer's guard, fed by the probe (evaluate's "balanced").
+    pub guard_feed: Option<GuardFeed>,
 }
 
 /// Load up, probe (traced if asked), load down. Loads are killed on every
@@ -317,7 +320,8 @@ pub fn run_segment(
     let start = Instant::now();
     let mut threads = Vec::new();
     if !interrupted {
-        let probe = Probe::start_traced(probe_cfg, stop.clone(), plan.prepare, late)?;
+        let probe =
+            Probe::start_feeding(probe_cfg, stop.clone(), plan.prepare, late, plan.guard_feed)?;
         while !probe.finished() {
             std::thread::sleep(Duration::from_millis(100));
             on_progress(&probe.progress(), start.elapsed());

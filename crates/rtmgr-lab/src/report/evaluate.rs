@@ -45,6 +45,9 @@ pub struct ConfigResult {
     /// What explains this configuration's tail (`evaluate --trace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail_causes: Option<crate::trace::TailCauses>,
+    /// What the live balancer did ("balanced" only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balancer: Option<super::BalancerSummary>,
 }
 
 /// Geometric-mean throughput of `c` relative to `base` (see load::relative_throughput).
@@ -103,6 +106,11 @@ pub fn evaluate_table(e: &EvaluateRun) -> String {
     out.push_str(
         "(latency of the RT CPU in µs; throughput = geometric mean over load components of ops/s relative to stock)\n",
     );
+    for c in &e.configs {
+        if let Some(b) = &c.balancer {
+            let _ = writeln!(out, "{}: {}", c.name, b.line());
+        }
+    }
     out
 }
 

@@ -6,9 +6,11 @@
 //! evaluate's table and verdicts in `evaluate`, the budget experiment's own
 //! schema in `budget`.
 
+mod balancer;
 mod evaluate;
 mod text;
 
+pub use balancer::BalancerSummary;
 pub use evaluate::*;
 pub use text::*;
 

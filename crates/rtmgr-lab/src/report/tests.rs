@@ -140,6 +140,7 @@ fn evaluate_round_trip_table_and_verdicts() {
         segments: 2,
         disturbance: Disturbance::default(),
         tail_causes: None,
+        balancer: None,
     };
     let e = EvaluateRun {
         rt_cpus: "1".parse().unwrap(),

@@ -1,38 +1,66 @@
 //! The live balancer (ARTiS §2.2–2.3) in a background thread over every task
 //! of the machine (this process's own threads excluded), for as long as a
-//! measurement runs: `rtmgr evaluate`'s "partition + live balancer" configuration.
+//! measurement runs: `rtmgr evaluate`'s "partition + live balancer"
+//! configuration. Its policy is handed in and given back, so its memory (the
+//! lending controller's state, back-offs) carries over evaluate's segments.
 
-use super::{run_balancer, BalanceError, LiveConfig, LiveReport};
+use super::guard::GuardFeed;
+use super::{run_balancer_with, BalanceError, LiveConfig, LiveReport};
 use crate::partition::Applied;
 use crate::Host;
+use rtmgr_core::balance::Balancer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+type Outcome = (Result<LiveReport, BalanceError>, Balancer);
+
 pub struct BackgroundBalancer {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<Result<LiveReport, BalanceError>>,
+    handle: JoinHandle<Outcome>,
+}
+
+/// The configuration evaluate's balancer runs with on `applied`.
+pub fn background_config(applied: &Applied, feed: Option<GuardFeed>) -> LiveConfig {
+    let mut cfg = LiveConfig::new(applied);
+    // Measurement segments are short: find new tasks every 200 ms.
+    cfg.scan_every = 4;
+    cfg.guard_feed = feed;
+    cfg
 }
 
 impl BackgroundBalancer {
-    pub fn start(host: &Host, applied: &Applied) -> Self {
+    /// Start on `applied` with `policy` (`Balancer::new(cfg.policy)` for a
+    /// fresh one); with `feed`, the guard takes its samples from the probe
+    /// that feeds it instead of its own threads.
+    pub fn start(host: &Host, applied: &Applied, cfg: LiveConfig, mut policy: Balancer) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (h, a, s) = (host.clone(), applied.clone(), stop.clone());
         let handle = std::thread::spawn(move || {
-            let mut cfg = LiveConfig::new(&a);
-            // Measurement segments are short: find new tasks every 200 ms.
-            cfg.scan_every = 4;
-            run_balancer(&h, &a, &cfg, &s, |_, _| {})
+            let r = run_balancer_with(&h, &a, &cfg, &mut policy, &s, |_, _| {});
+            (r, policy)
         });
         BackgroundBalancer { stop, handle }
     }
 
-    /// Stop, restore every change, and say what it did.
-    pub fn finish(self) -> Result<LiveReport, BalanceError> {
+    /// Start with a fresh policy and the guard's own threads.
+    pub fn start_fresh(host: &Host, applied: &Applied) -> Self {
+        let cfg = background_config(applied, None);
+        let policy = Balancer::new(cfg.policy.clone());
+        Self::start(host, applied, cfg, policy)
+    }
+
+    /// Stop, restore every change, and say what it did; the policy comes
+    /// back for the next run (None if the thread panicked).
+    pub fn finish(self) -> (Result<LiveReport, BalanceError>, Option<Balancer>) {
         self.stop.store(true, Ordering::Relaxed);
-        let rep = self.handle.join().map_err(|_| BalanceError::Panicked)??;
-        check_restored(&rep)?;
-        Ok(rep)
+        match self.handle.join() {
+            Ok((r, policy)) => (
+                r.and_then(|rep| check_restored(&rep).map(|()| rep)),
+                Some(policy),
+            ),
+            Err(_) => (Err(BalanceError::Panicked), None),
+        }
     }
 }
 

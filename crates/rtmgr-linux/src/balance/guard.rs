@@ -1,6 +1,6 @@
 //! The latency guard of `rtmgr balance`: a low-rate latency probe (one
 //! SCHED_FIFO thread per RT CPU, in the partition's RT cpuset, woken every
-//! `interval`). One late sample on a CPU that has guests — later than the
+//! `interval`), or the samples of a probe that runs anyway (`GuardFeed`). One late sample on a CPU that has guests — later than the
 //! bound and than what the CPU shows without guests — sends its guests to the
 //! NRT CPUs at once from the probe thread (ARTiS §2.2: RT0's latency first),
 //! and the policy learns of the trip at its next step. Its recent p99 also
@@ -30,7 +30,7 @@ pub struct Trip {
     pub evicted: Vec<u32>,
 }
 
-/// What the guard threads share with the balancer loop.
+/// What the guard's samplers share with the balancer loop.
 #[derive(Default)]
 struct Shared {
     /// RT CPU → its guests now (set by the loop).
@@ -44,10 +44,146 @@ pub struct Immediate {
     pub evictor: Evictor,
 }
 
+/// One RT CPU's recent samples.
+struct CpuWindow {
+    cpu: u32,
+    /// The last `WINDOW_SAMPLES` samples (the "recent" p99).
+    recent: VecDeque<u64>,
+    /// Samples taken while the CPU had no guest: what its own RT tasks cost.
+    clean: VecDeque<u64>,
+    /// Since the loop last took them: samples, and those over the bound.
+    samples: u64,
+    late: u64,
+}
+
+/// Per-window sample counts of one RT CPU (for the lending controller).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub samples: u64,
+    /// Samples over the latency bound.
+    pub late: u64,
+}
+
+/// The guard's state, fed one sample at a time by its own threads or by a
+/// latency probe that runs anyway (`GuardFeed`: evaluate's probe, so that no
+/// second SCHED_FIFO thread shares the RT CPU with it).
+struct State {
+    windows: Vec<Mutex<CpuWindow>>,
+    shared: Mutex<Shared>,
+    immediate: Mutex<Option<Arc<Immediate>>>,
+    /// Samples over this count as late (None: no bound).
+    bound_ns: Mutex<Option<u64>>,
+    events: Mutex<Option<super::EventSink>>,
+}
+
+impl State {
+    fn new(cpus: &CpuSet) -> State {
+        State {
+            windows: cpus
+                .iter()
+                .map(|cpu| {
+                    Mutex::new(CpuWindow {
+                        cpu,
+                        recent: VecDeque::with_capacity(WINDOW_SAMPLES),
+                        clean: VecDeque::with_capacity(WINDOW_SAMPLES),
+                        samples: 0,
+                        late: 0,
+                    })
+                })
+                .collect(),
+            shared: Mutex::default(),
+            immediate: Mutex::new(None),
+            bound_ns: Mutex::new(None),
+            events: Mutex::new(None),
+        }
+    }
+
+    /// One wake-up `late` ns after its release on `cpu`. `blocking`: the
+    /// guard's own thread may wait for the locks; a probe that measures
+    /// must not (a sample that finds a lock taken is left out).
+    fn sample(&self, cpu: u32, late: u64, blocking: bool) {
+        let Some(mut w) = self.windows.iter().find_map(|m| {
+            let w = if blocking {
+                m.lock().ok()
+            } else {
+                m.try_lock().ok()
+            };
+            w.filter(|w| w.cpu == cpu)
+        }) else {
+            return;
+        };
+        if let Some(ev) = self.events.try_lock().ok().and_then(|e| e.clone()) {
+            ev.0.guard_sample(cpu, late);
+        }
+        push(&mut w.recent, late);
+        w.samples += 1;
+        if self
+            .bound_ns
+            .try_lock()
+            .ok()
+            .and_then(|b| *b)
+            .is_some_and(|b| late > b)
+        {
+            w.late += 1;
+        }
+        let shared = if blocking {
+            self.shared.lock().ok()
+        } else {
+            self.shared.try_lock().ok()
+        };
+        let Some(mut shared) = shared else { return };
+        let guests = shared.guests.get(&cpu).cloned().unwrap_or_default();
+        if guests.is_empty() {
+            push(&mut w.clean, late);
+            return;
+        }
+        let Some(im) = self.immediate.try_lock().ok().and_then(|i| i.clone()) else {
+            return;
+        };
+        let limit = p99_of(&w.clean).map_or(im.bound_ns, |b| im.bound_ns.max(b + b / 4));
+        if late > limit {
+            let evicted: Vec<u32> = guests
+                .into_iter()
+                .filter(|&t| im.evictor.evict(t).is_ok())
+                .collect();
+            shared.guests.remove(&cpu);
+            shared.trips.push(Trip {
+                cpu,
+                latency_ns: late,
+                evicted,
+            });
+        }
+    }
+}
+
+/// A latency probe that already samples the RT CPUs (evaluate's) feeding
+/// the balancer's guard, in place of the guard's own threads. Clone it to
+/// the probe; give it to the balancer in `LiveConfig::guard_feed`.
+#[derive(Clone)]
+pub struct GuardFeed(Arc<State>);
+
+impl std::fmt::Debug for GuardFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GuardFeed")
+    }
+}
+
+impl GuardFeed {
+    pub fn new(cpus: &CpuSet) -> GuardFeed {
+        GuardFeed(Arc::new(State::new(cpus)))
+    }
+
+    /// One wake-up of the probe on `cpu`, `late_ns` after its release. Never
+    /// blocks: a sample that finds the guard busy is left out of it.
+    pub fn sample(&self, cpu: u32, late_ns: u64) {
+        self.0.sample(cpu, late_ns, false);
+    }
+}
+
+/// The running guard: its own threads, or a feed.
 pub struct LatencyGuard {
     stop: Arc<AtomicBool>,
-    recent: Vec<(u32, Arc<Mutex<VecDeque<u64>>>)>,
-    shared: Arc<Mutex<Shared>>,
+    state: Arc<State>,
     handles: Vec<JoinHandle<()>>,
 }
 
@@ -69,15 +205,33 @@ fn push(ring: &mut VecDeque<u64>, v: u64) {
     ring.push_back(v);
 }
 
+/// How the guard samples and acts.
+pub struct GuardOptions {
+    pub interval_ns: u64,
+    pub immediate: Option<Immediate>,
+    pub events: Option<super::EventSink>,
+    /// Samples over this count as late (the controller's evidence).
+    pub bound_ns: Option<u64>,
+}
+
 impl LatencyGuard {
+    /// The guard over a feed: no threads of its own; the feed's probe samples.
+    pub fn fed(feed: &GuardFeed, opts: GuardOptions) -> LatencyGuard {
+        let state = feed.0.clone();
+        state.arm(opts);
+        LatencyGuard {
+            stop: Arc::new(AtomicBool::new(false)),
+            state,
+            handles: Vec::new(),
+        }
+    }
+
     /// Start one probe thread per RT CPU, each moved into the RT cpuset first.
     pub fn start(
         host: &Host,
         applied: &Applied,
         cpus: &CpuSet,
-        interval_ns: u64,
-        immediate: Option<Immediate>,
-        events: Option<super::EventSink>,
+        opts: GuardOptions,
     ) -> Result<LatencyGuard, MeasureError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (h, layout, dir) = (
@@ -95,20 +249,18 @@ impl LatencyGuard {
         let policy = Policy::Fifo {
             priority: max_fifo_priority(),
         };
-        let shared: Arc<Mutex<Shared>> = Arc::default();
-        let immediate = immediate.map(Arc::new);
+        let interval_ns = opts.interval_ns;
+        let state = Arc::new(State::new(cpus));
+        state.arm(opts);
         let mut g = LatencyGuard {
             stop: stop.clone(),
-            recent: Vec::new(),
-            shared: shared.clone(),
+            state: state.clone(),
             handles: Vec::new(),
         };
         let (tx, rx) = mpsc::channel::<Result<(), String>>();
         for cpu in cpus.iter() {
-            let ring = Arc::new(Mutex::new(VecDeque::with_capacity(WINDOW_SAMPLES)));
-            g.recent.push((cpu, ring.clone()));
-            let (stop, tx, prepare) = (stop.clone(), tx.clone(), prepare.clone());
-            let (shared, immediate, events) = (shared.clone(), immediate.clone(), events.clone());
+            let (stop, tx, prepare, state) =
+                (stop.clone(), tx.clone(), prepare.clone(), state.clone());
             let h = std::thread::Builder::new()
                 .name(format!("rtmgr-guard{cpu}"))
                 .spawn(move || {
@@ -119,44 +271,10 @@ impl LatencyGuard {
                     if failed {
                         return;
                     }
-                    // Samples taken while the CPU had no guest: what its own RT tasks cost.
-                    let mut clean = VecDeque::with_capacity(WINDOW_SAMPLES);
                     let mut next = mono_ns() + interval_ns;
                     while !stop.load(Ordering::Relaxed) {
                         sleep_until(next);
-                        let late = mono_ns().saturating_sub(next);
-                        if let Some(ev) = &events {
-                            ev.0.guard_sample(cpu, late);
-                        }
-                        if let Ok(mut r) = ring.lock() {
-                            push(&mut r, late);
-                        }
-                        let guests: Vec<u32> = shared
-                            .lock()
-                            .map(|s| s.guests.get(&cpu).cloned().unwrap_or_default())
-                            .unwrap_or_default();
-                        match (&immediate, guests.is_empty()) {
-                            (_, true) => push(&mut clean, late),
-                            (Some(im), false) => {
-                                let limit = p99_of(&clean)
-                                    .map_or(im.bound_ns, |b| im.bound_ns.max(b + b / 4));
-                                if late > limit {
-                                    let evicted: Vec<u32> = guests
-                                        .into_iter()
-                                        .filter(|&t| im.evictor.evict(t).is_ok())
-                                        .collect();
-                                    if let Ok(mut s) = shared.lock() {
-                                        s.guests.remove(&cpu);
-                                        s.trips.push(Trip {
-                                            cpu,
-                                            latency_ns: late,
-                                            evicted,
-                                        });
-                                    }
-                                }
-                            }
-                            (None, false) => {}
-                        }
+                        state.sample(cpu, mono_ns().saturating_sub(next), true);
                         next += interval_ns;
                         // Missed releases are recorded late, not skipped.
                     }
@@ -180,14 +298,15 @@ impl LatencyGuard {
         for (&tid, &cpu) in guests {
             by_cpu.entry(cpu).or_default().push(tid);
         }
-        if let Ok(mut s) = self.shared.lock() {
+        if let Ok(mut s) = self.state.shared.lock() {
             s.guests = by_cpu;
         }
     }
 
     /// The trips since the last call.
     pub fn take_trips(&self) -> Vec<Trip> {
-        self.shared
+        self.state
+            .shared
             .lock()
             .map(|mut s| std::mem::take(&mut s.trips))
             .unwrap_or_default()
@@ -195,9 +314,29 @@ impl LatencyGuard {
 
     /// Recent p99 (nearest rank) per RT CPU, when there are samples.
     pub fn p99(&self) -> BTreeMap<u32, u64> {
-        self.recent
+        self.state
+            .windows
             .iter()
-            .filter_map(|(cpu, ring)| Some((*cpu, p99_of(&*ring.lock().ok()?)?)))
+            .filter_map(|m| {
+                let w = m.lock().ok()?;
+                Some((w.cpu, p99_of(&w.recent)?))
+            })
+            .collect()
+    }
+
+    /// Samples and late samples per RT CPU since the last call.
+    pub fn take_counts(&self) -> BTreeMap<u32, Counts> {
+        self.state
+            .windows
+            .iter()
+            .filter_map(|m| {
+                let mut w = m.lock().ok()?;
+                let c = Counts {
+                    samples: std::mem::take(&mut w.samples),
+                    late: std::mem::take(&mut w.late),
+                };
+                Some((w.cpu, c))
+            })
             .collect()
     }
 
@@ -209,8 +348,34 @@ impl LatencyGuard {
     }
 }
 
+impl State {
+    fn arm(&self, opts: GuardOptions) {
+        if let Ok(mut i) = self.immediate.lock() {
+            *i = opts.immediate.map(Arc::new);
+        }
+        if let Ok(mut b) = self.bound_ns.lock() {
+            *b = opts.bound_ns;
+        }
+        if let Ok(mut e) = self.events.lock() {
+            *e = opts.events;
+        }
+    }
+
+    /// A fed guard outlives its balancer run: disarm it and forget the guests.
+    fn disarm(&self) {
+        if let Ok(mut i) = self.immediate.lock() {
+            *i = None;
+        }
+        if let Ok(mut s) = self.shared.lock() {
+            s.guests.clear();
+            s.trips.clear();
+        }
+    }
+}
+
 impl Drop for LatencyGuard {
     fn drop(&mut self) {
         self.stop_now();
+        self.state.disarm();
     }
 }

@@ -14,11 +14,12 @@ pub mod mover;
 pub mod observe;
 pub mod procfile;
 mod run;
+pub mod steal;
 pub mod v2_lending;
 
 pub use events::{EventSink, LiveEvents};
 pub use mover::{Evictor, Mover};
-pub use run::run_balancer;
+pub use run::{run_balancer, run_balancer_with};
 
 use crate::host::HostError;
 use crate::partition::Applied;
@@ -47,8 +48,11 @@ pub enum BalanceError {
 pub struct LiveConfig {
     /// Sampling period T.
     pub period_ns: u64,
-    /// Run the latency guard (one probe thread per RT CPU).
+    /// Run the latency guard (one probe thread per RT CPU, or `guard_feed`).
     pub guard: bool,
+    /// A probe that samples the RT CPUs anyway feeds the guard in place of
+    /// its own threads (evaluate's probe: no second SCHED_FIFO thread there).
+    pub guard_feed: Option<guard::GuardFeed>,
     pub guard_interval_ns: u64,
     /// Stop by itself after this long.
     pub duration_ns: Option<u64>,
@@ -71,6 +75,7 @@ impl LiveConfig {
         LiveConfig {
             period_ns: 50_000_000,
             guard: true,
+            guard_feed: None,
             guard_interval_ns: 10_000_000,
             duration_ns: None,
             scope: Scope::All,
@@ -132,6 +137,8 @@ pub struct LiveReport {
     /// Was the kernel-entry watch running, and the events it read.
     pub entry_watch: bool,
     pub entry_events: u64,
+    /// CPU time of the entry watch's reader thread.
+    pub entry_watch_cpu_s: f64,
     /// RT1+ tasks across both sets taken under the policy.
     pub adopted: u64,
     /// Threads and processes created by guests (they inherit the RT-CPU

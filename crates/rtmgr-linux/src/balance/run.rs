@@ -4,7 +4,7 @@
 //! error) undo every change.
 
 use super::entry_watch::{Entry, EntryWatch};
-use super::guard::{Immediate, LatencyGuard, Trip};
+use super::guard::{GuardOptions, Immediate, LatencyGuard, Trip};
 use super::mover::Mover;
 use super::observe::Observer;
 use super::{reason_name, v2_lending, BalanceError, LiveConfig, LiveReport};
@@ -23,6 +23,22 @@ pub fn run_balancer(
     applied: &Applied,
     cfg: &LiveConfig,
     stop: &AtomicBool,
+    progress: impl FnMut(&LiveReport, &[Move]),
+) -> Result<LiveReport, BalanceError> {
+    let mut policy = Balancer::new(cfg.policy.clone());
+    run_balancer_with(host, applied, cfg, &mut policy, stop, progress)
+}
+
+/// `run_balancer` with a policy that outlives the run: its memory (back-offs,
+/// the lending controller's state, the guards' baselines) carries over to the
+/// next run, as between evaluate's "balanced" segments. Its times are
+/// CLOCK_MONOTONIC, so a pause between runs counts as time passed.
+pub fn run_balancer_with(
+    host: &Host,
+    applied: &Applied,
+    cfg: &LiveConfig,
+    policy: &mut Balancer,
+    stop: &AtomicBool,
     mut progress: impl FnMut(&LiveReport, &[Move]),
 ) -> Result<LiveReport, BalanceError> {
     if !applied.complete {
@@ -34,21 +50,22 @@ pub fn run_balancer(
     let mut mover = Mover::new(host, applied);
     let mut report = LiveReport::default();
     let guard = if cfg.guard {
-        let immediate = match (cfg.immediate_guard, cfg.policy.latency_bound_ns) {
-            (true, Some(bound_ns)) => Some(Immediate {
-                bound_ns,
-                evictor: mover.evictor(),
-            }),
-            _ => None,
+        let opts = GuardOptions {
+            interval_ns: cfg.guard_interval_ns,
+            immediate: match (cfg.immediate_guard, cfg.policy.latency_bound_ns) {
+                (true, Some(bound_ns)) => Some(Immediate {
+                    bound_ns,
+                    evictor: mover.evictor(),
+                }),
+                _ => None,
+            },
+            events: cfg.events.clone(),
+            bound_ns: cfg.policy.latency_bound_ns,
         };
-        Some(LatencyGuard::start(
-            host,
-            applied,
-            &plan.rt,
-            cfg.guard_interval_ns,
-            immediate,
-            cfg.events.clone(),
-        )?)
+        Some(match &cfg.guard_feed {
+            Some(feed) => LatencyGuard::fed(feed, opts),
+            None => LatencyGuard::start(host, applied, &plan.rt, opts)?,
+        })
     } else {
         None
     };
@@ -84,7 +101,6 @@ pub fn run_balancer(
         cfg.policy.switch_rate_max
     };
     observer.set_switch_floor(switch_limit / 4.0);
-    let mut policy = Balancer::new(cfg.policy.clone());
     let mut refused: BTreeSet<u64> = BTreeSet::new();
     // Processes that had a guest in this run (pid → the thread lent), and
     // the children of guests already handled (tid, start time).
@@ -116,12 +132,7 @@ pub fn run_balancer(
             *m = (*m).max(v);
         }
         let guests = mover.guests();
-        let mut obs = observer.sample(
-            now.saturating_sub(t0),
-            now.saturating_sub(last).max(1),
-            &guests,
-            &p99,
-        );
+        let mut obs = observer.sample(now, now.saturating_sub(last).max(1), &guests, &p99);
         last = now;
         reads += observer.last.reads as u64;
         report.proc_listings += u64::from(observer.last.listed);
@@ -204,6 +215,7 @@ pub fn run_balancer(
     if let Some(w) = watch {
         if let Ok(st) = w.finish() {
             report.entry_events = st.events;
+            report.entry_watch_cpu_s = st.cpu_ns as f64 / 1e9;
         }
     }
     report.restored = restored;

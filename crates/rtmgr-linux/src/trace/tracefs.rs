@@ -77,6 +77,8 @@ pub struct TraceStats {
     pub lost: u64,
     pub missing_events: Vec<String>,
     pub instance: String,
+    /// CPU time of the reader thread, ns.
+    pub cpu_ns: u64,
 }
 
 /// The consumer of the trace: called with each batch of parsed events, and
@@ -406,6 +408,7 @@ fn run(
         }
     }
     stats.lost = stats.lost.max(overruns(&inst, &spec.cpus));
+    stats.cpu_ns = rtmgr_sys::time::thread_cpu_ns();
     drop(files);
     std::fs::remove_dir(&inst).map_err(io(format!("remove {}", inst.display())))?;
     Ok(stats)

@@ -161,7 +161,7 @@ impl Rounds<'_> {
         };
         let applied = guard.as_ref().map(|g| g.applied());
         let balancer = match (c, applied) {
-            (Config::Balanced, Some(a)) => Some(BackgroundBalancer::start(self.host, a)),
+            (Config::Balanced, Some(a)) => Some(BackgroundBalancer::start_fresh(self.host, a)),
             _ => None,
         };
         let placement = Placement {
@@ -170,7 +170,7 @@ impl Rounds<'_> {
             applied,
         };
         let result = work(round, &placement, rep);
-        let balanced = balancer.map(|b| b.finish());
+        let balanced = balancer.map(|b| b.finish().0);
         if let Some(g) = preempt {
             g.reset().context("restore the preemption model")?;
         }
