@@ -21,7 +21,7 @@ mod engine;
 
 pub use rtmgr_core::balance::lbu::{completion, BalancerKind, LbResult, TaskReport, ALL_BALANCERS};
 use rtmgr_core::balance::scenario::{Scenario, Sched};
-use rtmgr_core::balance::PolicyConfig;
+use rtmgr_core::balance::{LendingStatus, PolicyConfig};
 use rtmgr_core::class::TaskClass;
 use rtmgr_core::CpuSet;
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,63 @@ pub struct SimConfig {
     pub policy: PolicyConfig,
     /// Keep the full event trace (tests; costs memory).
     pub keep_trace: bool,
+    /// The host under the vCPUs (None: bare metal, or a host that never
+    /// preempts a vCPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostModel>,
+}
+
+/// A host that preempts busy vCPUs (docs/lending.md: what this VM's host
+/// does when both of its vCPUs are busy).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostModel {
+    /// Host preemptions per second of a busy vCPU, while enough vCPUs are busy.
+    pub rate_per_s: f64,
+    /// How long a preempted vCPU does not run (the host's time slice).
+    pub slice_ns: u64,
+    /// Busy vCPUs needed for the host to preempt one (0: all of them).
+    #[serde(default)]
+    pub busy_vcpus: u32,
+}
+
+impl HostModel {
+    /// `RATE,SLICE_MS[,BUSY_VCPUS]`, e.g. `2,10` (`rtmgr lb --host-preempt`).
+    pub fn parse(s: &str) -> Result<HostModel, SimError> {
+        let bad = || SimError::HostModel(s.to_string());
+        let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+        if !(2..=3).contains(&parts.len()) {
+            return Err(bad());
+        }
+        let rate: f64 = parts[0].parse().map_err(|_| bad())?;
+        let slice_ms: f64 = parts[1].parse().map_err(|_| bad())?;
+        let busy_vcpus: u32 = match parts.get(2) {
+            Some(b) => b.parse().map_err(|_| bad())?,
+            None => 0,
+        };
+        let h = HostModel {
+            rate_per_s: rate,
+            slice_ns: (slice_ms * 1e6) as u64,
+            busy_vcpus,
+        };
+        h.check()?;
+        Ok(h)
+    }
+
+    fn check(&self) -> Result<(), SimError> {
+        let ok = self.rate_per_s.is_finite()
+            && self.rate_per_s > 0.0
+            && self.rate_per_s <= 1e6
+            && self.slice_ns > 0
+            && self.slice_ns <= 10_000_000_000;
+        if ok {
+            Ok(())
+        } else {
+            Err(SimError::HostModel(format!(
+                "rate {} /s, slice {} ns",
+                self.rate_per_s, self.slice_ns
+            )))
+        }
+    }
 }
 
 impl SimConfig {
@@ -85,6 +142,7 @@ impl SimConfig {
                 ..Default::default()
             },
             keep_trace: false,
+            host: None,
         }
     }
 }
@@ -163,6 +221,22 @@ pub struct SimReport {
     pub result: LbResult,
     /// Percent of the run each CPU was busy (tasks and interrupts).
     pub cpu_busy_percent: Vec<f64>,
+    /// What the host model did, and the lending controller's state (only
+    /// with a host model: reports without one are unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostReport>,
+}
+
+/// The host model's effect on a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub model: HostModel,
+    /// vCPU stalls the host caused.
+    pub stalls: u64,
+    /// Steal per CPU, ns.
+    pub steal_ns: Vec<u64>,
+    /// The rtmgr balancer's lending controller at the end (empty for the others).
+    pub lending: Vec<LendingStatus>,
 }
 
 /// Simulate one run.
@@ -184,6 +258,10 @@ pub enum SimError {
     Rt0Placement(String),
     #[error("no tasks")]
     NoTasks,
+    #[error(
+        "host model {0:?}: want RATE,SLICE_MS[,BUSY_VCPUS] with 0 < RATE ≤ 1e6 per s and 0 < SLICE ≤ 10 s"
+    )]
+    HostModel(String),
 }
 
 #[cfg(test)]

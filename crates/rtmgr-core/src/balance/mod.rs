@@ -5,16 +5,21 @@
 //! eviction of guests about to be non-preemptible for long (the user-space
 //! analogue of ARTiS's migration trigger), next-migration-attempt estimation
 //! against ping-pong (Figs. 2–3), task/processor association, and pushes only.
-//! `scenario` is the lbµ scenario format of ARTiS §3.3 (Fig. 4).
+//! `scenario` is the lbµ scenario format of ARTiS §3.3 (Fig. 4); `lending`
+//! stops lending an RT CPU whose lends harm its RT tasks (docs/lending.md).
 
 mod cpu_map;
 mod history;
 pub mod lbu;
+pub mod lending;
 mod phases;
 mod policy;
 pub mod scenario;
 
 pub use history::History;
+pub use lending::{
+    LendingConfig, LendingConfigError, LendingControl, LendingPrior, LendingStatus, OffPeriod,
+};
 pub use policy::Balancer;
 
 use crate::class::TaskClass;
@@ -39,7 +44,7 @@ pub enum Place {
 }
 
 /// One CPU in one observation window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuObs {
     pub cpu: u32,
     /// Is this an RT CPU of the partition?
@@ -49,6 +54,22 @@ pub struct CpuObs {
     pub rt_load: f64,
     /// Recent p99 wake-up latency of the latency probe on this CPU, if probed.
     pub latency_p99_ns: Option<u64>,
+    /// The lending controller's evidence (`lending`), 0 when not observed:
+    /// latency-probe samples in the window, those over the latency bound,
+    /// and those late ones with evidence of a host stall (steal advancing,
+    /// or a vCPU that did not run).
+    #[serde(default)]
+    pub samples: u64,
+    #[serde(default)]
+    pub late_samples: u64,
+    #[serde(default)]
+    pub host_stalled_samples: u64,
+    /// The CPU's steal time in the window.
+    #[serde(default)]
+    pub steal_ns: u64,
+    /// Time in the window the CPU had at least one guest.
+    #[serde(default)]
+    pub lent_ns: u64,
 }
 
 /// One task in one observation window.
@@ -145,6 +166,8 @@ pub struct PolicyConfig {
     pub lend_kernel_share_max: f64,
     pub lend_switch_rate_max: f64,
     pub lend_entries_per_s_max: f64,
+    /// The closed-loop lending controller (docs/lending.md).
+    pub lending: LendingConfig,
 }
 
 impl Default for PolicyConfig {
@@ -170,7 +193,61 @@ impl Default for PolicyConfig {
             lend_kernel_share_max: 0.05,
             lend_switch_rate_max: 100.0,
             lend_entries_per_s_max: 100.0,
+            lending: LendingConfig::default(),
         }
+    }
+}
+
+/// A malformed policy configuration: one error, the first found.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyConfigError {
+    #[error("balancer config: {0}")]
+    Parse(String),
+    #[error("balancer config: {0}")]
+    Invalid(String),
+    #[error("balancer config: {0}")]
+    Lending(#[from] LendingConfigError),
+}
+
+impl PolicyConfig {
+    /// Check the tunables that would make the policy meaningless.
+    pub fn validate(&self) -> Result<(), PolicyConfigError> {
+        let shares = [
+            ("kernel_share_max", self.kernel_share_max),
+            ("min_busy_share", self.min_busy_share),
+            ("min_lend_capacity", self.min_lend_capacity),
+            ("lend_kernel_share_max", self.lend_kernel_share_max),
+        ];
+        if let Some((name, v)) = shares
+            .iter()
+            .find(|(_, v)| !v.is_finite() || !(0.0..=1.0).contains(v))
+        {
+            return Err(PolicyConfigError::Invalid(format!(
+                "{name} must be a share in 0..=1 (got {v})"
+            )));
+        }
+        if !self.hysteresis.is_finite() || self.hysteresis < 0.0 {
+            return Err(PolicyConfigError::Invalid(format!(
+                "hysteresis must be ≥ 0 (got {})",
+                self.hysteresis
+            )));
+        }
+        if self.max_backoff_ns < self.initial_backoff_ns {
+            return Err(PolicyConfigError::Invalid(format!(
+                "max_backoff_ns ({}) < initial_backoff_ns ({})",
+                self.max_backoff_ns, self.initial_backoff_ns
+            )));
+        }
+        Ok(self.lending.validate()?)
+    }
+
+    /// A configuration from TOML (missing keys take their defaults; an
+    /// unknown key in `[lending]` or a bad value is an error), validated.
+    pub fn from_toml(text: &str) -> Result<PolicyConfig, PolicyConfigError> {
+        let cfg: PolicyConfig =
+            toml::from_str(text).map_err(|e| PolicyConfigError::Parse(e.message().to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
     }
 }
 
@@ -191,6 +268,8 @@ pub enum Reason {
     /// A swap of a guest and an NRT task whose CPU time so far differ by
     /// more than the rotation quantum (each side of the swap is one move).
     Rotate,
+    /// The lending controller stopped lending its RT CPU (`lending`).
+    LendingOff,
 }
 
 /// A push decided by the policy.

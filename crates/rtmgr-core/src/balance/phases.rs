@@ -19,6 +19,7 @@ impl Balancer {
         self.track_seats(&s);
         self.forget_unseen(&s);
         self.trip_latency_guards(&mut s);
+        self.judge_lending(&mut s);
         self.evict_guests(&mut s);
         self.weigh_loads(&mut s);
         self.return_idle_guests(&mut s);
@@ -121,10 +122,25 @@ impl Balancer {
         }
     }
 
+    /// Phase 4b (§2.1's promise kept by measurement, `lending.rs`): the
+    /// lending controller judges each RT CPU's window, lent or guest-free;
+    /// a CPU whose lends harm its RT tasks stops being lent.
+    fn judge_lending(&mut self, s: &mut Step) {
+        let tasks = &s.obs.tasks;
+        let guests = |cpu: u32| {
+            tasks
+                .iter()
+                .filter(|t| t.place == Place::Rt(cpu) && movable(t))
+                .count()
+        };
+        s.lending_stopped = self.lending.observe(s.now, &s.obs.cpus, guests);
+    }
+
     /// Phase 5 (§2.2, the migration trigger from user space): guests leave
     /// their RT CPU when the partition's rules no longer allow it there,
-    /// when its guard tripped, or when they turned kernel-heavy (in that
-    /// order of reasons); the last two count as evictions (Fig. 3 back-off).
+    /// when its guard tripped, when its lending stopped, or when they
+    /// turned kernel-heavy (in that order of reasons); guard trips and
+    /// kernel-heavy ones count as evictions (Fig. 3 back-off).
     fn evict_guests(&mut self, s: &mut Step) {
         let obs = s.obs;
         for t in obs.tasks.iter().filter(|t| movable(t)) {
@@ -133,6 +149,8 @@ impl Balancer {
                 Reason::NotAllowed
             } else if s.tripped.contains(&cpu) {
                 Reason::LatencyGuard
+            } else if s.lending_stopped.contains(&cpu) || !self.lending.allows(cpu, s.now) {
+                Reason::LendingOff
             } else if self.closed(cpu, s.now) {
                 Reason::NotAllowed
             } else if self.history.get(&t.id).is_some_and(|h| h.heavy) {
@@ -142,7 +160,7 @@ impl Balancer {
             };
             let h = self.history.entry(t.id).or_default();
             h.seen_ns = s.now;
-            if reason != Reason::NotAllowed {
+            if !matches!(reason, Reason::NotAllowed | Reason::LendingOff) {
                 h.evicted(s.now, obs.window_ns, &self.cfg);
             }
             s.send_back(t, reason);
@@ -262,7 +280,7 @@ impl Balancer {
             let best = s
                 .counts
                 .iter()
-                .filter(|&(c, _)| self.accepting(c, now))
+                .filter(|&(c, &n)| self.accepting(c, now) && n < self.lending.guest_cap(c))
                 .map(|(c, &n)| (c, share(s.cap(c), n + 1)))
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
             let Some((cpu, sh)) = best else { break };
@@ -386,6 +404,8 @@ struct Step<'a> {
     rt_cpus: CpuMap<&'a CpuObs>,
     /// RT CPUs whose latency guard tripped in this step.
     tripped: Vec<u32>,
+    /// RT CPUs whose lending the controller stopped in this step.
+    lending_stopped: Vec<u32>,
     moves: Vec<Move>,
     /// Tasks that a move of this step sends back to the NRT CPUs or fills in.
     moved: BTreeMap<TaskId, ()>,
@@ -413,6 +433,7 @@ impl<'a> Step<'a> {
                 .map(|c| (c.cpu, c))
                 .collect(),
             tripped: Vec::new(),
+            lending_stopped: Vec::new(),
             moves: Vec::new(),
             moved: BTreeMap::new(),
             cap_nrt: 0.0,

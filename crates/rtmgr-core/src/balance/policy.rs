@@ -2,7 +2,7 @@
 //! latency guards, seats for rotation, and what the phases of a step
 //! (`phases.rs`) ask of them. Deterministic: same observations, same moves.
 
-use super::{History, PolicyConfig, TaskId, TaskObs};
+use super::{History, LendingControl, LendingPrior, LendingStatus, PolicyConfig, TaskId, TaskObs};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -30,11 +30,15 @@ pub struct Balancer {
     /// Scratch of `track_seats` (the guests seen), kept between steps so
     /// that a step does not allocate it.
     pub(super) seen_guests: Vec<TaskId>,
+    /// The closed-loop lending controller (per RT CPU, no task ids: it may
+    /// outlive the task ids of one run, see `take_lending`).
+    pub(super) lending: LendingControl,
 }
 
 impl Balancer {
     pub fn new(cfg: PolicyConfig) -> Self {
         Balancer {
+            lending: LendingControl::new(cfg.lending.clone()),
             cfg,
             history: BTreeMap::new(),
             guards: BTreeMap::new(),
@@ -56,14 +60,41 @@ impl Balancer {
     }
 
     /// Does this RT CPU take new guests at `now`: not closed by its guard,
-    /// and, with a latency bound, past the guard's warm-up?
+    /// its lending not stopped by the lending controller, and, with a
+    /// latency bound, past the guard's warm-up?
     pub fn accepting(&self, cpu: u32, now: u64) -> bool {
         let warm = self.cfg.latency_bound_ns.is_none()
             || self
                 .guards
                 .get(&cpu)
                 .is_some_and(|g| g.clean_steps >= self.cfg.guard_warmup_steps);
-        warm && !self.closed(cpu, now)
+        warm && !self.closed(cpu, now) && self.lending.allows(cpu, now)
+    }
+
+    /// Every RT CPU's lending state at `now` (what `rtmgr balance` and
+    /// evaluate print).
+    pub fn lending_status(&self, now: u64) -> Vec<LendingStatus> {
+        self.lending.status(now)
+    }
+
+    /// What a host test found before the start (see
+    /// [`LendingControl::set_prior`]); returns whether it was used.
+    pub fn set_lending_prior(&mut self, prior: LendingPrior, now_unix_s: u64) -> bool {
+        self.lending.set_prior(prior, now_unix_s)
+    }
+
+    /// Take the lending controller out (to keep it across runs whose task
+    /// ids differ, e.g. evaluate's segments); this balancer gets a fresh one.
+    pub fn take_lending(&mut self) -> LendingControl {
+        let fresh = LendingControl::new(self.cfg.lending.clone());
+        std::mem::replace(&mut self.lending, fresh)
+    }
+
+    /// Put back a controller kept from an earlier run (its memory stays,
+    /// this balancer's lending config applies).
+    pub fn restore_lending(&mut self, mut lending: LendingControl) {
+        lending.set_config(self.cfg.lending.clone());
+        self.lending = lending;
     }
 
     /// Is `t` predicted to stay in user mode on an RT CPU (ARTiS §2.1: a

@@ -13,6 +13,7 @@ fn cpus(nrt: &[u32], rt: &[(u32, f64)]) -> Vec<CpuObs> {
             rt: false,
             rt_load: 0.0,
             latency_p99_ns: None,
+            ..Default::default()
         })
         .collect();
     v.extend(rt.iter().map(|&(c, l)| CpuObs {
@@ -20,6 +21,7 @@ fn cpus(nrt: &[u32], rt: &[(u32, f64)]) -> Vec<CpuObs> {
         rt: true,
         rt_load: l,
         latency_p99_ns: None,
+        ..Default::default()
     }));
     v
 }
@@ -342,7 +344,7 @@ proptest! {
         for (k, tasks) in steps.iter().enumerate() {
             let now = k as u64 * 50 * MS;
             let cpus: Vec<CpuObs> = (0..n).map(|c| CpuObs {
-                cpu: c, rt: c != 0, rt_load: loads[c as usize], latency_p99_ns: lat[k],
+                cpu: c, rt: c != 0, rt_load: loads[c as usize], latency_p99_ns: lat[k], ..Default::default()
             }).collect();
             let moves = b.step(&obs(now, cpus, tasks.clone()));
             let mut seen = BTreeMap::new();
@@ -380,7 +382,7 @@ proptest! {
             let mut b = Balancer::new(PolicyConfig::default());
             steps.iter().enumerate().map(|(k, tasks)| {
                 let cpus: Vec<CpuObs> = (0..n).map(|c| CpuObs {
-                    cpu: c, rt: c != 0, rt_load: loads[c as usize], latency_p99_ns: None,
+                    cpu: c, rt: c != 0, rt_load: loads[c as usize], latency_p99_ns: None, ..Default::default()
                 }).collect();
                 b.step(&obs(k as u64 * 50 * MS, cpus, tasks.clone()))
             }).collect::<Vec<_>>()

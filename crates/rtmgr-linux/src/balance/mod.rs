@@ -157,5 +157,6 @@ pub(crate) fn reason_name(r: Reason) -> &'static str {
         Reason::Rebalance => "rebalance",
         Reason::Fill => "fill",
         Reason::Rotate => "rotate",
+        Reason::LendingOff => "lending_off",
     }
 }

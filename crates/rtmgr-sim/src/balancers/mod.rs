@@ -88,6 +88,12 @@ pub(crate) trait Balancer {
     fn sample(&mut self, m: &mut Machine) {
         let _ = m;
     }
+
+    /// The lending controller's state at `now` (the rtmgr policy only).
+    fn lending_status(&self, now: u64) -> Vec<rtmgr_core::balance::LendingStatus> {
+        let _ = now;
+        Vec::new()
+    }
 }
 
 /// A move a periodic pass considers from `from` to `to`, with the two CPUs'

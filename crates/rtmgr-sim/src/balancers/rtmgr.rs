@@ -18,6 +18,8 @@ pub(crate) struct Rtmgr {
     obs: Observation,
     /// Per CPU: is it an RT CPU (the mask of a task sent back to the NRT set).
     rt: Vec<bool>,
+    /// Per CPU: did the policy place a guest there for the window now ending.
+    lent: Vec<bool>,
 }
 
 impl Rtmgr {
@@ -35,14 +37,27 @@ impl Rtmgr {
                 time_resolution_ns: 0,
             },
             rt: Vec::new(),
+            lent: Vec::new(),
         }
     }
 
     /// What the observer sees of the CPUs over the window (the latency probe,
-    /// unmovable load) into `seen`, resetting their window counters.
-    fn observe_cpus(m: &mut Machine, window: u64, seen: &mut Vec<CpuObs>) {
+    /// unmovable load, and the lending controller's evidence: samples over
+    /// `bound`, those a host stall delayed, steal, lent time) into `seen`,
+    /// resetting their window counters.
+    fn observe_cpus(
+        m: &mut Machine,
+        window: u64,
+        bound: Option<u64>,
+        lent: &[bool],
+        seen: &mut Vec<CpuObs>,
+    ) {
         let w = window.max(1) as f64;
+        let late = |lat: &[u64]| bound.map_or(0, |b| lat.iter().filter(|&&l| l > b).count() as u64);
         let cpus = m.cpus.iter_mut().enumerate().map(|(i, c)| {
+            let samples = c.w_lat.len() as u64;
+            let late_samples = late(&c.w_lat);
+            let host_stalled_samples = late(&c.w_stalled_lat);
             let p99 = if c.w_lat.is_empty() {
                 None
             } else {
@@ -50,11 +65,21 @@ impl Rtmgr {
                 Some(*c.w_lat.select_nth_unstable(k).1)
             };
             c.w_lat.clear();
+            c.w_stalled_lat.clear();
             let o = CpuObs {
                 cpu: i as u32,
                 rt: c.rt,
                 rt_load: (c.w_fixed as f64 / w).min(1.0),
                 latency_p99_ns: p99,
+                samples,
+                late_samples,
+                host_stalled_samples,
+                steal_ns: std::mem::take(&mut c.w_steal),
+                lent_ns: if lent.get(i).copied().unwrap_or(false) {
+                    window
+                } else {
+                    0
+                },
             };
             c.w_fixed = 0;
             o
@@ -108,6 +133,7 @@ impl Balancer for Rtmgr {
             .map(|t| if t.movable { Place::Nrt } else { Place::Fixed })
             .collect();
         self.rt = m.cpus.iter().map(|c| c.rt).collect();
+        self.lent = vec![false; m.cpus.len()];
     }
 
     fn sample_period(&self) -> Option<u64> {
@@ -121,7 +147,14 @@ impl Balancer for Rtmgr {
         self.last_sample = now;
         self.obs.now_ns = now;
         self.obs.window_ns = window;
-        Self::observe_cpus(m, window, &mut self.obs.cpus);
+        self.lent.fill(false);
+        for (p, t) in self.places.iter().zip(&m.tasks) {
+            if let (Place::Rt(c), false) = (*p, t.state == State::Done) {
+                self.lent[c as usize] = true;
+            }
+        }
+        let bound = self.policy.cfg.latency_bound_ns;
+        Self::observe_cpus(m, window, bound, &self.lent, &mut self.obs.cpus);
         Self::observe_tasks(&self.places, m, &mut self.obs.tasks);
         let moves = self.policy.step(&self.obs);
         for mv in moves {
@@ -141,5 +174,9 @@ impl Balancer for Rtmgr {
             self.places[ti as usize] = mv.to;
             m.enforce_mask(ti, target, self);
         }
+    }
+
+    fn lending_status(&self, now: u64) -> Vec<rtmgr_core::balance::LendingStatus> {
+        self.policy.lending_status(now)
     }
 }

@@ -41,6 +41,8 @@ pub(super) enum Ev {
     Irq,
     Balance,
     Sample,
+    /// A host preemption attempt (the host model, when on).
+    Host,
 }
 
 /// Per-CPU deadlines: the end of the running segment and the next tick.
@@ -261,23 +263,25 @@ impl Ev {
             Ev::Irq => 3,
             Ev::Balance => 4,
             Ev::Sample => 5,
+            Ev::Host => 6,
         }
     }
 }
 
 /// Every pending event; the earliest comes first, a CPU event before a
 /// machine-wide one at the same time, machine-wide ones in arrival order.
-/// The device interrupt, balancing pass and sample each have at most one
-/// pending (each schedules its successor): a slot each, not the heap. The
+/// The device interrupt, balancing pass, sample and host preemption attempt
+/// each have at most one pending (each schedules its successor): a slot
+/// each, not the heap. The
 /// earliest machine-wide event is kept up to date as they come and go.
 #[derive(Debug, Clone)]
 pub(super) struct EventQueue {
     timers: Timers,
     /// Pending wake-ups by (time, arrival).
     wakes: BinaryHeap<Wake>,
-    /// The pending Irq, Balance and Sample as `time << 64 | arrival`
+    /// The pending Irq, Balance, Sample and Host as `time << 64 | arrival`
     /// (u128::MAX: none), ordered like the heap.
-    slots: [u128; 3],
+    slots: [u128; 4],
     /// The earliest machine-wide event (`time << 64 | arrival`, u128::MAX:
     /// none) and where it is: a slot, or the heap (None).
     wide: u128,
@@ -311,11 +315,12 @@ fn slot(ev: Ev) -> usize {
         Ev::Irq => 0,
         Ev::Balance => 1,
         Ev::Sample => 2,
+        Ev::Host => 3,
         Ev::Run { .. } | Ev::Wake { .. } | Ev::Tick { .. } => unreachable!("not a slot event"),
     }
 }
 
-const SLOT_EVENTS: [Ev; 3] = [Ev::Irq, Ev::Balance, Ev::Sample];
+const SLOT_EVENTS: [Ev; 4] = [Ev::Irq, Ev::Balance, Ev::Sample, Ev::Host];
 
 fn key(t: u64, seq: u64) -> u128 {
     (u128::from(t) << 64) | u128::from(seq)
@@ -326,7 +331,7 @@ impl EventQueue {
         EventQueue {
             timers: Timers::new(cpus),
             wakes: BinaryHeap::new(),
-            slots: [u128::MAX; 3],
+            slots: [u128::MAX; 4],
             wide: u128::MAX,
             wide_slot: None,
             seq: 0,

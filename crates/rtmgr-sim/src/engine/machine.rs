@@ -90,6 +90,12 @@ pub(crate) struct Cpu {
     pub(crate) fifo: Vec<u32>,
     /// Recent RT0 wake-up latencies (the simulated latency probe).
     pub(crate) w_lat: Vec<u64>,
+    /// Host model: when the last host stall of this vCPU ends, the recent
+    /// RT0 latencies whose wait it overlapped, and the steal (window, total).
+    pub(crate) stall_until: u64,
+    pub(crate) w_stalled_lat: Vec<u64>,
+    pub(crate) w_steal: u64,
+    pub(crate) steal_ns: u64,
 }
 
 impl Cpu {
@@ -141,6 +147,10 @@ pub(crate) struct Machine {
     pub(crate) now: u64,
     pub(super) queue: EventQueue,
     pub(super) rng: Rng,
+    /// The host model's own generator: its draws leave the interrupts' alone.
+    pub(super) host_rng: Rng,
+    /// Host stalls so far (the host model).
+    pub(crate) host_stalls: u64,
     pub(crate) cpus: Vec<Cpu>,
     pub(crate) tasks: Vec<Task>,
     /// Which CPUs each task may use: a bit per CPU, `mask_words` words per
@@ -236,6 +246,8 @@ impl Machine {
         let left = if all_rt0 { tasks.len() } else { others };
         let mut m = Machine {
             rng: Rng::seeded(cfg.seed),
+            host_rng: Rng::seeded(cfg.seed ^ 0x4057_0000_0000_0001),
+            host_stalls: 0,
             irq_cpus: (0..cfg.cpus).collect(),
             cfg,
             now: 0,
@@ -313,6 +325,10 @@ impl Machine {
         self.queue.push(self.cfg.balance_ns, Ev::Balance);
         if let Some(p) = sample_period {
             self.queue.push(p, Ev::Sample);
+        }
+        if let Some(h) = self.cfg.host {
+            let dt = self.host_gap(h);
+            self.queue.push(dt, Ev::Host);
         }
     }
 

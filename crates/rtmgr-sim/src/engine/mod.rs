@@ -7,18 +7,20 @@
 //! CPU's running segment (the task completes, goes to sleep, or enters or
 //! leaves a non-preemptible section), a task's wake-up, a scheduler tick of
 //! a busy CPU (round-robin slices end there), a device interrupt, a periodic
-//! balancing pass, or a sample of a sampling balancer. Each is counted in `Sim::events` and
+//! balancing pass, a sample of a sampling balancer, or a host preemption
+//! attempt (`host`, only with a host model). Each is counted in `Sim::events` and
 //! hashed, with its time, into the report's trace_hash; events/s (the
 //! `sim_speed` bench, `rtmgr lb --sim`) are these per second of `Sim::run`.
 
 mod events;
 mod handlers;
+mod host;
 pub(crate) mod machine;
 mod migrate;
 mod sched;
 
 use crate::balancers::{self, Balancer, Runner};
-use crate::{LbResult, SimConfig, SimError, SimReport, TaskDef, TaskReport};
+use crate::{HostReport, LbResult, SimConfig, SimError, SimReport, TaskDef, TaskReport};
 use events::Ev;
 
 use machine::{Log, Machine};
@@ -90,6 +92,10 @@ fn run_loop(m: &mut Machine, b: &mut impl Balancer, log: &mut Log, trace: &mut V
                 let period = b.sample_period().expect("sampling balancer");
                 m.queue.push(m.now + period, Ev::Sample);
             }
+            Ev::Host => {
+                log(ev.code());
+                m.on_host(m.cfg.host.expect("host model"));
+            }
         }
     }
     *log = Log { events, hash };
@@ -98,6 +104,9 @@ fn run_loop(m: &mut Machine, b: &mut impl Balancer, log: &mut Log, trace: &mut V
 
 impl Sim {
     pub fn new(cfg: SimConfig, defs: Vec<TaskDef>) -> Result<Sim, SimError> {
+        if let Some(h) = &cfg.host {
+            h.check()?;
+        }
         let mut m = Machine::new(cfg, defs)?;
         let mut balancer = balancers::new(&m.cfg);
         balancer.attach(&mut m);
@@ -162,6 +171,12 @@ impl Sim {
                 .iter()
                 .map(|c| 100.0 * c.busy_ns as f64 / sim_ns as f64)
                 .collect(),
+            host: m.cfg.host.map(|model| HostReport {
+                model,
+                stalls: m.host_stalls,
+                steal_ns: m.cpus.iter().map(|c| c.steal_ns).collect(),
+                lending: self.balancer.lending_status(m.now),
+            }),
         }
     }
 }

@@ -78,6 +78,10 @@ impl Machine {
                 let l = start - w + self.cfg.switch_ns;
                 self.lat.record(l);
                 c.w_lat.push(l);
+                // A host stall that ended after the wake-up delayed it.
+                if c.stall_until > w {
+                    c.w_stalled_lat.push(l);
+                }
             }
         }
         if t.slice_left <= 0 {
@@ -217,7 +221,7 @@ fn charge_interrupt(c: &mut Cpu, now: u64, cost: u64, (e, fixed): (u64, u64)) {
 /// returns that time and the part of it that was unmovable work (what the
 /// CPU's busy and fixed counters must add).
 #[inline]
-fn charge(c: &mut Cpu, t: &mut Task, now: u64) -> (u64, u64) {
+pub(super) fn charge(c: &mut Cpu, t: &mut Task, now: u64) -> (u64, u64) {
     use std::hint::select_unpredictable as select;
     let e = now.saturating_sub(c.seg_start);
     if e == 0 {

@@ -255,6 +255,8 @@ impl Observer {
                     rt: self.rt.contains(c),
                     rt_load: (fixed + irq).min(1.0),
                     latency_p99_ns: p99.get(&c).copied(),
+                    // The lending controller's evidence: filled by the live side (issue 20).
+                    ..Default::default()
                 }
             })
             .collect();
