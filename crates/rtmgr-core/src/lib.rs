@@ -29,6 +29,7 @@ pub mod budget;
 pub mod cgroupfs;
 pub mod class;
 pub mod cpuset;
+pub mod host_preemption;
 pub mod partition;
 pub mod proctext;
 pub mod protocol;

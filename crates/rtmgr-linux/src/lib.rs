@@ -30,6 +30,7 @@ pub mod drift;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod host;
+pub mod host_preemption;
 pub mod irq;
 pub mod journal;
 pub mod launch;

@@ -6,6 +6,7 @@
 //! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs,
 //! and the programs (irqbalance, tuned) that would undo part of a partition.
 
+mod host_preemption;
 mod irqs;
 mod kernel;
 mod machine;
@@ -63,6 +64,9 @@ pub struct StatusReport {
     pub unmovable_irqs: Vec<IrqHit>,
     /// What `--rt-cpus auto` would choose, and why.
     pub rt_choice: Option<RtChoice>,
+    /// The cached host-preemption test (`rtmgr status --host-test`), if recent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_preemption: Option<rtmgr_core::host_preemption::HostPreemption>,
 }
 
 pub(super) fn item(
@@ -96,6 +100,8 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(kernel::throttling_item(host));
     items.push(machine::clocksource_item(host));
     items.push(machine::virt_item(host));
+    let (preemption_item, host_preemption) = host_preemption::host_preemption_item(host);
+    items.push(preemption_item);
     items.push(kernel::deadline_item(host));
     items.push(rt_permission::rt_permission_item(host));
     items.push(machine::dma_latency_item(host));
@@ -122,6 +128,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
         pinned_kthreads: pinned,
         unmovable_irqs: facts.hits,
         rt_choice: rt.and_then(|r| r.choice),
+        host_preemption,
     }
 }
 
@@ -129,6 +136,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
 mod tests {
     use super::*;
     use crate::fake::FakeMachine;
+    use rtmgr_core::CpuSet;
 
     fn status_of(m: &FakeMachine) -> StatusReport {
         collect_with(
@@ -228,6 +236,7 @@ mod tests {
             "rt_throttling",
             "clocksource",
             "virtualization",
+            "host_preemption",
             "sched_deadline",
             "rt_permission",
             "cpu_dma_latency",
@@ -251,6 +260,58 @@ mod tests {
             .iter()
             .filter(|i| i.verdict == Verdict::Warn)
             .all(|i| !i.why.is_empty() || i.name == "sched_deadline"));
+    }
+
+    #[test]
+    fn host_preemption_shows_the_cached_test_or_how_to_run_it() {
+        use rtmgr_core::host_preemption::{assess, Phase, TestSetup};
+        use rtmgr_core::stats::Hist;
+        let m = FakeMachine::new(2).typical_tasks().build();
+        let host = m.host();
+        let missing = status_of(&m);
+        let i = find(&missing, "host_preemption");
+        assert!(
+            i.value.starts_with("not measured") && i.value.contains("rtmgr status --host-test"),
+            "{i:?}"
+        );
+        assert!(missing.host_preemption.is_none());
+        std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
+        std::fs::write(host.path(crate::host_preemption::BOOT_ID_PATH), "b\n").unwrap();
+        let stalled = |spinner: bool| {
+            let mut h = Hist::new();
+            h.record_n(40_000, 8000);
+            if spinner {
+                h.record(11_000_000);
+            }
+            Phase {
+                cpu: 0,
+                spinner,
+                elapsed_ns: 2_000_000_000,
+                latency: h.clone(),
+                wakeups: h,
+                steal_ticks: u64::from(spinner),
+            }
+        };
+        let setup = TestSetup {
+            measured_at_unix_s: crate::host_preemption::now_unix_s(),
+            boot_id: "b".into(),
+            cpus: CpuSet::single(0),
+            busy_cpus: CpuSet::single(1),
+            interval_ns: 250_000,
+            phase_ns: 250_000_000,
+            partial: None,
+        };
+        let r = assess(setup, &[stalled(false), stalled(true)]);
+        crate::host_preemption::write_host_preemption(&host, &r).unwrap();
+        let shown = status_of(&m);
+        let i = find(&shown, "host_preemption");
+        assert_eq!(i.verdict, Verdict::Warn);
+        assert!(
+            i.value
+                .starts_with("this host preempts busy vCPUs: lending would cost about 11 ms"),
+            "{i:?}"
+        );
+        assert!(shown.host_preemption.as_ref().is_some_and(|h| h.preempts));
     }
 
     #[test]
