@@ -3,10 +3,11 @@
 //! children, the lending controller's state, and what its machinery cost —
 //! summed over the segments, so a reader sees why balanced lent or did not.
 
-use rtmgr_core::balance::Balancer;
+use rtmgr_core::balance::{Balancer, LendingStatus};
 use rtmgr_linux::balance::LiveReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -29,9 +30,9 @@ pub struct BalancerSummary {
     pub machinery_cpu_percent: f64,
     /// Events the entry watch read (0 while it was paused: no guest lent).
     pub entry_watch_events: u64,
-    /// The lending controller's state per RT CPU at the end of the last run,
-    /// e.g. "lending off on CPU 0: …; retry in 64 s".
-    pub lending: Vec<String>,
+    /// The lending controller's state per RT CPU at the end of the last run
+    /// (its reason reads e.g. "lending off on CPU 0: …; retry in 64 s").
+    pub lending: Vec<LendingStatus>,
     /// Changes it could not make or undo, and notes.
     pub notes: Vec<String>,
 }
@@ -56,7 +57,7 @@ impl BalancerSummary {
         self.machinery_cpu_percent = 100.0 * self.machinery_cpu_s / self.wall_s.max(1e-9);
         self.entry_watch_events += rep.entry_events;
         if let Some(p) = policy {
-            self.lending = lending_lines(p, now_ns);
+            self.lending = p.lending_status(now_ns);
         }
         for n in rep
             .refused
@@ -78,14 +79,15 @@ impl BalancerSummary {
             self.lends, self.guard_trips, self.machinery_cpu_percent
         );
         for l in &self.lending {
-            s.push_str("; ");
-            s.push_str(l);
+            let _ = match &l.reason {
+                Some(why) => write!(s, "; {why}"),
+                None => write!(
+                    s,
+                    "; lending on on CPU {} ({} lent windows judged, {} stalled by the host)",
+                    l.cpu, l.lends, l.lends_stalled
+                ),
+            };
         }
         s
     }
-}
-
-/// The lending controller's state per RT CPU, as text.
-fn lending_lines(_policy: &Balancer, _now_ns: u64) -> Vec<String> {
-    Vec::new()
 }

@@ -19,7 +19,7 @@ pub mod v2_lending;
 
 pub use events::{EventSink, LiveEvents};
 pub use mover::{Evictor, Mover};
-pub use run::{run_balancer, run_balancer_with};
+pub use run::{lending_prior, run_balancer, run_balancer_with};
 
 use crate::host::HostError;
 use crate::partition::Applied;
@@ -68,6 +68,11 @@ pub struct LiveConfig {
     pub immediate_guard: bool,
     /// Where events go as they happen (the daemon's metrics); None: nowhere.
     pub events: Option<EventSink>,
+    /// What a host-preemption test found, to start the lending controller
+    /// from; None: read the cached `rtmgr status --host-test` result when
+    /// `read_host_cache` (a missing one is noted, lending then learns).
+    pub host_prior: Option<rtmgr_core::balance::LendingPrior>,
+    pub read_host_cache: bool,
 }
 
 impl LiveConfig {
@@ -87,6 +92,8 @@ impl LiveConfig {
             watch_entries: true,
             immediate_guard: true,
             events: None,
+            host_prior: None,
+            read_host_cache: true,
         }
     }
 }

@@ -4,13 +4,14 @@
 //! error) undo every change.
 
 use super::entry_watch::{Entry, EntryWatch};
-use super::guard::{GuardOptions, Immediate, LatencyGuard, Trip};
+use super::guard::{Counts, GuardOptions, Immediate, LatencyGuard, Trip};
 use super::mover::Mover;
 use super::observe::Observer;
+use super::steal::StealWindow;
 use super::{reason_name, v2_lending, BalanceError, LiveConfig, LiveReport};
 use crate::partition::Applied;
 use crate::Host;
-use rtmgr_core::balance::{Balancer, Move, Observation, Place};
+use rtmgr_core::balance::{Balancer, LendingPrior, Move, Observation, Place};
 use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,6 +102,8 @@ pub fn run_balancer_with(
         cfg.policy.switch_rate_max
     };
     observer.set_switch_floor(switch_limit / 4.0);
+    apply_host_prior(policy, cfg, &mut report);
+    let mut steal = StealWindow::new(host);
     let mut refused: BTreeSet<u64> = BTreeSet::new();
     // Processes that had a guest in this run (pid → the thread lent), and
     // the children of guests already handled (tid, start time).
@@ -131,8 +134,11 @@ pub fn run_balancer_with(
             let m = report.guard_p99_max_ns.entry(c).or_insert(0);
             *m = (*m).max(v);
         }
+        let counts = guard.as_ref().map(|g| g.take_counts()).unwrap_or_default();
+        let steal_ns = steal.take(host);
         let guests = mover.guests();
         let mut obs = observer.sample(now, now.saturating_sub(last).max(1), &guests, &p99);
+        add_evidence(&mut obs, &counts, &steal_ns, &guests);
         last = now;
         reads += observer.last.reads as u64;
         report.proc_listings += u64::from(observer.last.listed);
@@ -258,6 +264,78 @@ fn track_children(
                 .refused
                 .push(format!("child {tid} of guest {from}: {e}")),
         }
+    }
+}
+
+/// The lending controller's evidence per RT CPU for this window: the guard's
+/// samples and late samples, the CPU's steal, and whether it had a guest.
+/// Late samples count as host-stalled when the CPU's steal advanced in the
+/// window (steal is accounted at the tick after the vCPU runs again, 10 ms
+/// resolution; the balancer's window is 50 ms).
+fn add_evidence(
+    obs: &mut Observation,
+    counts: &BTreeMap<u32, Counts>,
+    steal_ns: &BTreeMap<u32, u64>,
+    guests: &BTreeMap<u32, u32>,
+) {
+    for c in obs.cpus.iter_mut().filter(|c| c.rt) {
+        let n = counts.get(&c.cpu).copied().unwrap_or_default();
+        c.samples = n.samples;
+        c.late_samples = n.late;
+        c.steal_ns = steal_ns.get(&c.cpu).copied().unwrap_or(0);
+        c.host_stalled_samples = if c.steal_ns > 0 { n.late } else { 0 };
+        c.lent_ns = if guests.values().any(|&g| g == c.cpu) {
+            obs.window_ns
+        } else {
+            0
+        };
+    }
+}
+
+/// Start from what a host-preemption test found (`LiveConfig::host_prior`,
+/// else the cached `rtmgr status --host-test` result): on a host that
+/// preempts busy vCPUs, lending starts off and says why.
+fn apply_host_prior(policy: &mut Balancer, cfg: &LiveConfig, report: &mut LiveReport) {
+    let max_age = std::time::Duration::from_secs(cfg.policy.lending.prior_max_age_s);
+    let prior = match &cfg.host_prior {
+        Some(p) => Some(p.clone()),
+        None if cfg.read_host_cache => {
+            match crate::host_preemption::recent_host_preemption(max_age) {
+                Ok(hp) => Some(lending_prior(&hp)),
+                Err(e) => {
+                    report.notes.push(format!(
+                        "no host-preemption test to start from ({e}); lending starts on and learns"
+                    ));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    if let Some(p) = prior {
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let preempts = p.host_preempts_busy_vcpus;
+        if policy.set_lending_prior(p, now_s) {
+            report.notes.push(
+                "the host-preemption test found that this host preempts busy vCPUs: lending starts off"
+                    .into(),
+            );
+        } else if !preempts {
+            report
+                .notes
+                .push("the host-preemption test saw no host preemption: lending starts on".into());
+        }
+    }
+}
+
+/// The controller's prior from a host-preemption test result.
+pub fn lending_prior(hp: &rtmgr_core::host_preemption::HostPreemption) -> LendingPrior {
+    LendingPrior {
+        host_preempts_busy_vcpus: hp.preempts,
+        stall_ns: hp.stall_max_ns.unwrap_or(0).max(0) as u64,
+        measured_at_unix_s: hp.setup.measured_at_unix_s,
     }
 }
 
