@@ -24,8 +24,11 @@ pub struct BalancerSummary {
     /// Threads and processes created by guests: kept as guests, or sent back.
     pub children_lent: u64,
     pub children_sent_back: u64,
-    /// CPU time of the balancer's loop and of its entry-watch reader (both
-    /// on the NRT side), and its share of the wall time, % of one CPU.
+    /// CPU time of the balancer's loop (observing /proc, deciding, moving)
+    /// and of its entry-watch reader, both on the NRT side; their sum's
+    /// share of the wall time, % of one CPU.
+    pub loop_cpu_s: f64,
+    pub entry_watch_cpu_s: f64,
     pub machinery_cpu_s: f64,
     pub machinery_cpu_percent: f64,
     /// Events the entry watch read (0 while it was paused: no guest lent).
@@ -53,6 +56,8 @@ impl BalancerSummary {
         self.guard_trips += rep.guard_trips;
         self.children_lent += rep.children_lent;
         self.children_sent_back += rep.children_sent_back;
+        self.loop_cpu_s += rep.balancer_cpu_s;
+        self.entry_watch_cpu_s += rep.entry_watch_cpu_s;
         self.machinery_cpu_s += rep.balancer_cpu_s + rep.entry_watch_cpu_s;
         self.machinery_cpu_percent = 100.0 * self.machinery_cpu_s / self.wall_s.max(1e-9);
         self.entry_watch_events += rep.entry_events;
@@ -75,8 +80,8 @@ impl BalancerSummary {
     pub fn line(&self) -> String {
         let evicted: u64 = self.evictions.values().sum();
         let mut s = format!(
-            "balancer: {} lends, {evicted} evictions, {} guard trips, machinery {:.2} % of a CPU",
-            self.lends, self.guard_trips, self.machinery_cpu_percent
+            "balancer: {} lends, {evicted} evictions, {} guard trips, machinery {:.1} % of a CPU (loop {:.2} s, entry watch {:.2} s)",
+            self.lends, self.guard_trips, self.machinery_cpu_percent, self.loop_cpu_s, self.entry_watch_cpu_s
         );
         for l in &self.lending {
             let _ = match &l.reason {
@@ -89,5 +94,45 @@ impl BalancerSummary {
             };
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rtmgr_core::balance::PolicyConfig;
+
+    fn run(lends: u64, guard: u64, entry: u64, loop_s: f64) -> LiveReport {
+        LiveReport {
+            wall_s: 2.0,
+            lends,
+            guard_evictions: guard,
+            guard_trips: guard.min(1),
+            kernel_entry_evictions: entry,
+            balancer_cpu_s: loop_s,
+            entry_watch_cpu_s: 0.01,
+            moves: BTreeMap::from([("fill".into(), lends), ("rebalance".into(), 2)]),
+            refused: vec!["task 7: gone".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn runs_add_up_and_the_line_says_what_happened() {
+        let mut s = BalancerSummary::default();
+        let policy = Balancer::new(PolicyConfig::default());
+        s.add_run(&run(3, 2, 1, 0.02), Some(&policy), 0);
+        s.add_run(&run(1, 0, 0, 0.02), None, 0);
+        assert_eq!((s.runs, s.lends, s.guard_trips), (2, 4, 1));
+        assert_eq!(s.evictions["latency_guard"], 2);
+        assert_eq!(s.evictions["kernel_entry"], 1);
+        assert_eq!(s.evictions["rebalance"], 4);
+        assert!(!s.evictions.contains_key("fill"), "a fill is a lend, not an eviction");
+        assert!((s.machinery_cpu_percent - 100.0 * 0.06 / 4.0).abs() < 1e-9);
+        assert_eq!(s.notes, vec!["task 7: gone".to_string()], "notes are not repeated");
+        let line = s.line();
+        assert!(line.contains("4 lends, 7 evictions, 1 guard trips"), "{line}");
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<BalancerSummary>(&json).unwrap(), s);
     }
 }
