@@ -129,3 +129,33 @@ fn sigterm_restores_every_affinity() {
         "affinity or cpuset not restored after SIGTERM"
     );
 }
+
+/// Issue 20: a malformed balancer config gets one clear error, before any
+/// change (no lock taken, no partition needed, so it runs unprivileged too).
+#[test]
+fn a_malformed_config_is_refused_with_one_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, says) in [
+        ("[lending]\njudge_windows = 0\n", "judge_windows"),
+        ("[lending]\nbogus = 1\n", "bogus"),
+        ("kernel_share_max = 3.0\n", "kernel_share_max"),
+        ("period = [", "balancer config"),
+    ] {
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["balance", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {err}");
+        assert!(err.contains(says), "{text:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one error line: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["balance", "--config", "/nonexistent/policy.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

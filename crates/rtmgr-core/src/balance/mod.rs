@@ -244,8 +244,10 @@ impl PolicyConfig {
     /// A configuration from TOML (missing keys take their defaults; an
     /// unknown key in `[lending]` or a bad value is an error), validated.
     pub fn from_toml(text: &str) -> Result<PolicyConfig, PolicyConfigError> {
-        let cfg: PolicyConfig =
-            toml::from_str(text).map_err(|e| PolicyConfigError::Parse(e.message().to_string()))?;
+        let cfg: PolicyConfig = toml::from_str(text).map_err(|e| {
+            // One line, whatever the parser's message looks like.
+            PolicyConfigError::Parse(e.message().trim().replace('\n', "; "))
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }

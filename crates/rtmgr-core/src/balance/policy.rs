@@ -71,6 +71,11 @@ impl Balancer {
         warm && !self.closed(cpu, now) && self.lending.allows(cpu, now)
     }
 
+    /// Does the lending controller let `cpu` be lent at `now`?
+    pub fn lending_allows(&self, cpu: u32, now: u64) -> bool {
+        self.lending.allows(cpu, now)
+    }
+
     /// Every RT CPU's lending state at `now` (what `rtmgr balance` and
     /// evaluate print).
     pub fn lending_status(&self, now: u64) -> Vec<LendingStatus> {

@@ -127,11 +127,21 @@ mod tests {
         assert_eq!(s.evictions["latency_guard"], 2);
         assert_eq!(s.evictions["kernel_entry"], 1);
         assert_eq!(s.evictions["rebalance"], 4);
-        assert!(!s.evictions.contains_key("fill"), "a fill is a lend, not an eviction");
+        assert!(
+            !s.evictions.contains_key("fill"),
+            "a fill is a lend, not an eviction"
+        );
         assert!((s.machinery_cpu_percent - 100.0 * 0.06 / 4.0).abs() < 1e-9);
-        assert_eq!(s.notes, vec!["task 7: gone".to_string()], "notes are not repeated");
+        assert_eq!(
+            s.notes,
+            vec!["task 7: gone".to_string()],
+            "notes are not repeated"
+        );
         let line = s.line();
-        assert!(line.contains("4 lends, 7 evictions, 1 guard trips"), "{line}");
+        assert!(
+            line.contains("4 lends, 7 evictions, 1 guard trips"),
+            "{line}"
+        );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<BalancerSummary>(&json).unwrap(), s);
     }

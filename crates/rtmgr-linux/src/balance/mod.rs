@@ -148,6 +148,11 @@ pub struct LiveReport {
     pub entry_watch_cpu_s: f64,
     /// RT1+ tasks across both sets taken under the policy.
     pub adopted: u64,
+    /// The lending controller's state per RT CPU when the run ended.
+    pub lending: Vec<rtmgr_core::balance::LendingStatus>,
+    /// Steps skipped while lending was off on every RT CPU with no guest
+    /// (the balancer then looks only once a second).
+    pub idle_steps: u64,
     /// Threads and processes created by guests (they inherit the RT-CPU
     /// pinning): kept as guests of the same CPU while their creator was
     /// lent, or sent back to the NRT CPUs.

@@ -16,6 +16,9 @@ use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// How often a balancer with nothing to lend still looks at the machine.
+const IDLE_LOOK_NS: u64 = 1_000_000_000;
+
 /// Run the live balancer on an applied partition until `stop` is set (or the
 /// configured duration passes). Restores every change before returning, on
 /// success and on error. `progress` is called after each sample.
@@ -113,10 +116,22 @@ pub fn run_balancer_with(
     let mut next = t0;
     let mut last = t0;
     let mut reads = 0u64;
+    let mut next_look = t0;
     while !stop.load(Ordering::Relaxed) {
         let now = mono_ns();
         if cfg.duration_ns.is_some_and(|d| now.saturating_sub(t0) >= d) {
             break;
+        }
+        // Lending off on every RT CPU and no guest: nothing to decide until
+        // a retry is due; look once a second (new RT1+ tasks to adopt).
+        if mover.guests().is_empty() && plan.rt.iter().all(|c| !policy.lending_allows(c, now)) {
+            if now < next_look {
+                report.idle_steps += 1;
+                next += cfg.period_ns;
+                sleep_until(next);
+                continue;
+            }
+            next_look = now + IDLE_LOOK_NS;
         }
         let entries = watch.as_ref().map(|w| w.take()).unwrap_or_default();
         let trips = guard.as_ref().map(|g| g.take_trips()).unwrap_or_default();
@@ -216,6 +231,7 @@ pub fn run_balancer_with(
         next += cfg.period_ns;
         sleep_until(next);
     }
+    report.lending = policy.lending_status(mono_ns());
     let (restored, fails) = mover.restore_all();
     drop(guard);
     if let Some(w) = watch {

@@ -6,6 +6,7 @@
 
 use super::{bad_input, host, machine_lock, require_root, Outcome};
 use anyhow::Context;
+use rtmgr_core::balance::PolicyConfig;
 use rtmgr_linux::balance::{run_balancer, LiveConfig, LiveReport};
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, Applied};
@@ -37,6 +38,10 @@ pub struct BalanceArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The policy's tunables as TOML (PolicyConfig's fields, `[lending]` for
+    /// the lending controller; docs/balance.md); missing keys keep their defaults
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// SIGINT/SIGTERM/SIGHUP set the returned flag (the loop then restores and exits).
@@ -56,6 +61,18 @@ pub fn run(args: BalanceArgs) -> anyhow::Result<Outcome> {
     if args.period_ms == 0 || args.guard_interval_ms == 0 {
         return bad_input("--period-ms and --guard-interval-ms must be > 0");
     }
+    let policy = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()));
+            match text.map(|t| PolicyConfig::from_toml(&t).map_err(|e| (path, e))) {
+                Ok(Ok(p)) => Some(p),
+                Ok(Err((path, e))) => return bad_input(format!("{}: {e}", path.display())),
+                Err(e) => return bad_input(e.to_string()),
+            }
+        }
+        None => None,
+    };
     require_root(&host, "rtmgr balance")?;
     let _lock = machine_lock(&host)?;
     let Some(applied) = applied_partition(&host, &args.journal)? else {
@@ -66,6 +83,14 @@ pub fn run(args: BalanceArgs) -> anyhow::Result<Outcome> {
     };
     let stop = stop_on_signals()?;
     let mut cfg = LiveConfig::new(&applied);
+    if let Some(p) = policy {
+        // The partition's latency bound unless the file sets one.
+        let bound = p.latency_bound_ns.or(cfg.policy.latency_bound_ns);
+        cfg.policy = PolicyConfig {
+            latency_bound_ns: bound,
+            ..p
+        };
+    }
     cfg.period_ns = args.period_ms * 1_000_000;
     cfg.guard = !args.no_guard;
     cfg.guard_interval_ns = args.guard_interval_ms * 1_000_000;
@@ -157,6 +182,21 @@ fn print_live(r: &LiveReport, json: bool) -> anyhow::Result<()> {
     }
     for n in &r.notes {
         println!("note: {n}");
+    }
+    for l in &r.lending {
+        match &l.reason {
+            Some(why) => println!("{why}"),
+            None => println!(
+                "lending on on CPU {}: {} lent windows judged, {} stalled by the host, {} late",
+                l.cpu, l.lends, l.lends_stalled, l.lends_late
+            ),
+        }
+    }
+    if r.idle_steps > 0 {
+        println!(
+            "idle steps         {} (lending off everywhere: looked once a second)",
+            r.idle_steps
+        );
     }
     for (c, v) in &r.guard_p99_max_ns {
         println!(
