@@ -71,7 +71,10 @@ fn host_test_caches_a_result_status_shows_and_restores() {
     assert_eq!(r["schema"], "rtmgr.host-preemption/1");
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     assert_eq!(r["boot_id"], boot.trim());
-    assert_eq!((r["cpus"].as_str(), r["busy_cpus"].as_str()), (Some("0"), Some("1")));
+    assert_eq!(
+        (r["cpus"].as_str(), r["busy_cpus"].as_str()),
+        (Some("0"), Some("1"))
+    );
     assert!(r["measured_at_unix_s"].as_u64().unwrap() > 0);
     let cpu = &r["per_cpu"][0];
     for side in ["with_spinner", "without_spinner"] {
@@ -81,9 +84,13 @@ fn host_test_caches_a_result_status_shows_and_restores() {
     }
     let verdict = r["verdict"].as_str().unwrap();
     assert!(
-        ["this host preempts busy vCPUs", "no host preemption seen", "inconclusive:"]
-            .iter()
-            .any(|v| verdict.starts_with(v)),
+        [
+            "this host preempts busy vCPUs",
+            "no host preemption seen",
+            "inconclusive:"
+        ]
+        .iter()
+        .any(|v| verdict.starts_with(v)),
         "{verdict}"
     );
     assert_eq!(r["preempts"].as_bool(), Some(r["stall_max_ns"].is_i64()));
@@ -102,7 +109,11 @@ fn host_test_caches_a_result_status_shows_and_restores() {
     assert_eq!(wait(&mut child, Duration::from_secs(20)), 130);
     let err = String::from_utf8_lossy(&child.wait_with_output().unwrap().stderr).to_string();
     assert!(err.contains("not cached"), "{err}");
-    assert_eq!(json(Path::new(CACHE)), cached, "the interrupted test cached nothing");
+    assert_eq!(
+        json(Path::new(CACHE)),
+        cached,
+        "the interrupted test cached nothing"
+    );
 
     // Bad input: one clear error, exit 2, the cache untouched.
     for (args, says) in [
