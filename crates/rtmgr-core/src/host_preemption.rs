@@ -11,9 +11,12 @@ use serde::{Deserialize, Serialize};
 pub const HOST_PREEMPTION_SCHEMA: &str = "rtmgr.host-preemption/1";
 /// A wake-up later than this is a late one (counted per second).
 pub const LATE_NS: i64 = 1_000_000;
-/// A spinner-side stall at least this long, more frequent than without the
-/// spinner, is host preemption (a host slice is ~10 ms; guest noise < 1 ms).
+/// A spinner-side stall at least this long is host preemption when late
+/// wake-ups, or steal, are at least twice as frequent as without the spinner
+/// (a host slice is ~10 ms; the guest's own noise here stays below 1 ms).
 pub const STALL_NS: i64 = 2_000_000;
+/// A baseline (no spinner) busier than this with other work is no baseline.
+pub const BUSY_BASELINE: f64 = 0.5;
 /// /proc/stat counts steal in USER_HZ ticks: 10 ms each.
 pub const STEAL_TICK_NS: u64 = 10_000_000;
 /// The command that produces a result (quoted in every message that lacks one).
@@ -32,6 +35,9 @@ pub struct Phase {
     pub wakeups: Hist,
     /// Steal ticks of `cpu` across the phase.
     pub steal_ticks: u64,
+    /// Ticks `cpu` was busy (user, system, interrupts) and idle across the phase.
+    pub busy_ticks: u64,
+    pub idle_ticks: u64,
 }
 
 /// One side (with or without the spinner) of one CPU, over its phases.
@@ -46,6 +52,8 @@ pub struct Side {
     pub late_wakeups: u64,
     pub late_per_s: f64,
     pub steal_ms_per_s: f64,
+    /// Share of the time the CPU was busy (the spinner, or other work beside the probe).
+    pub busy_share: f64,
 }
 
 /// What the test found on one CPU.
@@ -56,6 +64,10 @@ pub struct CpuPreemption {
     pub without_spinner: Side,
     /// The host stalls this vCPU when it is busy (see `STALL_NS`).
     pub preempts: bool,
+    /// Other work kept the CPU busy without the spinner too (at least
+    /// `BUSY_BASELINE`), and no preemption was told: the comparison cannot
+    /// tell the host's stalls from the load's.
+    pub inconclusive: bool,
     pub finding: String,
 }
 
@@ -86,6 +98,8 @@ pub struct HostPreemption {
     pub per_cpu: Vec<CpuPreemption>,
     /// Some tested CPU was preempted by the host when busy.
     pub preempts: bool,
+    /// Nothing was told on some CPU (its baseline was busy with other work).
+    pub inconclusive: bool,
     /// The longest stall with a spinner on a preempted CPU: what lending costs at max.
     pub stall_max_ns: Option<i64>,
     pub verdict: String,
@@ -93,12 +107,14 @@ pub struct HostPreemption {
 
 fn side(phases: &[&Phase]) -> Side {
     let (mut latency, mut wakeups) = (Hist::new(), Hist::new());
-    let (mut elapsed, mut steal) = (0u64, 0u64);
+    let (mut elapsed, mut steal, mut busy, mut idle) = (0u64, 0u64, 0u64, 0u64);
     for p in phases {
         latency.merge(&p.latency);
         wakeups.merge(&p.wakeups);
         elapsed += p.elapsed_ns;
         steal += p.steal_ticks;
+        busy += p.busy_ticks;
+        idle += p.idle_ticks;
     }
     let seconds = elapsed as f64 / 1e9;
     let per_s = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
@@ -112,6 +128,11 @@ fn side(phases: &[&Phase]) -> Side {
         late_wakeups: late,
         late_per_s: per_s(late as f64),
         steal_ms_per_s: per_s((steal * STEAL_TICK_NS) as f64 / 1e6),
+        busy_share: if busy + idle > 0 {
+            busy as f64 / (busy + idle) as f64
+        } else {
+            0.0
+        },
     }
 }
 
@@ -127,11 +148,16 @@ fn cpu_result(cpu: u32, phases: &[Phase]) -> CpuPreemption {
             .collect()
     };
     let (with, without) = (side(&pick(true)), side(&pick(false)));
+    // Long stalls with the spinner, more of them (or more steal) than without.
     let stalled = with.late_wakeups > 0 && with.max_ns.unwrap_or(0) >= STALL_NS;
-    let preempts = stalled && with.late_per_s >= 2.0 * without.late_per_s;
+    let more_late = with.late_per_s >= 2.0 * without.late_per_s;
+    let more_steal =
+        with.steal_ms_per_s > 0.0 && with.steal_ms_per_s >= 2.0 * without.steal_ms_per_s;
+    let preempts = stalled && (more_late || more_steal);
+    let inconclusive = !preempts && without.busy_share >= BUSY_BASELINE;
     let finding = format!(
         "CPU {cpu}: with a spinner max {} ({} wake-ups > 1 ms, {:.1}/s, steal {:.1} ms/s); \
-         without max {} ({:.1}/s, steal {:.1} ms/s)",
+         without max {} ({:.1}/s, steal {:.1} ms/s, CPU {:.0}% busy with other work)",
         ms(with.max_ns),
         with.late_wakeups,
         with.late_per_s,
@@ -139,12 +165,14 @@ fn cpu_result(cpu: u32, phases: &[Phase]) -> CpuPreemption {
         ms(without.max_ns),
         without.late_per_s,
         without.steal_ms_per_s,
+        without.busy_share * 100.0,
     );
     CpuPreemption {
         cpu,
         with_spinner: with,
         without_spinner: without,
         preempts,
+        inconclusive,
         finding,
     }
 }
@@ -155,18 +183,25 @@ pub fn assess(setup: TestSetup, phases: &[Phase]) -> HostPreemption {
     let preempted: Vec<&CpuPreemption> = per_cpu.iter().filter(|c| c.preempts).collect();
     let stall_max_ns = preempted.iter().filter_map(|c| c.with_spinner.max_ns).max();
     let findings: Vec<&str> = per_cpu.iter().map(|c| c.finding.as_str()).collect();
+    let inconclusive = per_cpu.iter().any(|c| c.inconclusive);
+    let findings = findings.join("; ");
     let verdict = match stall_max_ns {
         Some(stall) => format!(
-            "this host preempts busy vCPUs: lending would cost about {:.0} ms at max ({})",
+            "this host preempts busy vCPUs: lending would cost about {:.0} ms at max ({findings})",
             stall as f64 / 1e6,
-            findings.join("; ")
         ),
-        None => format!("no host preemption seen ({})", findings.join("; ")),
+        None if inconclusive => format!(
+            "inconclusive: other work kept the tested CPU busy even without the spinner, so \
+             the host's stalls cannot be told from the load's; run the test on a quiet machine \
+             or with a partition applied ({findings})"
+        ),
+        None => format!("no host preemption seen ({findings})"),
     };
     HostPreemption {
         schema: HOST_PREEMPTION_SCHEMA.into(),
         setup,
         preempts: stall_max_ns.is_some(),
+        inconclusive: stall_max_ns.is_none() && inconclusive,
         stall_max_ns,
         per_cpu,
         verdict,
@@ -259,6 +294,8 @@ mod tests {
             latency,
             wakeups,
             steal_ticks,
+            busy_ticks: if spinner { secs * 100 } else { 0 },
+            idle_ticks: if spinner { 0 } else { secs * 100 },
         }
     }
 
@@ -315,6 +352,18 @@ mod tests {
             phase(true, 2, 2, 9_000_000, 2),
         ];
         assert!(!assess(setup(), &both).preempts);
+        // A baseline busy with other work tells nothing.
+        let mut busy = phase(false, 2, 2, 9_000_000, 2);
+        (busy.busy_ticks, busy.idle_ticks) = (180, 20);
+        let r = assess(setup(), &[busy, phase(true, 2, 2, 9_000_000, 2)]);
+        assert!(!r.preempts && r.inconclusive, "{r:?}");
+        assert!(r.verdict.starts_with("inconclusive:"), "{}", r.verdict);
+        // As many stalls without, but steal only with the spinner: the host's.
+        let stolen = [
+            phase(false, 2, 2, 9_000_000, 0),
+            phase(true, 2, 2, 12_000_000, 3),
+        ];
+        assert!(assess(setup(), &stolen).preempts);
     }
 
     fn cached(r: &HostPreemption) -> String {

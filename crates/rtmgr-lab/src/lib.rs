@@ -26,6 +26,7 @@ pub mod advice;
 pub mod budget;
 pub mod cost;
 pub mod experiment;
+pub mod host_test;
 pub mod lbu;
 pub mod load;
 pub mod measure;

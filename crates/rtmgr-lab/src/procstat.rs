@@ -119,6 +119,49 @@ pub fn deltas(
 
 pub use rtmgr_core::proctext::parse_steal;
 
+/// One CPU's time in USER_HZ ticks, from its `cpuN` line of `/proc/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    /// user, nice, system, irq and softirq.
+    pub busy: u64,
+    /// idle and iowait.
+    pub idle: u64,
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// The ticks between `before` and `self` (a counter that went back counts zero).
+    pub fn since(&self, before: &CpuTicks) -> CpuTicks {
+        CpuTicks {
+            busy: self.busy.saturating_sub(before.busy),
+            idle: self.idle.saturating_sub(before.idle),
+            steal: self.steal.saturating_sub(before.steal),
+        }
+    }
+}
+
+/// Every CPU's ticks, from the `cpuN` lines of `/proc/stat`.
+pub fn parse_cpu_ticks(stat: &str) -> BTreeMap<u32, CpuTicks> {
+    stat.lines()
+        .filter_map(|l| {
+            let mut t = l.split_whitespace();
+            let cpu: u32 = t.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = t.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            let [user, nice, system, idle, iowait, irq, softirq, steal] = v[..] else {
+                return None;
+            };
+            Some((
+                cpu,
+                CpuTicks {
+                    busy: user + nice + system + irq + softirq,
+                    idle: idle + iowait,
+                    steal,
+                },
+            ))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +215,17 @@ cpu0 5 0 2 50 1 0 1 3 0 0
 cpu1 5 0 3 50 0 0 1 4 0 0
 intr 123
 ";
+        let ticks = parse_cpu_ticks(stat);
+        assert_eq!(
+            ticks[&1],
+            CpuTicks {
+                busy: 5 + 3 + 1,
+                idle: 50,
+                steal: 4
+            }
+        );
+        assert_eq!(ticks[&1].since(&ticks[&0]).idle, 0);
+        assert!(!ticks.contains_key(&9) && ticks.len() == 2);
         let st = parse_steal(stat);
         assert_eq!(st.get(&0), Some(&3));
         assert_eq!(st.get(&1), Some(&4));

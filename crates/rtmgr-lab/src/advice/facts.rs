@@ -6,6 +6,7 @@
 
 use crate::cost::CostReport;
 use crate::report::{EvaluateRun, Report};
+use rtmgr_core::host_preemption::{HostPreemption, HOW_TO_MEASURE};
 use serde::{Deserialize, Serialize};
 
 /// The workload, as the user describes it. Unknown fields stay None.
@@ -60,6 +61,79 @@ pub struct Facts {
     pub rt_cap: f64,
     pub tail: Option<TailFact>,
     pub cost: Option<CostFact>,
+    /// The steal share taken with the CPUs busy, and where from; when absent,
+    /// `steal_share` is an idle sample of `steal_window_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal: Option<StealFact>,
+    /// The cached host-preemption test (`rtmgr status --host-test`), if recent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_test: Option<HostTestFact>,
+}
+
+/// Steal time with the CPUs busy: what the hypervisor takes under load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StealFact {
+    /// Share of the worst CPU's time, 0..1.
+    pub share: f64,
+    /// How it was taken, quoted in the answer.
+    pub how: String,
+    pub source: super::Source,
+}
+
+/// What the cached host-preemption test said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostTestFact {
+    pub preempts: bool,
+    pub stall_max_ns: Option<i64>,
+    pub verdict: String,
+    pub measured_at_unix_s: u64,
+}
+
+/// The steal of the `stock` configuration of an evaluate run (the RT CPU
+/// under the load, no partition): its worst CPU's share of the time measured.
+pub fn steal_from_evaluate(run: &EvaluateRun, source: &str) -> Option<StealFact> {
+    let stock = run.configs.iter().find(|c| c.name == "stock")?;
+    let elapsed_ns = u64::from(stock.segments) * run.segment_ns;
+    let worst = stock.disturbance.steal.iter().max_by_key(|s| s.steal_ns)?;
+    (elapsed_ns > 0).then(|| StealFact {
+        share: (worst.steal_ns as f64 / elapsed_ns as f64).min(1.0),
+        how: format!(
+            "CPU {} lost {:.0} ms to steal in {:.1} s of `stock` under the {} load",
+            worst.cpu,
+            worst.steal_ns as f64 / 1e6,
+            elapsed_ns as f64 / 1e9,
+            run.load
+        ),
+        source: super::Source::Report(source.into()),
+    })
+}
+
+/// The cached host test's steal with the spinner beside the probe (every CPU
+/// busy), worst CPU; and its verdict.
+pub fn from_host_test(r: &HostPreemption) -> (Option<StealFact>, HostTestFact) {
+    let worst = r.per_cpu.iter().max_by(|a, b| {
+        a.with_spinner
+            .steal_ms_per_s
+            .total_cmp(&b.with_spinner.steal_ms_per_s)
+    });
+    let steal = worst.map(|c| StealFact {
+        share: (c.with_spinner.steal_ms_per_s / 1000.0).min(1.0),
+        how: format!(
+            "CPU {} with every CPU busy for {:.1} s in the host test",
+            c.cpu, c.with_spinner.seconds
+        ),
+        source: super::Source::Measured(format!(
+            "{} (`{HOW_TO_MEASURE}`)",
+            rtmgr_linux::host_preemption::CACHE_PATH
+        )),
+    });
+    let fact = HostTestFact {
+        preempts: r.preempts,
+        stall_max_ns: r.stall_max_ns,
+        verdict: r.verdict.clone(),
+        measured_at_unix_s: r.setup.measured_at_unix_s,
+    };
+    (steal, fact)
 }
 
 /// Scheduling latency per configuration, from an evaluate report.

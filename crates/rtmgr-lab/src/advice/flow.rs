@@ -206,29 +206,42 @@ fn memory(w: &Workload, f: &Facts, missing: &mut Vec<String>) -> Reason {
 
 fn virtualization(f: &Facts) -> Reason {
     let q = "Does the work run under a hypervisor that takes the CPU away?";
-    let check = "rtmgr status (the virtualization item); grep -c hypervisor /proc/cpuinfo";
-    let steal = f.steal_share.unwrap_or(0.0);
-    let window = format!("/proc/stat steal over {} ms", f.steal_window_ms);
+    let check =
+        "rtmgr status --host-test (the host_preemption item); rtmgr evaluate (stock's steal)";
+    let (steal, how, source) = match &f.steal {
+        Some(s) => (s.share, s.how.clone(), s.source.clone()),
+        None => {
+            let window = format!("/proc/stat steal over {} ms", f.steal_window_ms);
+            (
+                f.steal_share.unwrap_or(0.0),
+                format!("{window}, CPUs not loaded"),
+                Source::Measured(window),
+            )
+        }
+    };
+    let host_test = f
+        .host_test
+        .as_ref()
+        .map(|h| format!("; host test: {}", h.verdict))
+        .unwrap_or_default();
     let (finding, fast) = match &f.hypervisor {
         None => ("bare metal (no hypervisor flag)".to_string(), false),
         Some(h) if steal > STEAL_LIMIT => (
             format!(
-                "virtual machine ({h}) and {:.1}% steal time measured: the host stops vCPUs, tails are the host's",
+                "virtual machine ({h}) and {:.1}% steal time ({how}): the host stops vCPUs, tails are the host's{host_test}",
                 steal * 100.0
             ),
             true,
         ),
         Some(h) => (
             format!(
-                "virtual machine ({h}), {:.2}% steal measured: real time only as good as the host allows; measure",
+                "virtual machine ({h}), {:.2}% steal ({how}): real time only as good as the host allows; measure{host_test}",
                 steal * 100.0
             ),
             false,
         ),
     };
-    reason(4, q, finding, Source::Measured(window))
-        .to(fast_if(fast))
-        .check(check)
+    reason(4, q, finding, source).to(fast_if(fast)).check(check)
 }
 
 /// The slowdown of `config` for this work: user and kernel slowdowns mixed
@@ -443,8 +456,10 @@ fn setup(w: &Workload, f: &Facts, best: Option<&str>) -> Setup {
             budget_ns: ((c * slow * BUDGET_HEADROOM).ceil() * 1e3).min(p * 1e3) as u64,
         };
     }
+    // Lending costs a host slice where the host preempts busy vCPUs.
+    let host_preempts = f.host_test.as_ref().is_some_and(|h| h.preempts);
     match best {
-        Some("balanced") => Setup::Balanced,
+        Some("balanced") if !host_preempts => Setup::Balanced,
         _ => Setup::Shield,
     }
 }

@@ -17,8 +17,9 @@ mod tests;
 mod text;
 
 pub use facts::{
-    cost_from_report, evaluate_run, parse_meminfo, parse_workload, steal_share, tail_from_evaluate,
-    ConfigCost, CostFact, Facts, TailFact, Workload,
+    cost_from_report, evaluate_run, from_host_test, parse_meminfo, parse_workload,
+    steal_from_evaluate, steal_share, tail_from_evaluate, ConfigCost, CostFact, Facts,
+    HostTestFact, StealFact, TailFact, Workload,
 };
 pub use flow::advise;
 pub use plot::delay_svg;

@@ -1,14 +1,17 @@
 //! The facts behind `rtmgr advise` (McKenney §5 Fig. 9): measured now on
-//! this machine — the hypervisor flag and the steal time over a short window,
-//! MemAvailable and swap — and read from earlier reports (`--from`: an
-//! evaluate report gives the tail per configuration, a cost report the
-//! slowdowns). The flow itself is pure: `crate::advice::advise`.
+//! this machine — the hypervisor flag, MemAvailable and swap, and the steal
+//! time under load: from an evaluate report's `stock`, else the cached host
+//! test, else a short window with every CPU kept busy — and read from earlier
+//! reports (`--from`: an evaluate report gives the tail per configuration, a
+//! cost report the slowdowns). The flow itself is pure: `crate::advice::advise`.
 
 use crate::advice::{
-    cost_from_report, evaluate_run, parse_meminfo, steal_share, tail_from_evaluate, Facts,
+    cost_from_report, evaluate_run, from_host_test, parse_meminfo, steal_from_evaluate,
+    steal_share, tail_from_evaluate, Facts, Source, StealFact,
 };
 use crate::cost::{CostReport, COST_SCHEMA};
 use crate::experiment::{bad_input, Error, Result};
+use crate::host_test::spinner::{SpinnerSpec, Spinners};
 use crate::report::{Report, SCHEMA};
 use rtmgr_core::admission::DEFAULT_CAP;
 use rtmgr_linux::Host;
@@ -49,6 +52,7 @@ fn read_report(facts: &mut Facts, path: &PathBuf, ppm: u32) -> Result<()> {
                 ));
             };
             facts.tail = Some(tail_from_evaluate(run, ppm, &shown));
+            facts.steal = steal_from_evaluate(run, &shown).or(facts.steal.take());
         }
         other => {
             return bad_input(format!(
@@ -83,9 +87,60 @@ pub fn gather(host: &Host, cfg: &FactsConfig) -> Result<Facts> {
     facts.mem_available_bytes = avail;
     facts.swap_total_bytes = swap_total;
     facts.swap_free_bytes = swap_free;
-    let before = host.read_opt("/proc/stat").unwrap_or_default();
-    std::thread::sleep(cfg.steal_window);
-    let after = host.read_opt("/proc/stat").unwrap_or_default();
-    facts.steal_share = steal_share(&before, &after, facts.steal_window_ms);
+    if let Ok(r) = rtmgr_linux::host_preemption::recent_host_preemption_on(
+        host,
+        rtmgr_linux::host_preemption::SHOWN_MAX_AGE,
+    ) {
+        let (steal, fact) = from_host_test(&r);
+        facts.host_test = Some(fact);
+        facts.steal = facts.steal.take().or(steal);
+    }
+    if facts.steal.is_none() {
+        facts.steal = steal_under_load(host, cfg.steal_window);
+    }
+    facts.steal_share = match &facts.steal {
+        Some(s) => Some(s.share),
+        None => sample_steal(host, cfg.steal_window),
+    };
     Ok(facts)
+}
+
+/// The worst CPU's steal share over `window` (as loaded as the machine is).
+fn sample_steal(host: &Host, window: Duration) -> Option<f64> {
+    let before = host.read_opt("/proc/stat").unwrap_or_default();
+    std::thread::sleep(window);
+    let after = host.read_opt("/proc/stat").unwrap_or_default();
+    steal_share(&before, &after, window.as_millis() as u64)
+}
+
+/// Steal over `window` with every CPU this process may use kept busy by a
+/// SCHED_IDLE user-mode spinner (it takes only idle time: running work is not
+/// delayed, but every vCPU is busy, which is when a host preempts). None on a
+/// fake machine or when no spinner could start.
+fn steal_under_load(host: &Host, window: Duration) -> Option<StealFact> {
+    if host.root() != std::path::Path::new("/") || window.is_zero() {
+        return None;
+    }
+    let cpus = rtmgr_linux::sched::get_affinity(0).ok()?;
+    let specs: Vec<SpinnerSpec> = cpus
+        .iter()
+        .map(|cpu| SpinnerSpec {
+            cpu,
+            policy: rtmgr_linux::sched::Policy::Idle,
+            prepare: None,
+        })
+        .collect();
+    let _busy = Spinners::start(&specs).ok()?;
+    let share = sample_steal(host, window)?;
+    Some(StealFact {
+        share,
+        how: format!(
+            "/proc/stat steal over {} ms with CPUs {cpus} kept busy by SCHED_IDLE spinners",
+            window.as_millis()
+        ),
+        source: Source::Measured(format!(
+            "/proc/stat steal, CPUs busy for {} ms",
+            window.as_millis()
+        )),
+    })
 }

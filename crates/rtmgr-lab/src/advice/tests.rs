@@ -16,6 +16,8 @@ fn bare_metal() -> Facts {
         rt_cap: 0.9,
         tail: None,
         cost: None,
+        steal: None,
+        host_test: None,
     }
 }
 
@@ -290,9 +292,8 @@ fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
     }
 }
 
-#[test]
-fn a_short_evaluate_run_falls_back_to_the_highest_supported_percentile() {
-    let mut run = crate::report::EvaluateRun {
+fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::EvaluateRun {
+    crate::report::EvaluateRun {
         rt_cpus: "1".parse().unwrap(),
         nrt_cpus: "0".parse().unwrap(),
         load: "all".into(),
@@ -302,15 +303,20 @@ fn a_short_evaluate_run_falls_back_to_the_highest_supported_percentile() {
         rounds_done: 1,
         segment_ns: 1,
         latency_bound_us: 300,
-        configs: vec![
-            config("stock", 5_000, 1_000),
-            config("shield", 20_000, 100),
-            config("idle", 0, 0),
-        ],
+        configs,
         verdicts: vec![],
         rt_choice: None,
         skipped: vec![],
-    };
+    }
+}
+
+#[test]
+fn a_short_evaluate_run_falls_back_to_the_highest_supported_percentile() {
+    let mut run = evaluate(vec![
+        config("stock", 5_000, 1_000),
+        config("shield", 20_000, 100),
+        config("idle", 0, 0),
+    ]);
     // 5 000 samples support p99 (50 beyond it) but not p99.9 (5 beyond it).
     let t = tail_from_evaluate(&run, 999_000, "ev.json");
     assert_eq!(t.percentile, "p99");
@@ -387,4 +393,103 @@ fn stock_with_the_lower_tail_but_slower_work_wins_only_below_the_crossover() {
     let r = advise(&long, &f).reasons[5].clone();
     assert_eq!(r.leads_to, None, "{}", r.finding);
     assert!(r.finding.contains("above it the shield"), "{}", r.finding);
+}
+
+#[test]
+fn steal_under_load_comes_from_stock_in_an_evaluate_report_and_is_cited() {
+    let mut stock = config("stock", 100, 1_000);
+    stock.segments = 4;
+    stock.disturbance.steal = vec![crate::report::CpuSteal {
+        cpu: 1,
+        steal_ns: 1_250_000_000,
+    }];
+    let mut run = evaluate(vec![stock, config("shield", 100, 100)]);
+    run.segment_ns = 2_400_000_000;
+    let steal = steal_from_evaluate(&run, "ev.json").unwrap();
+    assert!((steal.share - 1.25 / 9.6).abs() < 1e-9, "{steal:?}");
+    assert_eq!(steal.source, Source::Report("ev.json".into()));
+    let mut f = bare_metal();
+    f.hypervisor = Some("kvm".into());
+    f.steal_share = Some(steal.share);
+    f.steal = Some(steal);
+    let a = advise(&tight(), &f);
+    let r = &a.reasons[3];
+    assert_eq!((a.answer, decided(&a).principle), (Answer::RealFast, 4));
+    assert!(
+        r.finding
+            .contains("13.0% steal time (CPU 1 lost 1250 ms to steal in 9.6 s of `stock`"),
+        "{}",
+        r.finding
+    );
+    assert_eq!(r.source, Source::Report("ev.json".into()));
+    // No steal figures in the report: nothing taken from it.
+    run.configs[0].disturbance.steal.clear();
+    assert_eq!(steal_from_evaluate(&run, "ev.json"), None);
+}
+
+fn host_test(stall_ns: i64, steal_ticks: u64) -> rtmgr_core::host_preemption::HostPreemption {
+    use rtmgr_core::host_preemption::{assess, Phase, TestSetup};
+    let phase = |spinner: bool| {
+        let mut h = rtmgr_core::stats::Hist::new();
+        h.record_n(40_000, 8_000);
+        if spinner && stall_ns > 0 {
+            h.record(stall_ns);
+        }
+        Phase {
+            cpu: 0,
+            spinner,
+            elapsed_ns: 2_000_000_000,
+            latency: h.clone(),
+            wakeups: h,
+            steal_ticks: if spinner { steal_ticks } else { 0 },
+            busy_ticks: if spinner { 200 } else { 0 },
+            idle_ticks: if spinner { 0 } else { 200 },
+        }
+    };
+    let setup = TestSetup {
+        measured_at_unix_s: 1,
+        boot_id: "b".into(),
+        cpus: rtmgr_core::CpuSet::single(0),
+        busy_cpus: rtmgr_core::CpuSet::single(1),
+        interval_ns: 250_000,
+        phase_ns: 250_000_000,
+        partial: None,
+    };
+    assess(setup, &[phase(false), phase(true)])
+}
+
+#[test]
+fn the_cached_host_test_gives_steal_under_load_and_stops_lending_where_the_host_preempts() {
+    let (steal, fact) = from_host_test(&host_test(12_000_000, 2));
+    let steal = steal.unwrap();
+    // 2 ticks of 10 ms in 2 s.
+    assert!((steal.share - 0.01).abs() < 1e-9, "{steal:?}");
+    assert!(steal.how.contains("every CPU busy"), "{}", steal.how);
+    assert!(fact.preempts);
+    let mut f = measured();
+    f.hypervisor = Some("kvm".into());
+    f.steal_share = Some(steal.share);
+    f.steal = Some(steal);
+    f.host_test = Some(fact);
+    // The deadline balanced meets (see the test above), on a host that preempts: the shield.
+    let w = Workload {
+        deadline_us: Some(300.0),
+        ..tight()
+    };
+    let a = advise(&w, &f);
+    assert_eq!(a.setup, Some(Setup::Shield));
+    let r = &a.reasons[3];
+    assert!(
+        r.finding.contains("1.00% steal (CPU 0 with every CPU busy")
+            && r.finding
+                .contains("host test: this host preempts busy vCPUs"),
+        "{}",
+        r.finding
+    );
+    assert!(matches!(&r.source, Source::Measured(m) if m.contains("host-preemption.json")));
+    // A host that lets busy vCPUs run keeps the balanced set-up.
+    let (steal, fact) = from_host_test(&host_test(0, 0));
+    f.steal = steal;
+    f.host_test = Some(fact);
+    assert_eq!(advise(&w, &f).setup, Some(Setup::Balanced));
 }

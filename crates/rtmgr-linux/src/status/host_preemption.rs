@@ -20,7 +20,14 @@ fn result_item(r: &HostPreemption) -> Item {
         Some(why) => format!("{} [partial: {why}]", r.verdict),
         None => r.verdict.clone(),
     };
-    if r.preempts {
+    if r.inconclusive {
+        item(
+            "host_preemption",
+            Verdict::Warn,
+            value,
+            "unknown whether lending the RT CPUs' idle time costs a host slice: measure when the machine is quiet",
+        )
+    } else if r.preempts {
         item(
             "host_preemption",
             Verdict::Warn,

@@ -290,6 +290,8 @@ mod tests {
                 latency: h.clone(),
                 wakeups: h,
                 steal_ticks: u64::from(spinner),
+                busy_ticks: 200,
+                idle_ticks: 0,
             }
         };
         let setup = TestSetup {

@@ -49,7 +49,9 @@ pub struct AdviseArgs {
     /// The latency percentile taken from an evaluate report.
     #[arg(long, default_value = "p99.9", value_parser = parse_percentile)]
     pub percentile: u32,
-    /// How long to watch steal time.
+    /// How long to watch steal time, with every CPU kept busy by SCHED_IDLE
+    /// spinners (not needed when --from has an evaluate report, whose `stock`
+    /// steal is used, or when `rtmgr status --host-test` cached a result).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub steal_window: Duration,
     /// Print the advice as JSON (schema rtmgr.advice/1) instead of text.

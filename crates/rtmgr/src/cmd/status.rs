@@ -1,10 +1,19 @@
 //! `rtmgr status [--json]`: is this machine fit for real time? Each item with
-//! a verdict and why it matters (McKenney §2.1; ARTiS §2.1). Read-only.
+//! a verdict and why it matters (McKenney §2.1; ARTiS §2.1). Read-only, except
+//! `--host-test`, which first runs the host-preemption test (issue 20; it loads
+//! every CPU for a few seconds) and caches its result for status, advise and
+//! the balancer.
 
+use super::measure::common::parse_duration;
 use super::{host, Outcome};
+use rtmgr_core::CpuSet;
+use rtmgr_lab::experiment::session::Session;
+use rtmgr_lab::host_test::{default_cpus, measure_host_preemption, HostTestConfig};
+use rtmgr_linux::host_preemption::{write_host_preemption, CACHE_PATH};
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::status::{self, Verdict};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
@@ -16,9 +25,48 @@ pub struct StatusArgs {
     pub verbose: bool,
     #[arg(long, default_value = DEFAULT_JOURNAL, value_name = "PATH")]
     pub journal: PathBuf,
+    /// First run the host-preemption test (root; it loads every CPU for
+    /// --host-test-duration, so it is refused while RT tasks run in an applied
+    /// partition) and cache its result in /run/rtmgr/host-preemption.json.
+    #[arg(long)]
+    pub host_test: bool,
+    /// The CPUs to test (default: the applied partition's RT CPUs, else the
+    /// one `--rt-cpus auto` would choose).
+    #[arg(long, value_name = "LIST", requires = "host_test")]
+    pub host_test_cpus: Option<CpuSet>,
+    /// How long the host test runs in all (short phases, alternately with and
+    /// without a spinner beside the probe).
+    #[arg(long, default_value = "4s", value_parser = parse_duration, requires = "host_test")]
+    pub host_test_duration: Duration,
+}
+
+/// Run the host test and cache a complete result (an interrupted one is only
+/// shown; then false).
+fn host_test(a: &StatusArgs) -> anyhow::Result<bool> {
+    let s = Session::open(host()?, "rtmgr status --host-test")?;
+    let cpus = match &a.host_test_cpus {
+        Some(c) => c.clone(),
+        None => default_cpus(&s)?,
+    };
+    let mut cfg = HostTestConfig::new(cpus.clone());
+    cfg.duration = a.host_test_duration;
+    eprintln!(
+        "rtmgr: host test on CPU {cpus}: every other CPU busy for {:.1} s",
+        cfg.duration.as_secs_f64()
+    );
+    let r = measure_host_preemption(&s, &cfg)?;
+    if let Some(why) = &r.setup.partial {
+        eprintln!("rtmgr: host test {why}; not cached: {}", r.verdict);
+        return Ok(false);
+    }
+    write_host_preemption(&s.host, &r).map_err(|e| anyhow::anyhow!("write {CACHE_PATH}: {e}"))?;
+    Ok(true)
 }
 
 pub fn run(a: StatusArgs) -> anyhow::Result<Outcome> {
+    if a.host_test && !host_test(&a)? {
+        return Ok(Outcome::Code(130));
+    }
     let r = status::collect(&host()?, &a.journal);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
