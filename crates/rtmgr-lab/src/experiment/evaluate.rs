@@ -8,8 +8,10 @@
 //! Always resets the partition it applied.
 
 use super::long_run::{rounds_for, write_checkpoint, CHECKPOINT_EVERY};
+use super::session::Session;
 use super::session::{lock_memory, machine_lock, report, require_root, stop_flag, STOP_SIGNALS};
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
+use crate::host_test::{measure_host_preemption, HostTestConfig};
 use crate::load::{ComponentMetrics, LoadKind};
 use crate::measure::load::{EngineChoice, LoadProgram};
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
@@ -24,11 +26,13 @@ use crate::report::{
 };
 use crate::trace::{tail_of_run, Attribution};
 use rtmgr_core::balance::Balancer;
+use rtmgr_core::host_preemption::HostPreemption;
 use rtmgr_core::partition::{validate, KnobId, PartitionConfig, PartitionPlan, PreemptMode};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::balance::background::{background_config, BackgroundBalancer};
 use rtmgr_linux::balance::guard::GuardFeed;
+use rtmgr_linux::balance::lending_prior;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard, Role};
 use rtmgr_linux::Host;
@@ -258,6 +262,8 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             cfg.interval
         ));
     }
+    // What lending may cost here, before the machine is taken for the rounds.
+    let host_test = host_preemption_for(host, rt_cpu, rep)?;
     let journal = PathBuf::from(DEFAULT_JOURNAL);
     let _lock = machine_lock(host)?;
     if let Some(a) = partition::current(host, &journal)? {
@@ -313,6 +319,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
         skipped: &skipped,
         online: &online,
         started,
+        host_test: &host_test,
     };
     let build =
         |acc: &[Acc], done: u32, partial: Option<String>| build_report(&shape, acc, done, partial);
@@ -385,7 +392,14 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
             // The live balancer runs during the "balanced" segment.
             let balancer = match (c, applied) {
                 (Config::Balanced, Some(a)) => {
-                    let live = background_config(a, Some(feed.clone()));
+                    let mut live = background_config(a, Some(feed.clone()));
+                    // The host test is the controller's prior (the first run only:
+                    // the policy's memory carries it on).
+                    live.read_host_cache = false;
+                    live.host_prior = match &policy {
+                        None => host_test.as_ref().map(lending_prior),
+                        Some(_) => None,
+                    };
                     let p = policy
                         .take()
                         .unwrap_or_else(|| Balancer::new(live.policy.clone()));
@@ -504,6 +518,41 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
     })
 }
 
+/// The host-preemption test of this boot that covers `rt_cpu` (the cached
+/// `rtmgr status --host-test` result), else run it now on `rt_cpu` (a few
+/// seconds, every CPU busy) and cache it. An interrupted test gives None.
+fn host_preemption_for(
+    host: &Host,
+    rt_cpu: u32,
+    rep: &mut dyn Reporter,
+) -> Result<Option<HostPreemption>> {
+    let max_age = Duration::from_secs(HOST_TEST_MAX_AGE_S);
+    match rtmgr_linux::host_preemption::recent_host_preemption_on(host, max_age) {
+        Ok(hp) if hp.setup.cpus.contains(rt_cpu) && !hp.inconclusive => {
+            rep.note(&format!("host test (cached): {}", hp.verdict));
+            return Ok(Some(hp));
+        }
+        _ => {}
+    }
+    rep.note(&format!(
+        "host test on CPU {rt_cpu} (every other CPU busy for {} s; `rtmgr status --host-test` caches it)",
+        crate::host_test::DEFAULT_DURATION.as_secs()
+    ));
+    let s = Session::open(host.clone(), "rtmgr evaluate (host test)")?;
+    let hp = measure_host_preemption(&s, &HostTestConfig::new(CpuSet::single(rt_cpu)))?;
+    if hp.setup.partial.is_some() {
+        return Ok(None);
+    }
+    if let Err(e) = rtmgr_linux::host_preemption::write_host_preemption(host, &hp) {
+        rep.note(&format!("host test not cached: {e}"));
+    }
+    rep.note(&format!("host test: {}", hp.verdict));
+    Ok(Some(hp))
+}
+
+/// A cached host test older than this is measured again.
+const HOST_TEST_MAX_AGE_S: u64 = 6 * 3600;
+
 /// What the report is built from, besides the data.
 struct Shape<'a> {
     cfg: &'a EvaluateConfig,
@@ -518,6 +567,7 @@ struct Shape<'a> {
     skipped: &'a [String],
     online: &'a CpuSet,
     started: u64,
+    host_test: &'a Option<HostPreemption>,
 }
 
 fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<String>) -> Report {
@@ -553,6 +603,7 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
         verdicts: Vec::new(),
         rt_choice: sh.rt_choice.clone(),
         skipped: sh.skipped.to_vec(),
+        host_preemption: sh.host_test.clone(),
     };
     run.verdicts = evaluate_verdicts(&run);
     report(Body::Evaluate(run), sh.online, sh.started, partial)

@@ -30,6 +30,9 @@ pub struct EvaluateRun {
     /// Configurations this machine cannot run, each with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// The host-preemption test the balancer started from (issue 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_preemption: Option<rtmgr_core::host_preemption::HostPreemption>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +109,9 @@ pub fn evaluate_table(e: &EvaluateRun) -> String {
     out.push_str(
         "(latency of the RT CPU in µs; throughput = geometric mean over load components of ops/s relative to stock)\n",
     );
+    if let Some(h) = &e.host_preemption {
+        let _ = writeln!(out, "host: {}", h.verdict);
+    }
     for c in &e.configs {
         if let Some(b) = &c.balancer {
             let _ = writeln!(out, "{}: {}", c.name, b.line());
