@@ -5,6 +5,7 @@
 //! one can delay. The property tests check the fast path against it.
 
 use super::edf::{self, Entries};
+use super::place::utilisation_rank;
 use super::summary::{hard_interference, soft_interference};
 use super::{Admission, CpuLoad, CpuRefusal, Demand, Entry, Id, Kind, Placement};
 
@@ -28,12 +29,11 @@ pub(super) fn check(
         },
         None => adm.cpus().iter().collect(),
     };
-    let fresh = |l: &CpuLoad| total(l.hard.iter().chain(&l.soft));
+    // Least utilised first, equal utilisations (to 1e-9) by CPU number.
+    let fresh = |l: &CpuLoad| utilisation_rank(total(l.hard.iter().chain(&l.soft)));
     match adm.cfg.placement {
         Placement::FirstFit => order.sort_by_key(|l| l.cpu),
-        Placement::WorstFit => {
-            order.sort_by(|a, b| fresh(a).total_cmp(&fresh(b)).then(a.cpu.cmp(&b.cpu)))
-        }
+        Placement::WorstFit => order.sort_by_key(|l| (fresh(l), l.cpu)),
     }
     let mut why = Vec::new();
     for load in order {

@@ -117,8 +117,9 @@ struct HardGroup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SoftGroup {
     period: u64,
-    /// at_least[p] = Σ W·count of the reservations at priority ≥ p.
-    at_least: [u128; 100],
+    /// at_least[p] = Σ W·count of the reservations at priority ≥ p (every
+    /// u8, so that a journal edited by hand cannot index past the end).
+    at_least: [u128; 256],
     members: usize,
 }
 
@@ -230,7 +231,7 @@ impl Summary {
                     |g| g.period,
                     || SoftGroup {
                         period: d.period_ns,
-                        at_least: [0; 100],
+                        at_least: [0; 256],
                         members: 0,
                     },
                 );
@@ -373,5 +374,65 @@ impl super::edf::HardSet for WithNew<'_> {
             .sum();
         let sum = groups + u128::from(w.div_ceil(self.new.demand.period_ns)) * work(self.new);
         u64::try_from(sum).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::edf::{Entries, HardSet};
+    use super::super::{Demand, Entry, Kind};
+    use super::*;
+
+    /// Every formula of the grouped sums against the sum entry by entry, at
+    /// release, deadline and budget boundary of two hyperperiods (and 1 ns
+    /// either side), with budgets equal to the period and deadlines equal to
+    /// it or shorter.
+    #[test]
+    fn grouped_sums_equal_the_sums_entry_by_entry() {
+        let us = 1_000;
+        let unit = 10 * us;
+        let hard = |id, p: u64, w: u64, d: u64, count| {
+            let demand = Demand::new(p * unit, w * unit, Some(d * unit), Kind::Hard);
+            Entry::new(id, demand.unwrap(), count, 0)
+        };
+        let entries = [
+            hard(1, 4, 4, 4, 1),
+            hard(2, 4, 1, 2, 2),
+            hard(3, 4, 2, 3, 1),
+            hard(4, 6, 3, 6, 1),
+            hard(5, 6, 1, 1, 1),
+        ];
+        let new = hard(9, 5, 2, 4, 1);
+        let mut s = Summary::default();
+        for e in &entries {
+            s.add(e);
+        }
+        let grouped = WithNew {
+            summary: &s,
+            new: &new,
+        };
+        let each = Entries(entries.iter().chain([&new]));
+        let instants =
+            (0..=120).flat_map(|k| [k * unit, k * unit + 1, (k * unit).saturating_sub(1)]);
+        for t in instants {
+            let by_entry: u128 = entries.iter().map(|e| hard_interference(e, t)).sum();
+            assert_eq!(s.hard_interference(t), by_entry, "interference at {t}");
+            assert_eq!(grouped.dbf(t), each.dbf(t), "dbf at {t}");
+            let last = (
+                grouped.last_deadline_before(t),
+                each.last_deadline_before(t),
+            );
+            assert_eq!(last.0, last.1, "last deadline before {t}");
+            assert_eq!(grouped.busy_step(t), each.busy_step(t), "busy step at {t}");
+        }
+        assert!(!grouped.all_implicit());
+        assert_eq!(grouped.min_deadline(), each.min_deadline());
+        assert_eq!(grouped.max_deadline(), each.max_deadline());
+        assert!((grouped.slack() - each.slack()).abs() < 1e-3);
+        assert!((grouped.utilisation() - each.utilisation()).abs() < 1e-12);
+        for e in &entries {
+            s.remove(e);
+        }
+        assert_eq!(s, Summary::default(), "removal undoes insertion exactly");
     }
 }
