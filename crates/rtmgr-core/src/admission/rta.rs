@@ -6,8 +6,16 @@
 //! a sporadic task with release jitter P − W (its budget may come anywhere in
 //! its period). Tasks of equal priority interfere both ways (SCHED_FIFO
 //! serves them in arrival order).
+//!
+//! Fast and still exact: the right-hand side is read from the CPU's
+//! per-period summary (`summary`), and a reservation the new one disturbs is
+//! first tested at its deadline — its cached demand there plus what the new
+//! one brings; at most D means a fixed point at most D, so it still meets its
+//! deadline — and only otherwise by the exact recurrence, started from its
+//! cached response time (a lower bound of the new one).
 
-use super::{CpuLoad, Entry, Id, Kind};
+use super::load::{interference, CpuLoad};
+use super::{Entry, Id, Kind};
 
 /// A soft reservation whose response time exceeds its deadline.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,47 +29,35 @@ pub struct Failure {
 
 /// Check the soft reservations of `load` with `new` added: Ok with the new
 /// one's response time (0 if it is hard) and the changed response times of
-/// the others.
+/// the others that had to be recomputed.
 pub fn check(load: &CpuLoad, new: &Entry) -> Result<(u64, Vec<(Id, u64)>), Failure> {
-    let new_prio = new.demand.priority();
-    let mut updated = Vec::new();
-    let mut new_resp = 0;
-    if let Some(p) = new_prio {
-        let hp = load
-            .soft
-            .iter()
-            .filter(|e| e.demand.priority().unwrap_or(0) >= p);
-        let r = response(load, new, hp, None).map_err(|r| Failure {
-            task: None,
-            response_ns: r,
-            deadline_ns: new.demand.deadline_ns,
-        })?;
-        new_resp = r;
-    }
-    // Existing soft reservations the new one can delay: those a linear
-    // bound already proves keep their cached response time as the start of
-    // the next exact recurrence (it is still below the least fixed point).
-    let bounds = Bounds::new(load, new);
-    for (i, e) in load.soft.iter().enumerate() {
-        let prio = e.demand.priority().unwrap_or(0);
-        if let Some(p) = new_prio {
-            if p < prio {
-                continue;
-            }
+    let (new_resp, first) = match new.demand.kind {
+        Kind::Hard => (0, 0),
+        Kind::Soft { priority } => {
+            let r =
+                response(load, new, false, None, new.demand.budget_ns).map_err(|r| Failure {
+                    task: None,
+                    response_ns: r,
+                    deadline_ns: new.demand.deadline_ns,
+                })?;
+            // The ones it can delay: the same priority or lower.
+            let first = load
+                .soft
+                .partition_point(|e| e.demand.priority().unwrap_or(0) > priority);
+            (r, first)
         }
-        if bounds.proves(load, e, prio) {
+    };
+    let mut updated = Vec::new();
+    for e in &load.soft[first..] {
+        let d = e.demand.deadline_ns;
+        if e.deadline_demand + interference(new, d) <= u128::from(d) {
             continue;
         }
-        let hp = load
-            .soft
-            .iter()
-            .enumerate()
-            .filter(|&(j, x)| j != i && x.demand.priority().unwrap_or(0) >= prio)
-            .map(|(_, x)| x);
-        let r = response(load, e, hp, Some(new)).map_err(|r| Failure {
+        let start = e.response_ns.max(e.demand.budget_ns);
+        let r = response(load, e, true, Some(new), start).map_err(|r| Failure {
             task: Some(e.id),
             response_ns: r,
-            deadline_ns: e.demand.deadline_ns,
+            deadline_ns: d,
         })?;
         if r != e.response_ns {
             updated.push((e.id, r));
@@ -70,35 +66,23 @@ pub fn check(load: &CpuLoad, new: &Entry) -> Result<(u64, Vec<(Id, u64)>), Failu
     Ok((new_resp, updated))
 }
 
-/// Fixed point of the recurrence for `me` under `hp` (soft tasks of the
-/// same or higher priority), every hard task of `load`, and `extra` (the new
-/// reservation, counted by its kind). Err(last value) when it passes D.
-fn response<'a>(
+/// Least fixed point of the recurrence for one thread of `me` (in the lists
+/// or not: `listed`) with `extra` added, from `start` (at most that fixed
+/// point). Err(last value) when it passes D.
+fn response(
     load: &CpuLoad,
     me: &Entry,
-    hp: impl Iterator<Item = &'a Entry> + Clone,
-    extra: Option<&'a Entry>,
+    listed: bool,
+    extra: Option<&Entry>,
+    start: u64,
 ) -> Result<u64, u64> {
     let d = me.demand.deadline_ns;
-    let w = me.demand.budget_ns;
-    // The other threads of the same reservation are equal-priority peers.
-    let peers = u64::from(me.count.saturating_sub(1));
-    let mut r = me.response_ns.max(w);
+    let mut r = start;
     loop {
-        let mut next = w + peers * r.div_ceil(me.demand.period_ns) * w;
-        for h in load
-            .hard
-            .iter()
-            .chain(extra.filter(|e| e.demand.kind == Kind::Hard))
-        {
-            next += interference_hard(h, r);
-        }
-        for s in hp
-            .clone()
-            .chain(extra.filter(|e| e.demand.kind != Kind::Hard))
-        {
-            next += r.div_ceil(s.demand.period_ns) * s.demand.budget_ns * u64::from(s.count);
-        }
+        let next = load.demand_at(me, listed, extra, r);
+        let Ok(next) = u64::try_from(next) else {
+            return Err(u64::MAX);
+        };
         if next > d {
             return Err(next);
         }
@@ -106,87 +90,5 @@ fn response<'a>(
             return Ok(r);
         }
         r = next;
-    }
-}
-
-fn interference_hard(h: &Entry, r: u64) -> u64 {
-    let d = &h.demand;
-    let jitter = d.period_ns - d.budget_ns;
-    (r + jitter).div_ceil(d.period_ns) * d.budget_ns * u64::from(h.count)
-}
-
-/// Σ over interferers of the line above their demand in any window r:
-/// ⌈(r + J)/P⌉·W ≤ U·r + (U·J + W). Its fixed point
-/// (W_i + Σ c) / (1 − Σ U) bounds the response time from above in O(1) per
-/// task (a sufficient test in the spirit of Bini et al. 2009), so a
-/// decision does not run the exact recurrence for every soft reservation
-/// of a crowded CPU.
-#[derive(Debug, Clone, Copy, Default)]
-struct Linear {
-    u: f64,
-    c: f64,
-}
-
-impl Linear {
-    fn add(mut self, e: &Entry, sign: f64, threads: u32) -> Self {
-        let d = &e.demand;
-        let u = d.utilisation();
-        let jitter = match d.kind {
-            Kind::Hard => (d.period_ns - d.budget_ns) as f64,
-            Kind::Soft { .. } => 0.0,
-        };
-        let n = sign * f64::from(threads);
-        self.u += n * u;
-        self.c += n * (u * jitter + d.budget_ns as f64);
-        self
-    }
-}
-
-/// The hard reservations and the new one, plus running sums over the soft
-/// reservations in priority order.
-struct Bounds {
-    hard: Linear,
-    new: Entry,
-    soft_prefix: Vec<Linear>,
-}
-
-impl Bounds {
-    fn new(load: &CpuLoad, new: &Entry) -> Self {
-        let hard = load
-            .hard
-            .iter()
-            .fold(Linear::default(), |l, e| l.add(e, 1.0, e.count));
-        let mut soft_prefix = Vec::with_capacity(load.soft.len() + 1);
-        soft_prefix.push(Linear::default());
-        for e in &load.soft {
-            let last = *soft_prefix.last().expect("not empty");
-            soft_prefix.push(last.add(e, 1.0, e.count));
-        }
-        Bounds {
-            hard,
-            new: new.clone(),
-            soft_prefix,
-        }
-    }
-
-    /// Does the bound prove one thread of `e` (priority `prio`) meets its
-    /// deadline with the new reservation added? (`load.soft` is sorted by
-    /// priority, highest first.)
-    fn proves(&self, load: &CpuLoad, e: &Entry, prio: u8) -> bool {
-        let end = load
-            .soft
-            .partition_point(|x| x.demand.priority().unwrap_or(0) >= prio);
-        let s = self.soft_prefix[end];
-        let all = Linear {
-            u: self.hard.u + s.u,
-            c: self.hard.c + s.c,
-        }
-        .add(&self.new, 1.0, self.new.count)
-        .add(e, -1.0, 1);
-        if all.u >= 1.0 - 1e-9 {
-            return false;
-        }
-        let bound = (e.demand.budget_ns as f64 + all.c) / (1.0 - all.u);
-        bound * (1.0 + 1e-9) + 1.0 <= e.demand.deadline_ns as f64
     }
 }
