@@ -97,7 +97,9 @@ pub fn host_totals(events: &[LateWake], labels: &[HostLabel]) -> (u64, u64) {
         .iter()
         .zip(labels)
         .filter(|(_, l)| l.is_host())
-        .fold((0, 0), |(n, ns), (e, _)| (n + e.samples(), ns + e.latency_ns()))
+        .fold((0, 0), |(n, ns), (e, _)| {
+            (n + e.samples(), ns + e.latency_ns())
+        })
 }
 
 #[cfg(test)]
@@ -146,7 +148,10 @@ mod tests {
     fn steal_before_the_release_or_after_the_window_is_guest() {
         // Advance between readings 1 and 2 (5–10 ms), before the release at 11 ms.
         let early = series(&[0, 0, 1, 1, 1, 1]);
-        assert_eq!(label_host(&[wake(11, 14)], &early, TICK), [HostLabel::Guest]);
+        assert_eq!(
+            label_host(&[wake(11, 14)], &early, TICK),
+            [HostLabel::Guest]
+        );
         // Advance only after the first reading past wake + tick (20 ms).
         let late = series(&[0, 0, 0, 0, 0, 1]);
         assert_eq!(label_host(&[wake(11, 14)], &late, TICK), [HostLabel::Guest]);
@@ -160,7 +165,10 @@ mod tests {
         assert_eq!(label_host(&[wake(11, 14)], &s, TICK), [HostLabel::Steal]);
         // With no reading at or after wake + tick: no evidence.
         let short = series(&[0, 0, 0, 1]);
-        assert_eq!(label_host(&[wake(11, 14)], &short, TICK), [HostLabel::Guest]);
+        assert_eq!(
+            label_host(&[wake(11, 14)], &short, TICK),
+            [HostLabel::Guest]
+        );
     }
 
     #[test]

@@ -10,6 +10,9 @@ fn cpu_result(cpu: u32, vals: &[i64]) -> CpuResult {
         cpu,
         summary: h.summary(1),
         hist: h.to_data(),
+        guest_summary: None,
+        host_stalled_samples: 0,
+        host_stalled_ns: 0,
     }
 }
 
