@@ -13,9 +13,10 @@ use crate::experiment::evaluate::EvaluateConfig;
 use crate::experiment::own_partition;
 use crate::experiment::session::{lock_memory, require_root, stop_flag, STOP_SIGNALS};
 use crate::experiment::{bad_input, progress_line, Context, Error, Reporter, Result};
+use crate::measure::host_split::HostSplit;
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
-    cpu_result, merged, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator, SegmentPlan,
+    merged, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator, SegmentPlan,
 };
 use crate::measure::{host_info, unix_now_s, DmaLatencyGuard};
 use crate::report::{Header, PolicySpec, ProbeMode};
@@ -118,7 +119,10 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
         configs.len(),
         configs.iter().map(name).collect::<Vec<_>>().join(", ")
     ));
-    let mut acc: Vec<(Hist, u64)> = configs.iter().map(|_| (Hist::new(), 0)).collect();
+    let mut acc: Vec<(Hist, u64, HostSplit)> = configs
+        .iter()
+        .map(|_| (Hist::new(), 0, HostSplit::default()))
+        .collect();
     let t0 = Instant::now();
     let mut rounds_done = 0;
     let mut failure = None;
@@ -137,7 +141,7 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                 ..plan.clone()
             });
             let load = load_plan(c, &base_load, online, plan);
-            let measured = (|| -> Result<(Hist, u64)> {
+            let measured = (|| -> Result<(Hist, u64, HostSplit)> {
                 let guard = match &step_plan {
                     Some(p) => Some(
                         PartitionGuard::apply(host, p, opts)
@@ -177,12 +181,14 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                 if let Some(Err(e)) = balanced {
                     return Err(Error::from(e).context("live balancer"));
                 }
-                Ok(merged(&seg.threads))
+                let (h, m) = merged(&seg.threads);
+                Ok((h, m, HostSplit::of(&seg.threads)))
             })();
             match measured {
-                Ok((h, m)) => {
+                Ok((h, m, split)) => {
                     acc[i].0.merge(&h);
                     acc[i].1 += m;
+                    acc[i].2.merge(&split);
                 }
                 Err(e) => {
                     failure = Some(e.context(format!("round {} {}", r + 1, name(c))));
@@ -197,11 +203,11 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
     let results: Vec<AblationConfig> = configs
         .iter()
         .zip(&acc)
-        .map(|(c, (h, missed))| AblationConfig {
+        .map(|(c, (h, missed, split))| AblationConfig {
             name: name(c).into(),
             knobs: c.as_ref().map(|s| s.knobs.clone()).unwrap_or_default(),
             balancer: c.as_ref().is_some_and(|s| s.balancer),
-            result: cpu_result(rt_cpu, h, *missed),
+            result: probe_result(rt_cpu, h, *missed, split),
             missed: *missed,
             p99_ci_ns: quantile_ci(h, 990_000),
             p999_ci_ns: quantile_ci(h, 999_000),

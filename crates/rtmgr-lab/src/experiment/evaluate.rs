@@ -13,11 +13,12 @@ use super::session::{lock_memory, machine_lock, report, require_root, stop_flag,
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::host_test::{measure_host_preemption, HostTestConfig};
 use crate::load::{ComponentMetrics, LoadKind};
+use crate::measure::host_split::HostSplit;
 use crate::measure::load::{EngineChoice, LoadProgram};
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
-    cpu_result, merged, merged_wakeups, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator,
-    SegmentPlan,
+    merged, merged_wakeups, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan,
+    Orchestrator, SegmentPlan,
 };
 use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::report::{
@@ -174,6 +175,8 @@ struct Acc {
     events_lost: u64,
     /// What the live balancer did over the segments ("balanced").
     balancer: Option<BalancerSummary>,
+    /// The samples the host did not stall, and what it took.
+    host: HostSplit,
 }
 
 /// Per-segment average of ops/s per load component.
@@ -457,6 +460,7 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                     a.hist.merge(&h);
                     a.wakeups.merge(&merged_wakeups(&seg.threads));
                     a.missed += m;
+                    a.host.merge(&HostSplit::of(&seg.threads));
                     if !seg.metrics.is_empty() {
                         a.metrics.push(seg.metrics);
                     }
@@ -579,7 +583,7 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
         .map(|(c, a)| ConfigResult {
             name: c.name().into(),
             description: c.description().into(),
-            result: cpu_result(rt_cpu, &a.hist, a.missed),
+            result: probe_result(rt_cpu, &a.hist, a.missed, &a.host),
             throughput: mean_metrics(&a.metrics),
             segments: a.segments,
             disturbance: a.disturbance.clone(),

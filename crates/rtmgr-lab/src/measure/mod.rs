@@ -8,11 +8,13 @@ pub mod builtin;
 pub mod cyclictest;
 pub mod disturb;
 pub mod exec;
+pub mod host_split;
 pub mod load;
 pub mod periodicity;
 pub mod probe;
 pub mod segment;
 pub mod spawn;
+pub mod steal;
 
 use crate::report::HostInfo;
 use rtmgr_core::CpuSet;

@@ -11,6 +11,7 @@ use super::{gettid, mono_ns, sleep_until, thread_cpu_ns, thread_switches, Measur
 use crate::report::{PolicySpec, ProbeMode};
 use crate::trace::LateTx;
 use crate::trace::Sample;
+use rtmgr_core::host_stall::{HostLabel, LateWake, LATE_FLOOR_NS};
 use rtmgr_core::stats::Hist;
 use rtmgr_linux::balance::guard::GuardFeed;
 use rtmgr_linux::sched::Policy;
@@ -27,6 +28,8 @@ pub type ProbeConfig = crate::report::ProbeSpec;
 const PUBLISH_NS: i64 = 100_000_000;
 /// Histograms are pre-sized to this value so the loop never allocates.
 const PRESIZE_NS: i64 = 10_000_000_000;
+/// Late wake-ups kept one by one per thread, at most (beyond: in `base`, the guest's).
+const LATE_CAPACITY: u64 = 65_536;
 /// `Shared::start_at` before the threads may start, and when they must not.
 const START_WAIT: Nanos = 0;
 const START_ABORT: Nanos = Nanos::MAX;
@@ -57,6 +60,14 @@ pub struct ThreadOutcome {
     pub voluntary_ctxt_switches: u64,
     pub involuntary_ctxt_switches: u64,
     pub cpu_time_ns: u64,
+    /// The release period (to rebuild the missed releases' latencies).
+    pub interval_ns: u64,
+    /// Wake-ups at least `LATE_FLOOR_NS` late, each with the releases it missed.
+    pub late: Vec<LateWake>,
+    /// Every sample not in `late` (`hist` = `base` + `late`'s samples).
+    pub base: Hist,
+    /// One per `late` wake-up once the segment labelled them (empty: not labelled).
+    pub labels: Vec<HostLabel>,
 }
 
 /// Running probe threads.
@@ -227,6 +238,14 @@ impl Probe {
     }
 }
 
+/// How many late wake-ups a thread can keep: one per `LATE_FLOOR_NS` of the
+/// run (or one per sample), at most `LATE_CAPACITY`.
+fn late_capacity(cfg: &ProbeConfig) -> usize {
+    let by_time = cfg.duration_ns.map_or(u64::MAX, |d| d / LATE_FLOOR_NS + 1);
+    let by_loops = cfg.loops.unwrap_or(u64::MAX);
+    by_time.min(by_loops).min(LATE_CAPACITY) as usize
+}
+
 fn run_thread(
     cfg: &ProbeConfig,
     shared: &Shared,
@@ -247,9 +266,17 @@ fn run_thread(
         voluntary_ctxt_switches: 0,
         involuntary_ctxt_switches: 0,
         cpu_time_ns: 0,
+        interval_ns: cfg.interval_ns,
+        late: Vec::new(),
+        base: Hist::new(),
+        labels: Vec::new(),
     };
+    let late_capacity = late_capacity(cfg);
+    // Touch the pages now so that keeping a late wake-up never faults or allocates.
+    out.late.resize(late_capacity, LateWake::default());
+    out.late.clear();
     let mut delta = Hist::new();
-    for h in [&mut out.hist, &mut out.wakeups, &mut delta] {
+    for h in [&mut out.hist, &mut out.wakeups, &mut out.base, &mut delta] {
         h.record(PRESIZE_NS);
         h.clear();
     }
@@ -293,6 +320,13 @@ fn run_thread(
             f.sample(cpu, lat.max(0) as u64);
         }
         delta.record(lat);
+        let kept = cfg.mode == ProbeMode::Absolute
+            && lat >= LATE_FLOOR_NS as i64
+            && out.late.len() < late_capacity;
+        if !kept {
+            out.base.record(lat);
+        }
+        let missed_before = out.missed;
         samples += 1;
         max = max.max(lat);
         if let (Some(l), ProbeMode::Absolute) = (late.as_mut(), cfg.mode) {
@@ -309,9 +343,19 @@ fn run_thread(
             while rel <= now && samples < loops && end.is_none_or(|e| rel <= e) {
                 out.hist.record((now - rel) as i64);
                 delta.record((now - rel) as i64);
+                if !kept {
+                    out.base.record((now - rel) as i64);
+                }
                 out.missed += 1;
                 samples += 1;
                 rel += interval;
+            }
+            if kept {
+                out.late.push(LateWake {
+                    release_ns: next,
+                    wake_ns: now,
+                    missed: (out.missed - missed_before) as u32,
+                });
             }
             next = rel;
         } else {
@@ -382,6 +426,9 @@ mod tests {
             );
             assert!(o.hist.min().unwrap() >= 0);
             assert!(o.missed < 500);
+            let in_late: u64 = o.late.iter().map(|w| w.samples()).sum();
+            assert_eq!(o.base.len() + in_late, 500, "base + late wake-ups = all");
+            assert!(o.late.iter().all(|w| w.latency_ns() >= LATE_FLOOR_NS));
         }
     }
 

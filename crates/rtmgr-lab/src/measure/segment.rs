@@ -3,8 +3,10 @@
 //! runs a segment needs: the orchestrating thread kept off the measured CPUs,
 //! loads placed by partition role, and the latency report body.
 
+use super::host_split::{label_threads, HostSplit};
 use super::load::{LoadProgram, LoadSpec, RunningLoad};
 use super::probe::{Prepare, Probe, ProbeConfig, Progress, ThreadOutcome};
+use super::steal::{StealSampler, StealSeries};
 use super::{disturb, MeasureError, Result};
 use crate::load::{merge_metrics, ComponentMetrics, LoadEngine, LoadKind};
 use crate::report::{CpuResult, Disturbance, LatencyRun, LoadResult, ProbeSettings, ThreadResult};
@@ -255,6 +257,9 @@ pub struct Segment {
     pub interrupted: bool,
     /// What the tail tracer explained, when the segment was traced.
     pub tail: Option<TailTrace>,
+    /// The measured CPUs' steal counters read during the probe (the
+    /// threads' late wake-ups are labelled with them).
+    pub steal: StealSeries,
 }
 
 /// What one segment runs.
@@ -317,6 +322,8 @@ pub fn run_segment(
         None => (None, Vec::new()),
     };
     let before = disturb::snapshot(host);
+    let steal = StealSampler::start(host, &probe_cfg.cpus, planned)
+        .map_err(|e| MeasureError::io("start the steal sampler", e))?;
     let start = Instant::now();
     let mut threads = Vec::new();
     if !interrupted {
@@ -330,12 +337,18 @@ pub fn run_segment(
         interrupted = stop.load(Ordering::Relaxed);
     }
     let elapsed_ns = start.elapsed().as_nanos() as u64;
+    let tick_ns = crate::trace::tail::tick_ns();
+    let steal = steal.finish(tick_ns);
     let after = disturb::snapshot(host);
     tracing::debug!("segment: probe done after {:?}", t_seg.elapsed());
-    let tail = tracer
+    let mut tail = tracer
         .map(|t| t.finish())
         .transpose()
         .map_err(|e| MeasureError::Setup(format!("tracer: {e}")))?;
+    let attributions = tail
+        .as_mut()
+        .map_or(&mut [][..], |t| &mut t.attributions[..]);
+    label_threads(&mut threads, &steal, attributions, tick_ns);
     let metrics = stop_loads(loads)?;
     tracing::debug!("segment: loads down after {:?}", t_seg.elapsed());
     Ok(Segment {
@@ -345,6 +358,7 @@ pub fn run_segment(
         elapsed_ns,
         interrupted,
         tail,
+        steal,
     })
 }
 
@@ -368,11 +382,25 @@ pub fn merged_wakeups<'a>(outs: impl IntoIterator<Item = &'a ThreadOutcome>) -> 
     h
 }
 
+/// A result of all samples (no host labelling: not the latency probe's).
 pub fn cpu_result(cpu: u32, h: &Hist, missed: u64) -> CpuResult {
     CpuResult {
         cpu,
         summary: h.summary(missed),
         hist: h.to_data(),
+        guest_summary: None,
+        host_stalled_samples: 0,
+        host_stalled_ns: 0,
+    }
+}
+
+/// A latency probe's result: all samples, and the two tails (`split`).
+pub fn probe_result(cpu: u32, h: &Hist, missed: u64, split: &HostSplit) -> CpuResult {
+    CpuResult {
+        guest_summary: Some(split.guest.summary(split.guest_missed)),
+        host_stalled_samples: split.host_samples,
+        host_stalled_ns: split.host_ns,
+        ..cpu_result(cpu, h, missed)
     }
 }
 
@@ -389,11 +417,13 @@ pub fn latency_run(
         .cpus
         .iter()
         .map(|c| {
-            let (h, m) = merged(threads.iter().filter(|t| t.cpu == c));
-            cpu_result(c, &h, m)
+            let on_c = || threads.iter().filter(move |t| t.cpu == c);
+            let (h, m) = merged(on_c());
+            probe_result(c, &h, m, &HostSplit::of(on_c()))
         })
         .collect();
     let (all, missed) = merged(threads);
+    let split = HostSplit::of(threads);
     LatencyRun {
         threads: threads
             .iter()
@@ -408,7 +438,12 @@ pub fn latency_run(
             })
             .collect(),
         per_cpu,
-        overall: cpu_result(settings.probe.cpus.first().unwrap_or(0), &all, missed),
+        overall: probe_result(
+            settings.probe.cpus.first().unwrap_or(0),
+            &all,
+            missed,
+            &split,
+        ),
         settings,
         load,
         disturbance,

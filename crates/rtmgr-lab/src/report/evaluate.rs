@@ -237,7 +237,7 @@ pub fn evaluate_html(
         } else {
             String::new()
         },
-        table = esc(&evaluate_table(e)),
+        table = esc(&(evaluate_table(e) + &super::evaluate_tails(e).map_or(String::new(), |t| format!("\n{t}")))),
         schema = rep.header.schema,
     )
 }

@@ -146,11 +146,24 @@ pub struct ThreadResult {
     pub cpu_time_ns: u64,
 }
 
+/// One CPU's samples: all of them (`summary`, `hist`), and the tail without
+/// the host's stalls (issue 21, docs/evaluate.md "Two tails").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuResult {
     pub cpu: u32,
     pub summary: Summary,
     pub hist: HistData,
+    /// The samples the host did not stall, on evidence (`rtmgr_core::host_stall`):
+    /// every sample but those of late wake-ups labelled host. None: not labelled
+    /// (older reports, and results that are not the latency probe's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_summary: Option<Summary>,
+    /// Samples of the wake-ups labelled host (each wake-up with the releases it missed).
+    #[serde(default)]
+    pub host_stalled_samples: u64,
+    /// Σ (wake − release) of the wake-ups labelled host.
+    #[serde(default)]
+    pub host_stalled_ns: u64,
 }
 
 /// What disturbed the run on the measured CPUs.

@@ -10,6 +10,9 @@ fn cpu_result(cpu: u32, vals: &[i64]) -> CpuResult {
         cpu,
         summary: h.summary(1),
         hist: h.to_data(),
+        guest_summary: None,
+        host_stalled_samples: 0,
+        host_stalled_ns: 0,
     }
 }
 
@@ -210,4 +213,69 @@ fn ratios_keep_significant_digits_whatever_their_size() {
     }
     assert_eq!(text::ratio_cell(Some(1.0 / 221.0)), "0.0045x");
     assert_eq!(text::ratio_cell(None), "-");
+}
+
+/// A result labelled by the probe: the guest's tail without 3 host samples.
+fn labelled(cpu: u32) -> CpuResult {
+    let guest = cpu_result(cpu, &[1000, 2000]).summary;
+    CpuResult {
+        guest_summary: Some(guest),
+        host_stalled_samples: 3,
+        host_stalled_ns: 4_500_000,
+        ..cpu_result(cpu, &[1000, 2000, 3_000_000, 2_000_000, 1_000_000])
+    }
+}
+
+#[test]
+fn the_two_tails_round_trip_and_old_reports_parse() {
+    let mut rep = sample_latency_report();
+    let Body::Latency(run) = &mut rep.body else {
+        unreachable!()
+    };
+    run.overall = labelled(1);
+    let json = serde_json::to_string(&rep).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["overall"]["host_stalled_samples"], 3);
+    assert_eq!(v["overall"]["host_stalled_ns"], 4_500_000);
+    assert_eq!(v["overall"]["guest_summary"]["n"], 2);
+    assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), rep);
+    // Unlabelled: no guest_summary key is written.
+    let plain = serde_json::to_value(cpu_result(1, &[5])).unwrap();
+    assert!(plain.get("guest_summary").is_none());
+    // A report written before the labelling has none of the three keys.
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for k in ["guest_summary", "host_stalled_samples", "host_stalled_ns"] {
+        old["overall"].as_object_mut().unwrap().remove(k);
+    }
+    let back: Report = serde_json::from_value(old).unwrap();
+    let Body::Latency(run) = back.body else {
+        unreachable!()
+    };
+    assert_eq!(run.overall.guest_summary, None);
+    assert_eq!(
+        (
+            run.overall.host_stalled_samples,
+            run.overall.host_stalled_ns
+        ),
+        (0, 0)
+    );
+}
+
+#[test]
+fn the_two_tails_table_shows_guest_and_host_or_nothing() {
+    let plain = cpu_result(1, &[1000]);
+    assert_eq!(two_tails_table(&[("cpu1".into(), &plain)]), None);
+    let l = labelled(1);
+    let t = two_tails_table(&[("cpu1".into(), &l), ("old".into(), &plain)]).unwrap();
+    assert!(
+        t.contains("guest p99.9") && t.contains("host samples"),
+        "{t}"
+    );
+    let row = t.lines().find(|l| l.starts_with("cpu1")).unwrap();
+    assert!(row.ends_with("3      4.5"), "{row}");
+    let old = t.lines().find(|l| l.starts_with("old")).unwrap();
+    assert!(
+        old.contains('-'),
+        "an unlabelled row has no guest cells: {old}"
+    );
 }

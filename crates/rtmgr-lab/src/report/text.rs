@@ -1,7 +1,7 @@
 //! Text tables of the measurement reports (ARTiS Table 1 style; McKenney §3
 //! percentiles): µs cells, ratio cells, aligned columns, disturbance lines.
 
-use super::Disturbance;
+use super::{CpuResult, Disturbance, EvaluateRun};
 use rtmgr_core::stats::{label, Summary};
 use std::fmt::Write as _;
 
@@ -116,4 +116,57 @@ pub fn disturbance_text(d: &Disturbance) -> String {
         }
     }
     out
+}
+
+/// The two tails (issue 21): all samples beside the samples the host did not
+/// stall ("guest"), and what the host took. None when no row was labelled
+/// (reports from before the labelling, results that are not the probe's).
+pub fn two_tails_table(rows: &[(String, &CpuResult)]) -> Option<String> {
+    if rows.iter().all(|(_, r)| r.guest_summary.is_none()) {
+        return None;
+    }
+    let mut table = vec![[
+        "",
+        "p99",
+        "p99.9",
+        "max",
+        "guest p99",
+        "guest p99.9",
+        "guest max",
+        "host samples",
+        "host ms",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (name, r) in rows {
+        let (s, g) = (&r.summary, r.guest_summary.as_ref());
+        let guest = |pick: &dyn Fn(&Summary) -> Option<i64>| us(g.and_then(pick));
+        table.push(vec![
+            name.clone(),
+            us(s.get(990_000)),
+            us(s.get(999_000)),
+            us(s.max_ns),
+            guest(&|x| x.get(990_000)),
+            guest(&|x| x.get(999_000)),
+            guest(&|x| x.max_ns),
+            r.host_stalled_samples.to_string(),
+            format!("{:.1}", r.host_stalled_ns as f64 / 1e6),
+        ]);
+    }
+    let mut out = render(&table);
+    out.push_str(
+        "(µs; guest = the samples the host did not stall, on evidence: the CPU's steal advanced \
+         across the wake-up, or with --trace a busy CPU saw no tick; see docs/evaluate.md \"Two tails\")\n",
+    );
+    Some(out)
+}
+
+/// `two_tails_table` of an evaluate run's configurations.
+pub fn evaluate_tails(e: &EvaluateRun) -> Option<String> {
+    let rows: Vec<(String, &CpuResult)> = e
+        .configs
+        .iter()
+        .map(|c| (c.name.clone(), &c.result))
+        .collect();
+    two_tails_table(&rows)
 }

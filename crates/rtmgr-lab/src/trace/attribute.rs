@@ -39,11 +39,12 @@ pub enum Cause {
     Syscall { comm: String, syscall: String },
     /// A task in the kernel outside a system call (page fault, kernel thread).
     Kernel { comm: String },
-    /// A task had the CPU in user mode and no event came: user mode can
+    /// A task had the CPU in user mode and no event came. User mode can
     /// neither hold off the timer interrupt due at the release nor keep the
-    /// CPU once the probe is woken (the return to user mode switches at
-    /// once), so the vCPU did not run — the hypervisor, with the task that
-    /// had the vCPU named.
+    /// CPU once the probe is woken, so this points at the hypervisor — but it
+    /// is no evidence: the time becomes `Host` only when the steal counter or
+    /// a silence beyond a tick shows the host (issue 21), else it stays here,
+    /// unexplained, with the task that had the CPU named.
     Stalled { comm: String },
     /// A workqueue item (kworker).
     Work { function: String },
@@ -51,8 +52,12 @@ pub enum Cause {
     IdleWakeup,
     /// From the switch to the probe to its first instruction.
     Switch,
-    /// No event at all: the hypervisor took the (v)CPU.
+    /// No event at all, and no evidence of the host: unexplained.
     Unexplained,
+    /// The hypervisor held the vCPU, on evidence: a busy CPU saw no event for
+    /// longer than a scheduler tick (the time beyond the tick), or the CPU's
+    /// steal counter advanced across the wake-up (its no-event time).
+    Host,
     /// The tracer lost the events of this time (its buffer overran): unknown.
     TraceLost,
 }
@@ -67,12 +72,15 @@ impl fmt::Display for Cause {
             Cause::Kernel { comm } => write!(f, "{comm} in the kernel (no system call)"),
             Cause::Stalled { comm } => write!(
                 f,
-                "vCPU stalled while {comm} had it in user mode (hypervisor)"
+                "no event while {comm} had the CPU in user mode (unexplained)"
             ),
             Cause::Work { function } => write!(f, "workqueue {function}"),
             Cause::IdleWakeup => f.write_str("idle CPU woke late (timer, vCPU wake-up)"),
             Cause::Switch => f.write_str("switch to the probe"),
-            Cause::Unexplained => f.write_str("no event: the vCPU did not run (hypervisor)"),
+            Cause::Unexplained => f.write_str("no event (unexplained)"),
+            Cause::Host => {
+                f.write_str("host: the vCPU did not run (steal, or no tick on a busy CPU)")
+            }
             Cause::TraceLost => f.write_str("unknown: the tracer lost these events"),
         }
     }
@@ -84,6 +92,25 @@ pub struct Attribution {
     pub sample: Sample,
     /// Causes with the ns each took, largest first; they add up to the latency.
     pub parts: Vec<(Cause, u64)>,
+}
+
+impl Attribution {
+    /// The wake-up is the host's on evidence: its no-event time (user mode
+    /// without events, no event at all) is the host's too.
+    pub fn name_silence_host(&mut self) {
+        let mut host = 0;
+        self.parts.retain(|(c, ns)| {
+            let silence = matches!(c, Cause::Stalled { .. } | Cause::Unexplained | Cause::Host);
+            if silence {
+                host += ns;
+            }
+            !silence
+        });
+        if host > 0 {
+            self.parts.push((Cause::Host, host));
+        }
+        self.parts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    }
 }
 
 /// A handler still open this long before the release lost its exit event.
@@ -284,6 +311,15 @@ pub const REPLAY_NS: u64 = 2_000_000;
 /// silence on a busy CPU means the (v)CPU did not run — the hypervisor.
 pub const DEFAULT_TICK_NS: u64 = 4_000_000;
 
+/// Was a task on the CPU (so its tick must come)? Not when idle, nor when
+/// the state is unknown.
+fn busy(c: &Cause) -> bool {
+    !matches!(
+        c,
+        Cause::IdleWakeup | Cause::TraceLost | Cause::Unexplained | Cause::Host
+    )
+}
+
 /// Explain one sample. `initial` is the CPU's state before the release (see
 /// `state_before`); `events` are the CPU's events in time order from about
 /// `REPLAY_NS` before the release to the wake-up.
@@ -313,15 +349,12 @@ pub fn attribute<'a>(
             *parts.entry(c).or_default() += ns;
         }
     };
-    // A silence longer than a tick while the CPU was busy: the time beyond
-    // one tick is the hypervisor's, whatever the CPU was doing.
+    // A silence longer than a tick while the CPU was busy (a task on it, in
+    // user mode or in the kernel): a tick was due and did not come, so the
+    // vCPU did not run — evidence of the host for the time beyond one tick.
     let mut add_gap = |c: Cause, ns: u64| {
-        let busy = !matches!(
-            c,
-            Cause::IdleWakeup | Cause::TraceLost | Cause::Unexplained | Cause::Stalled { .. }
-        );
-        if busy && ns > 2 * tick_ns {
-            add(Cause::Unexplained, ns - tick_ns);
+        if busy(&c) && ns > tick_ns {
+            add(Cause::Host, ns - tick_ns);
             add(c, tick_ns);
         } else {
             add(c, ns);
@@ -362,6 +395,10 @@ pub fn attribute<'a>(
     }
     match switched_in {
         Some(s) => add_gap(Cause::Switch, w.saturating_sub(s)),
+        // Nothing at all: a known busy CPU silent beyond a tick is evidence.
+        None if !seen_any && initial.is_some() && busy(&replay.cause_now()) && w - r > tick_ns => {
+            add_gap(replay.cause_now(), w - r)
+        }
         None if !seen_any => add_gap(Cause::Unexplained, w - r),
         None => add_gap(replay.cause_now(), w.saturating_sub(t)),
     }

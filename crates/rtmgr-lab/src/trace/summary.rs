@@ -34,8 +34,12 @@ pub struct TailCauses {
     pub attributed: u64,
     /// Sum of the attributed samples' latencies.
     pub delay_ns: u64,
-    /// Time no event explains (the hypervisor), and the run's steal time, ns.
+    /// Time no event explains and no evidence names the host's, ns
+    /// (`unexplained` and `stalled` causes).
     pub unexplained_ns: u64,
+    /// Time the host took on evidence (the `host` cause), ns.
+    #[serde(default)]
+    pub host_ns: u64,
     pub causes: Vec<CauseTotal>,
     /// The worst attributed samples, each with its breakdown.
     pub worst: Vec<Attribution>,
@@ -83,7 +87,12 @@ pub fn summarise(
         delay_ns: attributions.iter().map(|a| a.sample.latency_ns()).sum(),
         unexplained_ns: causes
             .iter()
-            .filter(|c| c.cause == Cause::Unexplained)
+            .filter(|c| matches!(c.cause, Cause::Unexplained | Cause::Stalled { .. }))
+            .map(|c| c.total_ns)
+            .sum(),
+        host_ns: causes
+            .iter()
+            .filter(|c| c.cause == Cause::Host)
             .map(|c| c.total_ns)
             .sum(),
         causes,

@@ -88,6 +88,14 @@ pub fn run(
         r.segment_ns as f64 / 1e9
     );
     print!("{}", ablation_table(&r.configs));
+    let rows: Vec<(String, &rtmgr_lab::report::CpuResult)> = r
+        .configs
+        .iter()
+        .map(|c| (c.name.clone(), &c.result))
+        .collect();
+    if let Some(t) = rtmgr_lab::report::two_tails_table(&rows) {
+        print!("{t}");
+    }
     for g in &r.gates {
         println!(
             "gate {} of {} ≤ {} µs: {} ({} µs)",

@@ -116,6 +116,9 @@ fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
         println!("skipped: {s}\n");
     }
     print!("{}", evaluate_table(run));
+    if let Some(t) = rtmgr_lab::report::evaluate_tails(run) {
+        print!("{t}");
+    }
     println!();
     for v in &run.verdicts {
         println!("- {v}");

@@ -264,6 +264,17 @@ fn latency(a: LatencyArgs) -> Result<Outcome> {
         rows.push(("all".into(), &run.overall.summary));
     }
     println!("{}", summary_table(&rows));
+    let mut tails: Vec<(String, &rtmgr_lab::report::CpuResult)> = run
+        .per_cpu
+        .iter()
+        .map(|c| (format!("cpu{}", c.cpu), c))
+        .collect();
+    if run.per_cpu.len() > 1 {
+        tails.push(("all".into(), &run.overall));
+    }
+    if let Some(t) = rtmgr_lab::report::two_tails_table(&tails) {
+        println!("{t}");
+    }
     print!("{}", disturbance_text(&run.disturbance));
     for t in &run.threads {
         println!(

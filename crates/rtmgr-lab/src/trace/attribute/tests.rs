@@ -184,7 +184,7 @@ stress-ng-futex-50 [001] d..2. 6000.030210: sched_switch: prev_comm=stress-ng-fu
         syscall: "futex".into(),
     };
     assert_eq!(
-        part(&a, &Cause::Unexplained),
+        part(&a, &Cause::Host),
         30_001_000 - DEFAULT_TICK_NS,
         "{a:?}"
     );
@@ -193,10 +193,10 @@ stress-ng-futex-50 [001] d..2. 6000.030210: sched_switch: prev_comm=stress-ng-fu
 }
 
 #[test]
-fn user_mode_without_events_is_the_hypervisor() {
+fn user_mode_silent_beyond_a_tick_is_the_host() {
     // A guest in user mode (its last system call returned) when the probe's
-    // timer was due; the interrupt comes 5.5 ms late. User mode cannot hold
-    // the interrupt off, nor the CPU after the wake-up: the vCPU did not run.
+    // timer was due; the interrupt comes 5.5 ms late, and no tick came in
+    // between: beyond one tick (4 ms), the vCPU did not run.
     let ev = events(
         "stress-ng-cpu-60 [001] ..... 7000.000050: sys_enter: NR 39 (0, 0, 0, 0, 0, 0)
 stress-ng-cpu-60 [001] ..... 7000.000052: sys_exit: NR 39 = 60
@@ -216,7 +216,79 @@ stress-ng-cpu-60 [001] d..2. 7000.005710: sched_switch: prev_comm=stress-ng-cpu 
         comm: "stress-ng-cpu".into(),
     };
     assert_eq!(a.parts[0].0, late, "{a:?}");
-    assert_eq!(part(&a, &late), 5_507_000);
-    assert!(late.to_string().contains("hypervisor"));
+    // One tick of the silence, and the 7 µs from the timer's exit to the switch.
+    assert_eq!(part(&a, &late), DEFAULT_TICK_NS + 7_000);
+    assert_eq!(part(&a, &Cause::Host), 5_500_000 - DEFAULT_TICK_NS);
+    assert!(late.to_string().contains("unexplained"));
     assert_eq!(a.parts.iter().map(|p| p.1).sum::<u64>(), s.latency_ns());
+}
+
+#[test]
+fn user_mode_silent_within_a_tick_is_unexplained() {
+    // The same, 2 ms late: a tick may not have been due, so no evidence.
+    let ev = events(
+        "stress-ng-cpu-60 [001] ..... 7000.000050: sys_enter: NR 39 (0, 0, 0, 0, 0, 0)
+stress-ng-cpu-60 [001] ..... 7000.000052: sys_exit: NR 39 = 60
+stress-ng-cpu-60 [001] d.h1. 7000.002200: local_timer_entry: vector=236
+stress-ng-cpu-60 [001] d.h1. 7000.002203: local_timer_exit: vector=236
+stress-ng-cpu-60 [001] d..2. 7000.002210: sched_switch: prev_comm=stress-ng-cpu prev_pid=60 prev_prio=139 prev_state=R+ ==> next_comm=rtmgr-probe1.0 next_pid=77 next_prio=0",
+    );
+    let s = Sample {
+        cpu: 1,
+        tid: 77,
+        release_ns: us(7000, 200),
+        wake_ns: us(7000, 2_212),
+    };
+    let a = attribute_in(&s, &ev, DEFAULT_TICK_NS);
+    assert_eq!(part(&a, &Cause::Host), 0, "{a:?}");
+    let late = Cause::Stalled {
+        comm: "stress-ng-cpu".into(),
+    };
+    assert_eq!(part(&a, &late), 2_007_000);
+}
+
+#[test]
+fn no_event_at_all_on_a_busy_cpu_beyond_a_tick_is_the_host() {
+    // The last event before the release shows a task in user mode; nothing
+    // at all comes for 6 ms: beyond one tick, the host's.
+    let ev = events("kdamond.0-33 [001] ..... 8000.000050: sys_exit: NR 39 = 60");
+    let s = Sample {
+        cpu: 1,
+        tid: 77,
+        release_ns: us(8000, 100),
+        wake_ns: us(8000, 6_100),
+    };
+    let a = attribute_in(&s, &ev, DEFAULT_TICK_NS);
+    assert_eq!(part(&a, &Cause::Host), 6_000_000 - DEFAULT_TICK_NS, "{a:?}");
+    let kthread = Cause::Stalled {
+        comm: "kdamond.0".into(),
+    };
+    assert_eq!(part(&a, &kthread), DEFAULT_TICK_NS);
+    // Within a tick: no evidence, unexplained (a kernel thread is never host without it).
+    let short = Sample {
+        wake_ns: us(8000, 3_100),
+        ..s
+    };
+    let a = attribute_in(&short, &ev, DEFAULT_TICK_NS);
+    assert_eq!(part(&a, &Cause::Host), 0, "{a:?}");
+}
+
+#[test]
+fn evidence_names_the_no_event_time_host() {
+    let mut a = Attribution {
+        sample: Sample {
+            cpu: 1,
+            tid: 77,
+            release_ns: 0,
+            wake_ns: 10,
+        },
+        parts: vec![
+            (Cause::Stalled { comm: "x".into() }, 4),
+            (Cause::Switch, 3),
+            (Cause::Unexplained, 2),
+            (Cause::Host, 1),
+        ],
+    };
+    a.name_silence_host();
+    assert_eq!(a.parts, [(Cause::Host, 7), (Cause::Switch, 3)]);
 }

@@ -1,0 +1,224 @@
+//! Which late wake-ups the hypervisor caused, on evidence only (issue 21;
+//! McKenney "Real Time vs Real Fast" §2.1: a virtual CPU is only as real-time
+//! as the host lets it be). Pure: late wake-ups and a series of the CPU's
+//! steal counter come in, one label per wake-up goes out. Used by the lab's
+//! probe (measure, evaluate, ablate) and callable by the live balancer's guard.
+
+use serde::{Deserialize, Serialize};
+
+/// Late wake-ups at or above this are kept one by one (below it, only in a
+/// histogram): the floor of "late" for host labelling.
+pub const LATE_FLOOR_NS: u64 = 1_000_000;
+
+/// One late wake-up of a periodic task: released at `release_ns`, ran at
+/// `wake_ns`, and served on that wake-up `missed` further releases that
+/// passed while it was late (each recorded against its own release, every
+/// `interval` after `release_ns`: no coordinated omission).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateWake {
+    pub release_ns: u64,
+    pub wake_ns: u64,
+    pub missed: u32,
+}
+
+impl LateWake {
+    /// Samples this wake-up stands for: itself and the releases it missed.
+    pub fn samples(&self) -> u64 {
+        1 + u64::from(self.missed)
+    }
+
+    /// The wake-up's own latency.
+    pub fn latency_ns(&self) -> u64 {
+        self.wake_ns.saturating_sub(self.release_ns)
+    }
+
+    /// Every sample's latency: the wake-up's, then each missed release's.
+    pub fn latencies(&self, interval_ns: u64) -> impl Iterator<Item = i64> + '_ {
+        (0..self.samples()).map(move |k| {
+            let release = self.release_ns + k * interval_ns;
+            self.wake_ns.saturating_sub(release) as i64
+        })
+    }
+}
+
+/// One reading of a CPU's cumulative steal counter (`/proc/stat`, in clock
+/// ticks of 10 ms at USER_HZ=100): read between `start_ns` and `end_ns`
+/// (CLOCK_MONOTONIC), so its value is from no earlier than the one and no
+/// later than the other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StealReading {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub steal_ticks: u64,
+}
+
+/// Why a late wake-up is counted as the host's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostLabel {
+    /// No evidence: the wake-up stays in the guest's tail.
+    Guest,
+    /// The CPU's steal counter advanced across the wake-up.
+    Steal,
+    /// The CPU was busy yet no event came for longer than a tick (tracing).
+    Silence,
+}
+
+impl HostLabel {
+    pub fn is_host(self) -> bool {
+        self != HostLabel::Guest
+    }
+}
+
+/// Label each late wake-up `Steal` when the CPU's steal counter advanced
+/// between the last reading finished before its release and the first reading
+/// started at least `tick_ns` after its wake-up (steal is accounted at the
+/// CPU's next scheduler tick), else `Guest`. A wake-up with no reading on
+/// either side stays `Guest`: host is never the default. `steal` must be in
+/// time order.
+pub fn label_host(events: &[LateWake], steal: &[StealReading], tick_ns: u64) -> Vec<HostLabel> {
+    events
+        .iter()
+        .map(|e| {
+            let before = steal.partition_point(|r| r.end_ns <= e.release_ns);
+            let after_from = e.wake_ns.saturating_add(tick_ns);
+            let after = steal.partition_point(|r| r.start_ns < after_from);
+            match (before.checked_sub(1).map(|i| steal[i]), steal.get(after)) {
+                (Some(b), Some(a)) if a.steal_ticks > b.steal_ticks => HostLabel::Steal,
+                _ => HostLabel::Guest,
+            }
+        })
+        .collect()
+}
+
+/// The samples and time of the wake-ups labelled host: (samples, Σ wake − release).
+pub fn host_totals(events: &[LateWake], labels: &[HostLabel]) -> (u64, u64) {
+    events
+        .iter()
+        .zip(labels)
+        .filter(|(_, l)| l.is_host())
+        .fold((0, 0), |(n, ns), (e, _)| {
+            (n + e.samples(), ns + e.latency_ns())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const TICK: u64 = 4 * MS;
+
+    fn wake(release_ms: u64, wake_ms: u64) -> LateWake {
+        LateWake {
+            release_ns: release_ms * MS,
+            wake_ns: wake_ms * MS,
+            missed: 0,
+        }
+    }
+
+    /// Readings every 5 ms from 0, each taking 100 µs, with the counter given per reading.
+    fn series(ticks: &[u64]) -> Vec<StealReading> {
+        ticks
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| StealReading {
+                start_ns: i as u64 * 5 * MS,
+                end_ns: i as u64 * 5 * MS + 100_000,
+                steal_ticks: t,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steal_advancing_across_the_wake_up_is_host() {
+        // Release at 11 ms (reading 2 at 10 ms before it), wake at 14 ms:
+        // the first reading ≥ 14 + 4 ms is at 20 ms (index 4).
+        let s = series(&[0, 0, 0, 0, 1, 1]);
+        assert_eq!(label_host(&[wake(11, 14)], &s, TICK), [HostLabel::Steal]);
+    }
+
+    #[test]
+    fn flat_steal_is_guest() {
+        let s = series(&[3, 3, 3, 3, 3, 3]);
+        assert_eq!(label_host(&[wake(11, 14)], &s, TICK), [HostLabel::Guest]);
+    }
+
+    #[test]
+    fn steal_before_the_release_or_after_the_window_is_guest() {
+        // Advance between readings 1 and 2 (5–10 ms), before the release at 11 ms.
+        let early = series(&[0, 0, 1, 1, 1, 1]);
+        assert_eq!(
+            label_host(&[wake(11, 14)], &early, TICK),
+            [HostLabel::Guest]
+        );
+        // Advance only after the first reading past wake + tick (20 ms).
+        let late = series(&[0, 0, 0, 0, 0, 1]);
+        assert_eq!(label_host(&[wake(11, 14)], &late, TICK), [HostLabel::Guest]);
+    }
+
+    #[test]
+    fn the_tick_delay_is_waited_for() {
+        // Wake at 14 ms; the reading at 15 ms is before the tick that accounts
+        // the steal, so it is not the "after" reading even if it already shows it.
+        let s = series(&[0, 0, 0, 1, 1, 1]);
+        assert_eq!(label_host(&[wake(11, 14)], &s, TICK), [HostLabel::Steal]);
+        // With no reading at or after wake + tick: no evidence.
+        let short = series(&[0, 0, 0, 1]);
+        assert_eq!(
+            label_host(&[wake(11, 14)], &short, TICK),
+            [HostLabel::Guest]
+        );
+    }
+
+    #[test]
+    fn boundaries_of_the_readings() {
+        // A reading ending exactly at the release counts as before it.
+        let s = vec![
+            StealReading {
+                start_ns: 9 * MS,
+                end_ns: 10 * MS,
+                steal_ticks: 0,
+            },
+            StealReading {
+                start_ns: 16 * MS,
+                end_ns: 17 * MS,
+                steal_ticks: 1,
+            },
+        ];
+        assert_eq!(label_host(&[wake(10, 12)], &s, TICK), [HostLabel::Steal]);
+        // A reading starting 1 ns before wake + tick is not after it.
+        assert_eq!(
+            label_host(
+                &[LateWake {
+                    release_ns: 10 * MS,
+                    wake_ns: 12 * MS + 1,
+                    missed: 0
+                }],
+                &s,
+                TICK
+            ),
+            [HostLabel::Guest]
+        );
+        // A release before the first reading has no "before": guest.
+        assert_eq!(label_host(&[wake(5, 8)], &s, TICK), [HostLabel::Guest]);
+        assert_eq!(label_host(&[wake(5, 8)], &[], TICK), [HostLabel::Guest]);
+    }
+
+    #[test]
+    fn samples_latencies_and_totals() {
+        let e = LateWake {
+            release_ns: 0,
+            wake_ns: 3 * MS,
+            missed: 2,
+        };
+        assert_eq!(e.samples(), 3);
+        let l: Vec<i64> = e.latencies(MS).collect();
+        assert_eq!(l, [3 * MS as i64, 2 * MS as i64, MS as i64]);
+        let events = [e, wake(10, 12)];
+        let labels = [HostLabel::Steal, HostLabel::Guest];
+        assert_eq!(host_totals(&events, &labels), (3, 3 * MS));
+        let labels = [HostLabel::Guest, HostLabel::Silence];
+        assert_eq!(host_totals(&events, &labels), (1, 2 * MS));
+    }
+}
