@@ -431,6 +431,9 @@ mod tests {
         assert_eq!(names, ["hog#1", "hog#2", "hog#3", "task1"]);
         assert_eq!(s.tasks[0].kernel_every, 100);
         assert_eq!(s.tasks[1].class(), TaskClass::Rt1 { priority: 40 });
+        assert!(!s.tasks[0].periodic);
+        let p = parse("{\n loop = 9\n sloop = 5\n sleep = 245\n periodic = 1\n}\n").unwrap();
+        assert!(p.tasks[0].periodic);
     }
 
     #[test]
@@ -468,6 +471,16 @@ mod tests {
             ("# nothing\n", 1, "no task block"),
             ("{\n loop =\n}\n", 2, "missing value"),
             ("rt_cpus = 3-1\n{\n loop = 1\n}\n", 1, "reversed"),
+            (
+                "{\n loop = 1\n periodic = 2\n}\n",
+                3,
+                "periodic must be 0 or 1",
+            ),
+            (
+                "{\n loop = 1\n periodic = 1\n}\n",
+                3,
+                "periodic needs sloop",
+            ),
         ];
         for (text, line, needle) in cases {
             let e = parse(text).expect_err(text);
