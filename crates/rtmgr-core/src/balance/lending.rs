@@ -300,6 +300,16 @@ impl CpuLending {
 
     /// Judge one window; true if lending stopped in it.
     fn observe(&mut self, cfg: &LendingConfig, now: u64, c: &CpuObs, guests: usize) -> bool {
+        if c.samples > 0 && c.lent_ns == 0 {
+            // Guest-free, lending on or off: what the CPU's own tasks cost.
+            self.free_late += c.late_samples;
+            self.free_samples += c.samples;
+            if self.free_samples > 1_000_000 {
+                self.free_late /= 2;
+                self.free_samples /= 2;
+            }
+            return false;
+        }
         if let Some(until) = self.off_until_ns {
             if now < until {
                 return false;
@@ -312,15 +322,6 @@ impl CpuLending {
             }
         }
         if c.samples == 0 {
-            return false;
-        }
-        if c.lent_ns == 0 {
-            self.free_late += c.late_samples;
-            self.free_samples += c.samples;
-            if self.free_samples > 1_000_000 {
-                self.free_late /= 2;
-                self.free_samples /= 2;
-            }
             return false;
         }
         let expected = if self.free_samples == 0 {

@@ -337,3 +337,20 @@ fn the_controller_survives_runs_with_new_task_ids() {
     assert!(moves.iter().all(|m| m.to != Place::Rt(1)), "{moves:?}");
     assert_eq!(second.lending_status(S)[0].off_periods.len(), 1);
 }
+
+#[test]
+fn guest_free_windows_teach_the_baseline_while_lending_is_off() {
+    let mut c = LendingControl::new(LendingConfig::default());
+    assert_eq!(c.observe(0, &[rt1(200, 1, 1, true)], one_guest), [1]);
+    // Off for 2 s: the CPU's own tasks are late once in 100 samples.
+    for k in 1..40 {
+        c.observe(k * 50 * MS, &[rt1(100, 1, 0, false)], one_guest);
+    }
+    // Retried: 2 late in 200 lent is what it shows without guests.
+    assert!(c.allows(1, 2 * S));
+    assert!(c
+        .observe(2 * S, &[rt1(200, 2, 0, true)], one_guest)
+        .is_empty());
+    // Only the first, stalled, window was late (no baseline yet then).
+    assert_eq!(c.status(2 * S)[0].lends_late, 1);
+}
