@@ -248,19 +248,7 @@ fn old_observations_without_evidence_still_parse() {
 // --- Inside the balancer ---
 
 fn hog(id: u64, place: Place) -> TaskObs {
-    TaskObs {
-        id,
-        class: TaskClass::Linux,
-        place,
-        runnable: true,
-        user_ns: 50 * MS,
-        kernel_ns: 0,
-        voluntary: 0,
-        involuntary: 5,
-        total_ns: 0,
-        np_entered: false,
-        kernel_entries: None,
-    }
+    crate::balance::tests::busy(id, TaskClass::Linux, place)
 }
 
 /// One window of a 2-CPU machine (CPU 1 RT) whose lent windows the host stalls
