@@ -21,7 +21,7 @@ mod engine;
 
 pub use rtmgr_core::balance::lbu::{completion, BalancerKind, LbResult, TaskReport, ALL_BALANCERS};
 use rtmgr_core::balance::scenario::{Scenario, Sched};
-use rtmgr_core::balance::{LendingStatus, PolicyConfig};
+use rtmgr_core::balance::{LendingPrior, LendingStatus, PolicyConfig};
 use rtmgr_core::class::TaskClass;
 use rtmgr_core::CpuSet;
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,9 @@ pub struct SimConfig {
     /// preempts a vCPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostModel>,
+    /// What a host test told the rtmgr policy before the start (taken as fresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_prior: Option<LendingPrior>,
 }
 
 /// A host that preempts busy vCPUs (docs/lending.md: what this VM's host
@@ -74,7 +77,8 @@ pub struct HostModel {
     pub rate_per_s: f64,
     /// How long a preempted vCPU does not run (the host's time slice).
     pub slice_ns: u64,
-    /// Busy vCPUs needed for the host to preempt one (0: all of them).
+    /// Busy vCPUs needed for the host to preempt one (0: all of them; more
+    /// than the machine has: never).
     #[serde(default)]
     pub busy_vcpus: u32,
 }
@@ -143,6 +147,7 @@ impl SimConfig {
             },
             keep_trace: false,
             host: None,
+            lending_prior: None,
         }
     }
 }
@@ -162,6 +167,11 @@ pub struct TaskDef {
     /// Work between two non-preemptible (kernel) sections, and their length.
     pub np_every_ns: u64,
     pub np_len_ns: u64,
+    /// Sleeps to absolute releases every `burst_ns + sleep_ns` (a latency
+    /// probe): its wake-up latency counts from the release, and a release
+    /// passed while it was late comes at once.
+    #[serde(default)]
+    pub periodic: bool,
 }
 
 impl TaskDef {
@@ -193,6 +203,7 @@ pub fn tasks_from_scenario(sc: &Scenario, cpus: u32) -> Vec<TaskDef> {
             sleep_ns: t.sleep_us.saturating_mul(1000),
             np_every_ns: t.kernel_every.saturating_mul(sc.iter_ns),
             np_len_ns: t.kernel_us.saturating_mul(1000),
+            periodic: t.periodic,
         })
         .collect()
 }
@@ -264,5 +275,7 @@ pub enum SimError {
     HostModel(String),
 }
 
+#[cfg(test)]
+mod host_tests;
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,7 @@ fn linux(name: &str, cpus: u32, work_ms: u64) -> TaskDef {
         sleep_ns: 0,
         np_every_ns: 0,
         np_len_ns: 0,
+        periodic: false,
     }
 }
 
@@ -29,6 +30,7 @@ fn rt0(name: &str, cpu: u32, busy_ms: u64, sleep_ms: u64, work_ms: u64) -> TaskD
         sleep_ns: sleep_ms * MS,
         np_every_ns: 0,
         np_len_ns: 0,
+        periodic: false,
     }
 }
 

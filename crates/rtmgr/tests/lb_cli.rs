@@ -44,6 +44,57 @@ fn malformed_scenario_is_refused_with_its_line() {
 }
 
 #[test]
+fn host_model_flag_is_checked_and_reported() {
+    let f = scenario(
+        "cpus = 2\nrt_cpus = 1\n{\n instances = 3\n loop = 3000000\n}\n{\n cpu_mask = 0x2\n sched = FIFO\n priority = 99\n loop = 10000000\n sloop = 5\n sleep = 245\n periodic = 1\n}\n",
+    );
+    let out = Command::new(BIN)
+        .args(["lb", "--sim", "--host-preempt", "4"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--host-preempt") && err.contains("RATE,SLICE_MS"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let run = |json: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "lb",
+            "--sim",
+            "--balancer",
+            "shield,rtmgr",
+            "--host-preempt",
+            "4,9",
+        ]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.arg(f.path()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = run(false);
+    assert!(text.contains("host model (rtmgr):"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+    let cpu1 = &v["runs"][1]["report"]["host"]["lending"][0];
+    assert_eq!(cpu1["cpu"], 1);
+    let off = cpu1["off_periods"].as_array().unwrap();
+    assert!(!off.is_empty(), "{cpu1}");
+    assert!(off[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("stalled by the host"));
+}
+
+#[test]
 fn simulated_ab_run_is_json_and_deterministic() {
     let f = scenario(
         "cpus = 2\nrt_cpus = 1\n{\n instances = 3\n loop = 100000\n}\n{\n cpu_mask = 0x2\n sched = FIFO\n priority = 99\n loop = 10000000\n sloop = 900\n sleep = 100\n}\n",

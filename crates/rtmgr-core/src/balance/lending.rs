@@ -18,7 +18,10 @@ pub struct LendingConfig {
     /// How many of the last lent windows are judged together (1..=32).
     pub judge_windows: u32,
     /// Lending stops when this many of them had a late sample the host
-    /// stalled (steal advancing, or a vCPU that did not run).
+    /// stalled (steal advancing, or a vCPU that did not run). One, by
+    /// default: a stalled probe misses every release the stall covers (a
+    /// 9 ms stall is 36 late samples at 250 µs), so a second stall would
+    /// already put the p99.9 of a minute's run over the shield's.
     pub stalled_to_stop: u32,
     /// ... or when this many were late beyond the guest-free baseline
     /// (in-guest causes the latency guard did not stop).
@@ -42,9 +45,9 @@ impl Default for LendingConfig {
     fn default() -> Self {
         LendingConfig {
             enabled: true,
-            judge_windows: 4,
-            stalled_to_stop: 2,
-            late_to_stop: 3,
+            judge_windows: 20,
+            stalled_to_stop: 1,
+            late_to_stop: 4,
             late_tolerance: 1.2,
             retry_initial_ns: 2_000_000_000,
             retry_max_ns: 64_000_000_000,
@@ -120,8 +123,8 @@ pub struct OffPeriod {
 pub struct LendingStatus {
     pub cpu: u32,
     pub lending: bool,
-    /// Why lending is off, e.g. "lending off on CPU 0: 3 of 4 lends stalled
-    /// by the host, 9.0 ms each; retry in 64 s".
+    /// Why lending is off, e.g. "lending off on CPU 0: 2 of 7 lent windows
+    /// stalled by the host, 9.0 ms each; retry in 64 s".
     pub reason: Option<String>,
     pub retry_at_ns: Option<u64>,
     /// Lent windows judged (a window in which the CPU had a guest and the probe sampled).
@@ -297,6 +300,16 @@ impl CpuLending {
 
     /// Judge one window; true if lending stopped in it.
     fn observe(&mut self, cfg: &LendingConfig, now: u64, c: &CpuObs, guests: usize) -> bool {
+        if c.samples > 0 && c.lent_ns == 0 {
+            // Guest-free, lending on or off: what the CPU's own tasks cost.
+            self.free_late += c.late_samples;
+            self.free_samples += c.samples;
+            if self.free_samples > 1_000_000 {
+                self.free_late /= 2;
+                self.free_samples /= 2;
+            }
+            return false;
+        }
         if let Some(until) = self.off_until_ns {
             if now < until {
                 return false;
@@ -309,15 +322,6 @@ impl CpuLending {
             }
         }
         if c.samples == 0 {
-            return false;
-        }
-        if c.lent_ns == 0 {
-            self.free_late += c.late_samples;
-            self.free_samples += c.samples;
-            if self.free_samples > 1_000_000 {
-                self.free_late /= 2;
-                self.free_samples /= 2;
-            }
             return false;
         }
         let expected = if self.free_samples == 0 {
@@ -364,11 +368,11 @@ impl CpuLending {
         let cause = if n_stalled >= cfg.stalled_to_stop as usize {
             let each = steal / n_stalled as u64;
             format!(
-                "{n_stalled} of {n} lends stalled by the host, {} each",
+                "{n_stalled} of {n} lent windows stalled by the host, {} each",
                 ms(each)
             )
         } else if late >= cfg.late_to_stop as usize {
-            format!("{late} of {n} lends late beyond the guest-free tail")
+            format!("{late} of {n} lent windows late beyond the guest-free tail")
         } else {
             return false;
         };

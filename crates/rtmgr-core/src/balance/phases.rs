@@ -19,7 +19,7 @@ impl Balancer {
         self.track_seats(&s);
         self.forget_unseen(&s);
         self.trip_latency_guards(&mut s);
-        self.judge_lending(&mut s);
+        self.judge_lending(&s);
         self.evict_guests(&mut s);
         self.weigh_loads(&mut s);
         self.return_idle_guests(&mut s);
@@ -125,7 +125,7 @@ impl Balancer {
     /// Phase 4b (§2.1's promise kept by measurement, `lending.rs`): the
     /// lending controller judges each RT CPU's window, lent or guest-free;
     /// a CPU whose lends harm its RT tasks stops being lent.
-    fn judge_lending(&mut self, s: &mut Step) {
+    fn judge_lending(&mut self, s: &Step) {
         let tasks = &s.obs.tasks;
         let guests = |cpu: u32| {
             tasks
@@ -133,7 +133,8 @@ impl Balancer {
                 .filter(|t| t.place == Place::Rt(cpu) && movable(t))
                 .count()
         };
-        s.lending_stopped = self.lending.observe(s.now, &s.obs.cpus, guests);
+        // The CPUs it stops are no longer `allows`ed: `evict_guests` empties them.
+        self.lending.observe(s.now, &s.obs.cpus, guests);
     }
 
     /// Phase 5 (§2.2, the migration trigger from user space): guests leave
@@ -149,7 +150,7 @@ impl Balancer {
                 Reason::NotAllowed
             } else if s.tripped.contains(&cpu) {
                 Reason::LatencyGuard
-            } else if s.lending_stopped.contains(&cpu) || !self.lending.allows(cpu, s.now) {
+            } else if !self.lending.allows(cpu, s.now) {
                 Reason::LendingOff
             } else if self.closed(cpu, s.now) {
                 Reason::NotAllowed
@@ -404,8 +405,6 @@ struct Step<'a> {
     rt_cpus: CpuMap<&'a CpuObs>,
     /// RT CPUs whose latency guard tripped in this step.
     tripped: Vec<u32>,
-    /// RT CPUs whose lending the controller stopped in this step.
-    lending_stopped: Vec<u32>,
     moves: Vec<Move>,
     /// Tasks that a move of this step sends back to the NRT CPUs or fills in.
     moved: BTreeMap<TaskId, ()>,
@@ -433,7 +432,6 @@ impl<'a> Step<'a> {
                 .map(|c| (c.cpu, c))
                 .collect(),
             tripped: Vec::new(),
-            lending_stopped: Vec::new(),
             moves: Vec::new(),
             moved: BTreeMap::new(),
             cap_nrt: 0.0,

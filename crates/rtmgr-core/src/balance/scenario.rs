@@ -42,6 +42,11 @@ pub struct TaskSpec {
     pub kernel_every: u64,
     /// Length of each kernel-heavy (system-call, non-preemptible) phase, µs.
     pub kernel_us: u64,
+    /// Sleep to absolute releases every sloop + sleep, like evaluate's
+    /// latency probe (simulator: latency counts from the release, and a
+    /// release passed while late is run at once); false: sleep `sleep` µs.
+    #[serde(default)]
+    pub periodic: bool,
 }
 
 impl TaskSpec {
@@ -166,6 +171,7 @@ struct Block {
     instances: Option<u64>,
     kernel_every: Option<(usize, u64)>,
     kernel_us: Option<u64>,
+    periodic: Option<(usize, u64)>,
 }
 
 const TASK_KEYS: &[&str] = &[
@@ -179,6 +185,7 @@ const TASK_KEYS: &[&str] = &[
     "instances",
     "kernel_every",
     "kernel_us",
+    "periodic",
 ];
 const GLOBAL_KEYS: &[&str] = &["cpus", "rt_cpus", "iter_ns"];
 
@@ -212,6 +219,7 @@ impl Block {
             "instances" => self.instances = Some(number(line, key, v)?),
             "kernel_every" => self.kernel_every = Some((line, number(line, key, v)?)),
             "kernel_us" => self.kernel_us = Some(number(line, key, v)?),
+            "periodic" => self.periodic = Some((line, number(line, key, v)?)),
             _ => unreachable!("key list"),
         }
         Ok(())
@@ -254,6 +262,11 @@ impl Block {
             let l = self.kernel_every.map_or(self.line, |k| k.0);
             return err(l, "kernel_every and kernel_us go together (both > 0)");
         }
+        let periodic = match self.periodic {
+            Some((l, p)) if p > 1 => return err(l, "periodic must be 0 or 1"),
+            Some((l, 1)) if sloop == 0 => return err(l, "periodic needs sloop and sleep"),
+            p => p.is_some_and(|p| p.1 == 1),
+        };
         Ok(TaskSpec {
             name: self.name.unwrap_or_else(|| format!("task{index}")),
             line: self.line,
@@ -266,6 +279,7 @@ impl Block {
             instances: instances as u32,
             kernel_every,
             kernel_us,
+            periodic,
         })
     }
 }
@@ -417,6 +431,9 @@ mod tests {
         assert_eq!(names, ["hog#1", "hog#2", "hog#3", "task1"]);
         assert_eq!(s.tasks[0].kernel_every, 100);
         assert_eq!(s.tasks[1].class(), TaskClass::Rt1 { priority: 40 });
+        assert!(!s.tasks[0].periodic);
+        let p = parse("{\n loop = 9\n sloop = 5\n sleep = 245\n periodic = 1\n}\n").unwrap();
+        assert!(p.tasks[0].periodic);
     }
 
     #[test]
@@ -454,6 +471,16 @@ mod tests {
             ("# nothing\n", 1, "no task block"),
             ("{\n loop =\n}\n", 2, "missing value"),
             ("rt_cpus = 3-1\n{\n loop = 1\n}\n", 1, "reversed"),
+            (
+                "{\n loop = 1\n periodic = 2\n}\n",
+                3,
+                "periodic must be 0 or 1",
+            ),
+            (
+                "{\n loop = 1\n periodic = 1\n}\n",
+                3,
+                "periodic needs sloop",
+            ),
         ];
         for (text, line, needle) in cases {
             let e = parse(text).expect_err(text);

@@ -26,7 +26,7 @@ fn cpus(nrt: &[u32], rt: &[(u32, f64)]) -> Vec<CpuObs> {
     v
 }
 
-fn busy(id: TaskId, class: TaskClass, place: Place) -> TaskObs {
+pub(super) fn busy(id: TaskId, class: TaskClass, place: Place) -> TaskObs {
     TaskObs {
         id,
         class,

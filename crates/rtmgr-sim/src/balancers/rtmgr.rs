@@ -24,8 +24,12 @@ pub(crate) struct Rtmgr {
 
 impl Rtmgr {
     pub(crate) fn new(cfg: &SimConfig) -> Self {
+        let mut policy = Policy::new(cfg.policy.clone());
+        if let Some(p) = &cfg.lending_prior {
+            policy.set_lending_prior(p.clone(), p.measured_at_unix_s);
+        }
         Rtmgr {
-            policy: Policy::new(cfg.policy.clone()),
+            policy,
             sample_ns: cfg.sample_ns,
             last_sample: 0,
             places: Vec::new(),

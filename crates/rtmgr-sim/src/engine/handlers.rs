@@ -40,7 +40,12 @@ impl Machine {
             let t = &mut self.tasks[ti as usize];
             t.state = State::Sleeping;
             t.w_vol += 1;
-            let at = now + t.def.sleep_ns;
+            let at = if t.def.periodic {
+                t.release += t.def.burst_ns + t.def.sleep_ns;
+                t.release.max(now)
+            } else {
+                now + t.def.sleep_ns
+            };
             self.queue.push(at, Ev::Wake { task: ti });
             self.dispatch(cpu, b);
             return;
@@ -71,7 +76,8 @@ impl Machine {
         if t.state != State::Sleeping {
             return;
         }
-        t.wake_at = Some(now);
+        // A periodic task is late from its release (at or before now).
+        t.wake_at = Some(if t.def.periodic { t.release } else { now });
         let t = &self.tasks[ti as usize];
         let prev = t.cpu;
         let cpu = if self.allows(ti, prev)

@@ -18,7 +18,7 @@ impl Machine {
         let needed = if host.busy_vcpus == 0 {
             n
         } else {
-            host.busy_vcpus.min(n)
+            host.busy_vcpus
         };
         if busy >= needed && self.cpus[cpu as usize].running.is_some() {
             self.stall(cpu, host.slice_ns);

@@ -42,6 +42,8 @@ pub(crate) struct Task {
     /// `total_ns` when the task last started running (the stint's start).
     pub(super) stint_from: u64,
     pub(super) wake_at: Option<u64>,
+    /// A periodic task's next release (see `TaskDef::periodic`).
+    pub(super) release: u64,
     pub(crate) w_vol: u64,
     pub(crate) w_invol: u64,
     // accounting
@@ -213,6 +215,7 @@ impl Machine {
                 np_left: 0,
                 slice_left: cfg.slice_ns as i64,
                 wake_at: None,
+                release: 0,
                 movable,
                 cpu: 0,
                 state: State::Sleeping,

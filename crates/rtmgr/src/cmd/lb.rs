@@ -40,6 +40,13 @@ pub struct LbArgs {
     /// Simulator: stop after this many simulated seconds.
     #[arg(long, default_value_t = 3600)]
     pub max_s: u64,
+    /// Simulator: a host that preempts a busy vCPU RATE times a second for
+    /// SLICE_MS while BUSY vCPUs (default all) are busy (docs/lending.md).
+    #[arg(long, value_name = "RATE,SLICE_MS[,BUSY]", requires = "sim")]
+    pub host_preempt: Option<String>,
+    /// Simulator: the rtmgr policy without its lending controller (what blind lending costs).
+    #[arg(long, requires = "sim")]
+    pub no_lending_control: bool,
     /// Live: partition journal to use (default: rtmgr's).
     #[arg(long, value_name = "PATH")]
     pub journal: Option<PathBuf>,
@@ -121,6 +128,13 @@ pub fn sim_config(sc: &Scenario, args: &LbArgs, b: BalancerKind) -> anyhow::Resu
     cfg.seed = args.seed;
     cfg.sample_ns = args.sample_ms.max(1) * 1_000_000;
     cfg.max_ns = args.max_s.saturating_mul(1_000_000_000);
+    if let Some(spec) = &args.host_preempt {
+        match rtmgr_sim::HostModel::parse(spec) {
+            Ok(h) => cfg.host = Some(h),
+            Err(e) => return bad_input(format!("--host-preempt: {e}")),
+        }
+    }
+    cfg.policy.lending.enabled = !args.no_lending_control;
     Ok(cfg)
 }
 
@@ -190,6 +204,34 @@ pub fn run(args: LbArgs) -> anyhow::Result<Outcome> {
         print_tables(&report.runs);
     }
     Ok(Outcome::Ok)
+}
+
+/// The host model's line for a run, and the lending controller's state.
+fn print_host(balancer: &str, h: &rtmgr_sim::HostReport, result: &LbResult) {
+    let steal: Vec<String> = h
+        .steal_ns
+        .iter()
+        .map(|s| format!("{:.0}", *s as f64 / 1e6))
+        .collect();
+    println!(
+        "host model ({balancer}): {} stalls of {:.1} ms, steal per CPU ms {}, rt0 p99.9 {} us",
+        h.stalls,
+        h.model.slice_ns as f64 / 1e6,
+        steal.join("/"),
+        us(result.rt0_latency.get(999_000))
+    );
+    for l in &h.lending {
+        let state = l
+            .reason
+            .clone()
+            .unwrap_or_else(|| format!("lending on CPU {}", l.cpu));
+        println!(
+            "  {state} ({} lent windows, {} stalled, {} off periods)",
+            l.lends,
+            l.lends_stalled,
+            l.off_periods.len()
+        );
+    }
 }
 
 fn secs(ns: Option<u64>) -> String {
@@ -272,6 +314,16 @@ pub fn print_tables(runs: &[LbRun]) {
             r.events_per_s
                 .map_or("-".into(), |e| format!("{:.1}", e / 1e6)),
         );
+    }
+    for r in runs {
+        if let RunReport::Sim(SimReport {
+            host: Some(h),
+            result,
+            ..
+        }) = &r.report
+        {
+            print_host(&r.balancer, h, result);
+        }
     }
     let unfinished: usize = runs.iter().map(|r| r.report.result().unfinished).sum();
     if unfinished > 0 {

@@ -10,7 +10,7 @@ const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 
 /// RT CPU 1's window: `samples` probe samples, `late` of them late,
-/// `stalled` of those stalled by the host (with 9 ms steal each), lent or not.
+/// `stalled` of those stalled by the host (9 ms steal in the window), lent or not.
 fn rt1(samples: u64, late: u64, stalled: u64, lent: bool) -> CpuObs {
     CpuObs {
         cpu: 1,
@@ -18,7 +18,7 @@ fn rt1(samples: u64, late: u64, stalled: u64, lent: bool) -> CpuObs {
         samples,
         late_samples: late,
         host_stalled_samples: stalled,
-        steal_ns: stalled * 9 * MS,
+        steal_ns: if stalled > 0 { 9 * MS } else { 0 },
         lent_ns: if lent { 50 * MS } else { 0 },
         ..Default::default()
     }
@@ -30,7 +30,11 @@ fn one_guest(_: u32) -> usize {
 
 #[test]
 fn a_host_that_stalls_lends_stops_lending_and_says_why() {
-    let mut c = LendingControl::new(LendingConfig::default());
+    let cfg = LendingConfig {
+        stalled_to_stop: 2,
+        ..Default::default()
+    };
+    let mut c = LendingControl::new(cfg);
     assert!(c.observe(0, &[rt1(200, 0, 0, false)], one_guest).is_empty());
     assert!(c
         .observe(50 * MS, &[rt1(200, 1, 1, true)], one_guest)
@@ -43,7 +47,7 @@ fn a_host_that_stalls_lends_stops_lending_and_says_why() {
     assert!(!st.lending);
     assert_eq!(
         st.reason.as_deref(),
-        Some("lending off on CPU 1: 2 of 2 lends stalled by the host, 9.0 ms each; retry in 2 s")
+        Some("lending off on CPU 1: 2 of 2 lent windows stalled by the host, 9.0 ms each; retry in 2 s")
     );
     assert_eq!(st.retry_at_ns, Some(100 * MS + 2 * S));
     assert_eq!((st.lends, st.lends_stalled), (2, 2));
@@ -73,6 +77,21 @@ fn a_host_that_stalls_lends_stops_lending_and_says_why() {
 }
 
 #[test]
+fn by_default_one_stalled_lent_window_stops_lending() {
+    let mut c = LendingControl::new(LendingConfig::default());
+    assert!(c.observe(0, &[rt1(200, 0, 0, true)], one_guest).is_empty());
+    assert_eq!(
+        c.observe(50 * MS, &[rt1(200, 36, 36, true)], one_guest),
+        [1]
+    );
+    let reason = c.status(50 * MS)[0].reason.clone().unwrap();
+    assert!(
+        reason.contains("1 of 2 lent windows stalled by the host, 9.0 ms each"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn a_host_that_does_not_stall_keeps_lending() {
     let mut c = LendingControl::new(LendingConfig::default());
     for k in 0..1000 {
@@ -99,11 +118,14 @@ fn in_guest_harm_halves_the_guest_cap_then_stops_lending() {
     assert_eq!(c.guest_cap(1), 3);
     c.observe(150 * MS, &[rt1(200, 3, 0, true)], |_| 3);
     assert_eq!(c.guest_cap(1), 1);
-    let stopped = c.observe(200 * MS, &[rt1(200, 3, 0, true)], one_guest);
+    assert!(c
+        .observe(200 * MS, &[rt1(200, 3, 0, true)], one_guest)
+        .is_empty());
+    let stopped = c.observe(250 * MS, &[rt1(200, 3, 0, true)], one_guest);
     assert_eq!(stopped, vec![1]);
-    let reason = c.status(200 * MS)[0].reason.clone().unwrap();
+    let reason = c.status(250 * MS)[0].reason.clone().unwrap();
     assert!(
-        reason.contains("3 of 4 lends late beyond the guest-free tail"),
+        reason.contains("4 of 5 lent windows late beyond the guest-free tail"),
         "{reason}"
     );
 }
@@ -181,7 +203,7 @@ fn malformed_configs_give_one_clear_error() {
             "judge_windows must be 1..=32",
         ),
         (
-            "[lending]\nstalled_to_stop = 9\n",
+            "[lending]\nstalled_to_stop = 21\n",
             "stalled_to_stop must be 1..=judge_windows",
         ),
         (
@@ -226,19 +248,7 @@ fn old_observations_without_evidence_still_parse() {
 // --- Inside the balancer ---
 
 fn hog(id: u64, place: Place) -> TaskObs {
-    TaskObs {
-        id,
-        class: TaskClass::Linux,
-        place,
-        runnable: true,
-        user_ns: 50 * MS,
-        kernel_ns: 0,
-        voluntary: 0,
-        involuntary: 5,
-        total_ns: 0,
-        np_entered: false,
-        kernel_entries: None,
-    }
+    crate::balance::tests::busy(id, TaskClass::Linux, place)
 }
 
 /// One window of a 2-CPU machine (CPU 1 RT) whose lent windows the host stalls
@@ -314,4 +324,21 @@ fn the_controller_survives_runs_with_new_task_ids() {
     let moves = run_balancer(&mut second, 600 * MS, 10, true, 100);
     assert!(moves.iter().all(|m| m.to != Place::Rt(1)), "{moves:?}");
     assert_eq!(second.lending_status(S)[0].off_periods.len(), 1);
+}
+
+#[test]
+fn guest_free_windows_teach_the_baseline_while_lending_is_off() {
+    let mut c = LendingControl::new(LendingConfig::default());
+    assert_eq!(c.observe(0, &[rt1(200, 1, 1, true)], one_guest), [1]);
+    // Off for 2 s: the CPU's own tasks are late once in 100 samples.
+    for k in 1..40 {
+        c.observe(k * 50 * MS, &[rt1(100, 1, 0, false)], one_guest);
+    }
+    // Retried: 2 late in 200 lent is what it shows without guests.
+    assert!(c.allows(1, 2 * S));
+    assert!(c
+        .observe(2 * S, &[rt1(200, 2, 0, true)], one_guest)
+        .is_empty());
+    // Only the first, stalled, window was late (no baseline yet then).
+    assert_eq!(c.status(2 * S)[0].lends_late, 1);
 }
