@@ -79,6 +79,31 @@ impl ReserveRequest {
             cache_share: None,
         }
     }
+
+    /// Builder: the class, "rt0" or "rt1[:PRIO]".
+    pub fn with_class(mut self, class: impl Into<String>) -> Self {
+        self.class = class.into();
+        self
+    }
+
+    /// Builder: locked memory the client needs (bytes), counted against
+    /// MemAvailable and the client's rule.
+    pub fn with_memlock(mut self, bytes: u64) -> Self {
+        self.memlock_bytes = Some(bytes);
+        self
+    }
+
+    /// Builder: the I/O class of the reservation's threads.
+    pub fn with_io_class(mut self, class: IoClass) -> Self {
+        self.io_class = Some(class.as_str().into());
+        self
+    }
+
+    /// Builder: the share of the last-level cache the threads need, 0..1.
+    pub fn with_cache_share(mut self, share: f64) -> Self {
+        self.cache_share = Some(share);
+        self
+    }
 }
 
 /// A reserve request that passed validation.
@@ -103,6 +128,16 @@ pub enum IoClass {
     Rt,
     /// IOPRIO_CLASS_BE: left with the time-sharing work.
     Be,
+}
+
+impl IoClass {
+    /// Its name on the wire: "rt" or "be".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoClass::Rt => "rt",
+            IoClass::Be => "be",
+        }
+    }
 }
 
 impl std::str::FromStr for IoClass {

@@ -96,6 +96,28 @@ fn validation_errors_and_resource_fields() {
 }
 
 #[test]
+fn the_builder_sets_the_resource_fields_as_the_wire_spells_them() {
+    let r = ReserveRequest::new(4_000_000, 1_000_000)
+        .with_class("rt1:30")
+        .with_memlock(8 << 20)
+        .with_io_class(IoClass::Be)
+        .with_cache_share(0.5);
+    let line = Request::new(Op::Reserve(r.clone())).to_line();
+    for field in [
+        "\"class\":\"rt1:30\"",
+        "\"memlock_bytes\":8388608",
+        "\"io_class\":\"be\"",
+        "\"cache_share\":0.5",
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+    let v = r.validate().unwrap();
+    assert_eq!(v.io_class, Some(IoClass::Be));
+    let bad = ReserveRequest::new(4_000_000, 1_000_000).with_cache_share(1.5);
+    assert!(matches!(bad.validate(), Err(reserve::Invalid::Error(_))));
+}
+
+#[test]
 fn responses_round_trip() {
     let r = Response::refused(RefusalKind::Rate, "slow down");
     let back = parse_response(r.to_line().as_bytes()).unwrap();

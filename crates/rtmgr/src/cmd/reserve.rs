@@ -4,6 +4,7 @@
 //! itself, then becomes CMD (exec): the reservation lives as long as CMD.
 
 use super::{bad_input, Outcome};
+use rtmgr_core::admission::memory::{fmt_bytes, parse_bytes};
 use rtmgr_core::admission::{fmt_duration, parse_duration};
 use rtmgr_rt::client::{socket_path, Client, ClientError, IrqRef, ReservationInfo, ReserveRequest};
 use std::os::unix::process::CommandExt;
@@ -33,10 +34,36 @@ pub struct ReserveArgs {
     #[arg(long)]
     pub name: Option<String>,
     #[command(flatten)]
+    pub resources: ResourceArgs,
+    #[command(flatten)]
     pub socket: SocketArg,
     /// The program to run under the reservation.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// Resources beside CPU time (DROPS §4.3–4.4), served by the daemon's
+/// `[resources]`: refused with the numbers when the machine cannot give them.
+#[derive(clap::Args)]
+pub struct ResourceArgs {
+    /// Locked memory the program needs, e.g. 64M (counted against MemAvailable
+    /// and the client rule's memlock; RLIMIT_MEMLOCK is raised to it).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub mlock: Option<u64>,
+    /// I/O class of the program's threads: rt or be (default: the daemon's).
+    #[arg(long, value_name = "CLASS", value_parser = clap::builder::PossibleValuesParser::new(["rt", "be"]))]
+    pub io_class: Option<String>,
+    /// Share of the L3 cache the program needs, 0..1 (where resctrl exists).
+    #[arg(long, value_name = "F")]
+    pub cache_share: Option<f64>,
+}
+
+impl ResourceArgs {
+    fn apply(self, r: &mut ReserveRequest) {
+        r.memlock_bytes = self.mlock;
+        r.io_class = self.io_class;
+        r.cache_share = self.cache_share;
+    }
 }
 
 #[derive(clap::Args)]
@@ -88,6 +115,7 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
         Ok(n) => IrqRef::Number(n),
         Err(_) => IrqRef::Name(s),
     });
+    a.resources.apply(&mut r);
     if let Err(rtmgr_core::protocol::Invalid::Error(e)) = r.validate() {
         return bad_input(e.message);
     }
@@ -103,7 +131,7 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
 }
 
 fn describe(g: &ReservationInfo) -> String {
-    format!(
+    let mut s = format!(
         "reservation {} on CPU {}: {} {} every {} (deadline {})",
         g.id,
         g.cpu,
@@ -111,7 +139,17 @@ fn describe(g: &ReservationInfo) -> String {
         fmt_duration(g.budget_ns),
         fmt_duration(g.period_ns),
         fmt_duration(g.deadline_ns)
-    )
+    );
+    if let Some(b) = g.memlock_reserved {
+        s += &format!("; locked memory {} reserved", fmt_bytes(b));
+    }
+    if let Some(c) = &g.io_class {
+        s += &format!("; I/O class {c}");
+    }
+    if let Some(c) = &g.cache {
+        s += &format!("; cache: {c}");
+    }
+    s
 }
 
 pub fn list(a: ListArgs) -> anyhow::Result<Outcome> {
