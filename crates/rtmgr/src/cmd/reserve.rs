@@ -1,7 +1,9 @@
-//! `rtmgr reserve … -- CMD`, `rtmgr reservations`, `rtmgr release ID`: the
-//! daemon's client on the command line (budget-based RTAI §3: W every P;
-//! DROPS §4.1: resources on request). `reserve` asks for the reservation for
-//! itself, then becomes CMD (exec): the reservation lives as long as CMD.
+//! `rtmgr reserve … -- CMD`, `rtmgr reserve --pid PID …`, `rtmgr
+//! reservations`, `rtmgr release ID`: the daemon's client on the command line
+//! (budget-based RTAI §3: W every P; DROPS §4.1: resources on request).
+//! `reserve` asks for the reservation for itself, then becomes CMD (exec):
+//! the reservation lives as long as CMD; with `--pid` it is for an existing
+//! process, and lives as long as that one.
 
 use super::{bad_input, Outcome};
 use rtmgr_core::admission::memory::{fmt_bytes, parse_bytes};
@@ -37,9 +39,27 @@ pub struct ReserveArgs {
     pub resources: ResourceArgs,
     #[command(flatten)]
     pub socket: SocketArg,
-    /// The program to run under the reservation.
-    #[arg(last = true, required = true)]
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The program to run under the reservation (not with --pid).
+    #[arg(last = true, required_unless_present = "pid")]
     pub command: Vec<String>,
+}
+
+/// An existing process to put under the reservation instead of a program
+/// (root; or a user whose [[client]] rule has existing_processes, for its
+/// own processes). The reservation ends when that process exits.
+#[derive(clap::Args)]
+pub struct TargetArgs {
+    /// The process (its main thread unless --all-threads or --tid).
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Every thread the process has now.
+    #[arg(long, requires = "pid", conflicts_with = "tid")]
+    pub all_threads: bool,
+    /// These threads of the process.
+    #[arg(long, value_name = "TID", requires = "pid", num_args = 1..)]
+    pub tid: Vec<u32>,
 }
 
 /// Resources beside CPU time (DROPS §4.3–4.4), served by the daemon's
@@ -116,6 +136,9 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
         Err(_) => IrqRef::Name(s),
     });
     a.resources.apply(&mut r);
+    r.pid = a.target.pid;
+    r.all_threads = a.target.all_threads;
+    r.threads = a.target.tid;
     if let Err(rtmgr_core::protocol::Invalid::Error(e)) = r.validate() {
         return bad_input(e.message);
     }
@@ -124,6 +147,10 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
         Err(e) => return client_err(e),
     };
     eprintln!("rtmgr: {}", describe(&granted));
+    if a.target.pid.is_some() {
+        // The reservation is the process's now, until it exits (or release).
+        return Ok(Outcome::Ok);
+    }
     let err = std::process::Command::new(&a.command[0])
         .args(&a.command[1..])
         .exec();
@@ -131,9 +158,12 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
 }
 
 fn describe(g: &ReservationInfo) -> String {
+    let threads: Vec<String> = g.threads.iter().map(u32::to_string).collect();
     let mut s = format!(
-        "reservation {} on CPU {}: {} {} every {} (deadline {})",
+        "reservation {} for process {} (threads {}) on CPU {}: {} {} every {} (deadline {})",
         g.id,
+        g.pid,
+        threads.join(","),
         g.cpu,
         g.policy,
         fmt_duration(g.budget_ns),
