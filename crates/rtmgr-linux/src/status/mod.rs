@@ -4,8 +4,10 @@
 //! Read-only: nothing here changes the machine. One module per group of items:
 //! the machine and hypervisor, the partition and boot isolation, the kernel's
 //! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs,
-//! and the programs (irqbalance, tuned) that would undo part of a partition.
+//! the programs (irqbalance, tuned) that would undo part of a partition, and
+//! cache allocation (resctrl).
 
+mod cache;
 mod irqs;
 mod kernel;
 mod machine;
@@ -14,6 +16,7 @@ mod rt_permission;
 mod services;
 mod unmovable;
 
+pub use cache::{cache_allocation, CacheAllocation};
 pub use kernel::{kernel_config, preemption};
 pub use machine::steal_shares;
 pub use rt_permission::facts as rt_permission_facts;
@@ -63,6 +66,8 @@ pub struct StatusReport {
     pub unmovable_irqs: Vec<IrqHit>,
     /// What `--rt-cpus auto` would choose, and why.
     pub rt_choice: Option<RtChoice>,
+    /// resctrl, the L3's CLOS and ways, and the daemon's cache split here.
+    pub cache_allocation: CacheAllocation,
 }
 
 pub(super) fn item(
@@ -115,6 +120,8 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     let applied_rt = applied.as_ref().map(|a| &a.plan.rt);
     items.push(services::irqbalance_item(host, applied_rt));
     items.push(services::tuned_item(host, applied_rt));
+    let cache_allocation = cache::cache_allocation(host);
+    items.push(cache::cache_item(&cache_allocation));
     StatusReport {
         schema: "rtmgr.status/1",
         items,
@@ -122,6 +129,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
         pinned_kthreads: pinned,
         unmovable_irqs: facts.hits,
         rt_choice: rt.and_then(|r| r.choice),
+        cache_allocation,
     }
 }
 
