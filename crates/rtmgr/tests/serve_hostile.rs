@@ -68,7 +68,7 @@ fn hostile_lines(me: u32, other_pid: u32) -> Vec<(String, Vec<u8>)> {
     }
     for ver in [
         "0",
-        "2",
+        "3",
         "999",
         r#""1""#,
         "null",
@@ -140,6 +140,13 @@ fn hostile_lines(me: u32, other_pid: u32) -> Vec<(String, Vec<u8>)> {
     ] {
         for _ in 0..10 {
             v.push(("more than the machine has".into(), format!(r#"{{"v":1,"op":"reserve","period_ns":10000000,"budget_ns":1000000,"threads":[{me}],{f}}}"#).into_bytes()));
+        }
+    }
+    // Version 1 does not carry a target process; version 2 does, and a
+    // process that is not there is an error.
+    for (ver, pid) in [(1, other_pid), (2, 4_000_000), (2, 0)] {
+        for _ in 0..5 {
+            v.push(("a pid".into(), format!(r#"{{"v":{ver},"op":"reserve","period_ns":10000000,"budget_ns":1000000,"class":"rt1:5","pid":{pid}}}"#).into_bytes()));
         }
     }
     for tid in [1, other_pid, 4_000_000, i32::MAX as u32] {
