@@ -229,12 +229,7 @@ fn hostile_input_gets_refusals_or_errors_and_changes_nothing() {
     // Threads that exit while they are being granted.
     let mut c = live.client();
     for i in 0..20u64 {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = std::thread::spawn(move || {
-            tx.send(rtmgr_sys::sched::gettid()).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(i * 100));
-        });
-        let tid = rx.recv().unwrap();
+        let (h, tid) = thread_exiting_after(std::time::Duration::from_micros(i * 100));
         let mut r = rtmgr_rt::client::ReserveRequest::new(10_000_000, 1_000_000);
         r.threads = vec![tid];
         r.class = "rt1:5".into();

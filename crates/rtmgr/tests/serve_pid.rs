@@ -12,50 +12,34 @@ use rtmgr_core::protocol::ErrorCode;
 use rtmgr_rt::client::{ClientError, ReserveRequest};
 use rtmgr_sys::sched::{SCHED_DEADLINE, SCHED_FIFO, SCHED_OTHER};
 use serve_common::*;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 /// A process that wakes every 2 ms (a control loop's shape), as `uid` (None: root).
 fn periodic_sleeper(uid: Option<u32>) -> Child {
-    let loop_ = ["perl", "-e", "select(undef, undef, undef, 0.002) while 1"];
-    let mut c = match uid {
-        None => Command::new(loop_[0]),
-        Some(u) => {
-            let mut c = Command::new("setpriv");
-            c.args([
-                format!("--reuid={u}"),
-                format!("--regid={u}"),
-                "--clear-groups".into(),
-                loop_[0].into(),
-            ]);
-            c
-        }
-    };
-    c.args(&loop_[1..]).stdin(Stdio::null());
+    let mut c = command_as(uid, "perl");
+    c.args(["-e", "select(undef, undef, undef, 0.002) while 1"])
+        .stdin(Stdio::null());
     rtmgr_sys::child::ChildSetup::new()
         .kill_with_parent()
         .install(&mut c);
     c.spawn().unwrap()
 }
 
-/// `rtmgr reserve --pid …` as `uid` (None: root): exit code and stderr.
-fn reserve_pid(live: &Live, uid: Option<u32>, args: &[&str]) -> (Option<i32>, String) {
-    let mut c = match uid {
-        None => Command::new(BIN),
-        Some(u) => {
-            let mut c = Command::new("setpriv");
-            c.args([
-                format!("--reuid={u}"),
-                format!("--regid={u}"),
-                "--clear-groups".into(),
-                BIN.into(),
-            ]);
-            c
-        }
-    };
-    let o = c
+/// `rtmgr reserve --pid PID --period 10ms --budget 1ms EXTRA…` as `uid`
+/// (None: root): exit code and stderr.
+fn reserve_pid(live: &Live, uid: Option<u32>, pid: u32, extra: &[&str]) -> (Option<i32>, String) {
+    let o = command_as(uid, BIN)
         .args(["reserve", "--socket"])
         .arg(live.socket())
-        .args(args)
+        .args([
+            "--pid",
+            &pid.to_string(),
+            "--period",
+            "10ms",
+            "--budget",
+            "1ms",
+        ])
+        .args(extra)
         .output()
         .unwrap();
     (o.status.code(), String::from_utf8_lossy(&o.stderr).into())
@@ -68,38 +52,13 @@ fn root_reserves_for_a_running_process_until_it_exits() {
     let mut kids = Children::default();
     let hard = kids.add(periodic_sleeper(None));
     let soft = kids.add(periodic_sleeper(None));
-    let (code, err) = reserve_pid(
-        &live,
-        None,
-        &[
-            "--pid",
-            &hard.to_string(),
-            "--period",
-            "10ms",
-            "--budget",
-            "1ms",
-        ],
-    );
+    let (code, err) = reserve_pid(&live, None, hard, &[]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         err.contains(&format!("for process {hard} (threads {hard})")),
         "{err}"
     );
-    let (code, err) = reserve_pid(
-        &live,
-        None,
-        &[
-            "--pid",
-            &soft.to_string(),
-            "--all-threads",
-            "--period",
-            "10ms",
-            "--budget",
-            "1ms",
-            "--class",
-            "rt1:10",
-        ],
-    );
+    let (code, err) = reserve_pid(&live, None, soft, &["--all-threads", "--class", "rt1:10"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(policy_of(hard), Some(SCHED_DEADLINE));
     assert_eq!(policy_of(soft), Some(SCHED_FIFO));
@@ -116,18 +75,7 @@ fn root_reserves_for_a_running_process_until_it_exits() {
         listed(&mut c).is_empty()
     });
     // No such process: an error, nothing reserved.
-    let (code, err) = reserve_pid(
-        &live,
-        None,
-        &[
-            "--pid",
-            &hard.to_string(),
-            "--period",
-            "10ms",
-            "--budget",
-            "1ms",
-        ],
-    );
+    let (code, err) = reserve_pid(&live, None, hard, &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains(&format!("no process {hard}")), "{err}");
     assert!(d.stop().success());
@@ -141,23 +89,7 @@ fn another_user_s_process_is_refused_and_a_user_s_own_needs_its_rule() {
     let mut kids = Children::default();
     let roots = kids.add(periodic_sleeper(None));
     let own = kids.add(periodic_sleeper(Some(nobody)));
-    let soft = |pid: u32| {
-        [
-            "--pid".to_string(),
-            pid.to_string(),
-            "--period".into(),
-            "10ms".into(),
-            "--budget".into(),
-            "1ms".into(),
-            "--class".into(),
-            "rt1:10".into(),
-        ]
-    };
-    let ask = |pid: u32| {
-        let a = soft(pid);
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        reserve_pid(&live, Some(nobody), &a)
-    };
+    let ask = |pid: u32| reserve_pid(&live, Some(nobody), pid, &["--class", "rt1:10"]);
     let rules = "[[client]]\nusers = [\"root\"]\n[[client]]\nusers = [\"nobody\"]\nmax_priority = 20\nhard = false\n";
     // Without existing_processes in its rule: refused, even for its own.
     let d = live.start(rules);
@@ -211,12 +143,7 @@ fn threads_that_exit_while_they_are_granted_leave_no_grant() {
     // a grant (revoked when the thread goes), or `gone`, or not a thread.
     let (mut granted, mut gone_errors) = (0, 0);
     for i in 0..20u64 {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = std::thread::spawn(move || {
-            tx.send(rtmgr_sys::sched::gettid()).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(i * 100));
-        });
-        let tid = rx.recv().unwrap();
+        let (h, tid) = thread_exiting_after(std::time::Duration::from_micros(i * 100));
         let r = ReserveRequest::new(10_000_000, 1_000_000)
             .with_class("rt1:5")
             .for_process(me, vec![tid]);
