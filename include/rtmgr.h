@@ -57,6 +57,35 @@
 #define SCHED_FLAG_DL_OVERRUN 4
 
 /**
+ * The I/O class a reservation asks for, or got.
+ */
+enum RtmgrIoClass
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Asked: the daemon's default. Got: the class was left as it was.
+   */
+  RTMGR_IO_DEFAULT = 0,
+  /**
+   * IOPRIO_CLASS_RT: served before best-effort I/O.
+   */
+  RTMGR_IO_RT = 1,
+  /**
+   * IOPRIO_CLASS_BE: with the time-sharing work.
+   */
+  RTMGR_IO_BE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum RtmgrIoClass RtmgrIoClass;
+#else
+typedef int32_t RtmgrIoClass;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Result of `rtmgr_reserve` / `rtmgr_release`.
  */
 enum RtmgrReserveStatus
@@ -259,6 +288,39 @@ typedef struct RtmgrTask RtmgrTask;
 typedef struct RtmgrTaskGroup RtmgrTaskGroup;
 
 /**
+ * Everything a reservation may ask for. Fill it with
+ * `rtmgr_reserve_request_init` first, then change what you need.
+ */
+typedef struct RtmgrReserveRequest {
+  uint64_t period_ns;
+  uint64_t budget_ns;
+  /**
+   * 0: the period.
+   */
+  uint64_t deadline_ns;
+  /**
+   * "rt0" (hard, SCHED_DEADLINE; NULL means this) or "rt1[:PRIO]" (soft).
+   */
+  const char *class_name;
+  /**
+   * An RT CPU, or -1 for any.
+   */
+  int32_t cpu;
+  /**
+   * The I/O class of the calling thread.
+   */
+  RtmgrIoClass io_class;
+  /**
+   * Locked memory needed, bytes (0: none asked); RLIMIT_MEMLOCK is raised to it.
+   */
+  uint64_t memlock_bytes;
+  /**
+   * Share of the L3 cache needed, 0..1 (negative: none asked).
+   */
+  double cache_share;
+} RtmgrReserveRequest;
+
+/**
  * A granted reservation.
  */
 typedef struct RtmgrReservation {
@@ -279,6 +341,28 @@ typedef struct RtmgrReservation {
   uint64_t budget_ns;
   uint64_t deadline_ns;
 } RtmgrReservation;
+
+/**
+ * The resources beside CPU time a grant gave.
+ */
+typedef struct RtmgrGrantedResources {
+  /**
+   * Locked memory reserved for the client (0: none asked).
+   */
+  uint64_t memlock_bytes;
+  /**
+   * The I/O class the thread got (RTMGR_IO_DEFAULT: unchanged).
+   */
+  RtmgrIoClass io_class;
+  /**
+   * Its level within the class (0 highest .. 7).
+   */
+  int32_t io_level;
+  /**
+   * 1: the thread joined the RT cache group; 0: no cache partition here.
+   */
+  int32_t cache_partitioned;
+} RtmgrGrantedResources;
 
 /**
  * One period of a task, as kept in its statistics ring (times in ns).
@@ -374,10 +458,22 @@ extern "C" {
 const char *rtmgr_reserve_last_error(void);
 
 /**
+ * Fill `*req` for W every P for the calling thread: D = P, class rt0, any
+ * RT CPU, no locked memory, the daemon's I/O class, no cache share.
+ *
+ * # Safety
+ * `req` is NULL (nothing done) or points to writable memory.
+ */
+void rtmgr_reserve_request_init(struct RtmgrReserveRequest *req,
+                                uint64_t period_ns,
+                                uint64_t budget_ns);
+
+/**
  * Reserve `budget_ns` every `period_ns` for the calling thread, done within
  * `deadline_ns` of each release (0: the period). `class`: "rt0" (hard,
  * SCHED_DEADLINE; NULL means this) or "rt1[:PRIO]" (soft, SCHED_FIFO).
  * `cpu`: an RT CPU, or -1 for any. On success fills `*out`.
+ * (`rtmgr_reserve_with` asks for locked memory, I/O class and cache too.)
  *
  * # Safety
  * `class` is NULL or a NUL-terminated string; `out` points to writable memory.
@@ -388,6 +484,22 @@ RtmgrReserveStatus rtmgr_reserve(uint64_t period_ns,
                                  const char *class_,
                                  int32_t cpu,
                                  struct RtmgrReservation *out);
+
+/**
+ * Reserve what `*req` asks for the calling thread: CPU time, and locked
+ * memory, an I/O class and a cache share when asked. On success fills
+ * `*out` and, when `resources` is not NULL, `*resources`. A resource the
+ * machine cannot give is refused (RTMGR_RESERVE_REFUSED) with the numbers
+ * in `rtmgr_reserve_last_error()`; nothing is reserved then.
+ *
+ * # Safety
+ * `req` points to a request filled by `rtmgr_reserve_request_init` (its
+ * `class_name` NULL or a NUL-terminated string); `out` points to writable
+ * memory; `resources` is NULL or points to writable memory.
+ */
+RtmgrReserveStatus rtmgr_reserve_with(const struct RtmgrReserveRequest *req,
+                                      struct RtmgrReservation *out,
+                                      struct RtmgrGrantedResources *resources);
 
 /**
  * Give a reservation back.

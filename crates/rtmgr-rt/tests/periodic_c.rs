@@ -57,6 +57,7 @@ fn c_periodic_programs_build_and_run() {
         ("periodic_budget", vec!["25", "soft"]),
         ("overrun_demo", vec!["8", "soft"]),
         ("reserve_demo", vec!["5"]),
+        ("reserve_resources", vec!["65536", "rt", "0.1"]),
     ] {
         let exe = tmp.path().join(prog);
         run(Command::new("cc")

@@ -52,7 +52,7 @@ enum Command {
     CostWorker(cmd::measure::cost::CostWorkerArgs),
     /// The resource manager: own the RT CPUs, admit and grant reservations on request.
     Serve(cmd::serve::ServeArgs),
-    /// Ask the daemon for W every P, then run CMD under it: `reserve --period 4ms --budget 1ms -- CMD`.
+    /// Ask the daemon for W every P, then run CMD under it: `reserve --period 4ms --budget 1ms -- CMD`; or put a running process under it: `--pid PID`.
     Reserve(cmd::reserve::ReserveArgs),
     /// List the daemon's reservations (root: all; others: their own).
     Reservations(cmd::reserve::ListArgs),

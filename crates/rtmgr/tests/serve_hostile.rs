@@ -68,7 +68,7 @@ fn hostile_lines(me: u32, other_pid: u32) -> Vec<(String, Vec<u8>)> {
     }
     for ver in [
         "0",
-        "2",
+        "3",
         "999",
         r#""1""#,
         "null",
@@ -140,6 +140,13 @@ fn hostile_lines(me: u32, other_pid: u32) -> Vec<(String, Vec<u8>)> {
     ] {
         for _ in 0..10 {
             v.push(("more than the machine has".into(), format!(r#"{{"v":1,"op":"reserve","period_ns":10000000,"budget_ns":1000000,"threads":[{me}],{f}}}"#).into_bytes()));
+        }
+    }
+    // Version 1 does not carry a target process; version 2 does, and a
+    // process that is not there is an error.
+    for (ver, pid) in [(1, other_pid), (2, 4_000_000), (2, 0)] {
+        for _ in 0..5 {
+            v.push(("a pid".into(), format!(r#"{{"v":{ver},"op":"reserve","period_ns":10000000,"budget_ns":1000000,"class":"rt1:5","pid":{pid}}}"#).into_bytes()));
         }
     }
     for tid in [1, other_pid, 4_000_000, i32::MAX as u32] {
@@ -222,12 +229,7 @@ fn hostile_input_gets_refusals_or_errors_and_changes_nothing() {
     // Threads that exit while they are being granted.
     let mut c = live.client();
     for i in 0..20u64 {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = std::thread::spawn(move || {
-            tx.send(rtmgr_sys::sched::gettid()).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(i * 100));
-        });
-        let tid = rx.recv().unwrap();
+        let (h, tid) = thread_exiting_after(std::time::Duration::from_micros(i * 100));
         let mut r = rtmgr_rt::client::ReserveRequest::new(10_000_000, 1_000_000);
         r.threads = vec![tid];
         r.class = "rt1:5".into();

@@ -3,7 +3,8 @@
 //! restart re-adopts live clients, `kill -9` then `rtmgr partition reset`
 //! alone restores the machine, `kill -9` at random moments of grants, the
 //! periodic task API asking the daemon for its (P, W), and drift of a grant
-//! repaired (and none found in a fresh one).
+//! repaired (and none found in a fresh one); the resource flags of `rtmgr
+//! reserve` granted and refused.
 
 mod serve_common;
 
@@ -287,4 +288,44 @@ fn a_grant_changed_behind_the_daemon_is_put_back() {
         child.wait().unwrap();
     }
     live.assert_restored("after SIGTERM");
+}
+
+/// `rtmgr reserve --mlock --io-class --cache-share`: granted with what each
+/// resource got in its line; asked too much, refused with the numbers
+/// (exit 1) and nothing reserved.
+#[test]
+fn reserve_flags_ask_for_memory_io_and_cache() {
+    let Some(live) = Live::new() else { return };
+    let d = live.start("");
+    let reserve = |flags: &[&str]| {
+        let o = Command::new(BIN)
+            .args(["reserve", "--period", "10ms", "--budget", "1ms", "--socket"])
+            .arg(live.socket())
+            .args(flags)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, text) = reserve(&["--mlock", "4M", "--io-class", "rt", "--cache-share", "0.1"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("locked memory 4 MiB reserved"), "{text}");
+    assert!(text.contains("I/O class rt:"), "{text}");
+    assert!(text.contains("cache: not available"), "{text}");
+    let (code, text) = reserve(&["--mlock", "1G"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("locked memory: 1 GiB asked, the client's rule allows 64 MiB"),
+        "{text}"
+    );
+    let (code, text) = reserve(&["--cache-share", "2"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("cache_share 2 is not within 0..1"), "{text}");
+    let mut c = live.client();
+    eventually("nothing is reserved", || listed(&mut c).is_empty());
+    assert!(d.stop().success());
+    live.assert_restored("after the resource flags");
 }

@@ -13,15 +13,21 @@ mod response;
 #[cfg(test)]
 mod tests;
 
-pub use reserve::{Invalid, IoClass, IrqRef, ReserveRequest, ValidReserve, MAX_NAME, MAX_THREADS};
+pub use reserve::{
+    Invalid, IoClass, IrqRef, ReserveRequest, Target, ValidReserve, MAX_NAME, MAX_THREADS,
+};
 pub use response::{
     CpuStatus, ErrorCode, RefusalKind, Reply, ReservationInfo, Response, StatusInfo,
 };
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version this build speaks.
-pub const VERSION: u32 = 1;
+/// The newest protocol version this build speaks: 2 adds reservations for
+/// an existing process (`pid`, `all_threads`).
+pub const VERSION: u32 = 2;
+/// The oldest it still takes: version 1 requests are served as before, and
+/// answered as version 1.
+pub const MIN_VERSION: u32 = 1;
 /// Longest request line accepted (bytes, without the newline).
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Where the daemon listens by default.
@@ -44,9 +50,24 @@ pub struct Request {
     pub op: Op,
 }
 
+impl Op {
+    /// The lowest protocol version that carries this request, so a new
+    /// client still talks to an older daemon unless it needs more.
+    pub fn min_version(&self) -> u32 {
+        match self {
+            Op::Reserve(r) => r.min_version(),
+            _ => MIN_VERSION,
+        }
+    }
+}
+
 impl Request {
+    /// The request at the lowest version that carries it.
     pub fn new(op: Op) -> Self {
-        Request { v: VERSION, op }
+        Request {
+            v: op.min_version(),
+            op,
+        }
     }
 
     /// One line of JSON with its newline.
@@ -105,11 +126,16 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
                 format!("no protocol version \"v\" (this daemon speaks {VERSION})"),
             ))
         }
-        Some(serde_json::Value::Number(n)) if n.as_u64() == Some(u64::from(VERSION)) => VERSION,
+        Some(serde_json::Value::Number(n))
+            if n.as_u64()
+                .is_some_and(|v| (u64::from(MIN_VERSION)..=u64::from(VERSION)).contains(&v)) =>
+        {
+            n.as_u64().unwrap_or_default() as u32
+        }
         Some(other) => {
             return Err(ProtoError::new(
                 ErrorCode::UnsupportedVersion,
-                format!("protocol version {other} is not supported (this daemon speaks {VERSION})"),
+                format!("protocol version {other} is not supported (this daemon speaks {MIN_VERSION} to {VERSION})"),
             ))
         }
     };
@@ -129,6 +155,15 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
     }
     let op: Op = serde_json::from_value(value)
         .map_err(|e| ProtoError::new(ErrorCode::BadRequest, format!("{op_name}: {e}")))?;
+    if op.min_version() > v {
+        return Err(ProtoError::new(
+            ErrorCode::UnsupportedVersion,
+            format!(
+                "{op_name} with pid or all_threads needs protocol version {}",
+                op.min_version()
+            ),
+        ));
+    }
     Ok(Request { v, op })
 }
 

@@ -37,9 +37,17 @@ pub struct ReserveRequest {
     /// An RT CPU, or none for any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<u32>,
-    /// Thread ids of the calling process; empty = its main thread.
+    /// Thread ids of the calling process (of `pid` when given); empty = its
+    /// main thread.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<u32>,
+    /// An existing process to reserve for instead of the caller (protocol
+    /// v2): root's, or the caller's own when its rule has `existing_processes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// With `pid`: every thread it has at the grant (protocol v2).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_threads: bool,
     /// A label shown by `rtmgr reservations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -72,12 +80,63 @@ impl ReserveRequest {
             class: default_class(),
             cpu: None,
             threads: Vec::new(),
+            pid: None,
+            all_threads: false,
             name: None,
             irq: None,
             memlock_bytes: None,
             io_class: None,
             cache_share: None,
         }
+    }
+
+    /// Builder: for the existing process `pid`, its threads `tids` (empty:
+    /// its main thread).
+    pub fn for_process(mut self, pid: u32, tids: Vec<u32>) -> Self {
+        self.pid = Some(pid);
+        self.threads = tids;
+        self
+    }
+
+    /// Builder: for every thread of the existing process `pid`.
+    pub fn for_all_threads_of(mut self, pid: u32) -> Self {
+        self.pid = Some(pid);
+        self.all_threads = true;
+        self
+    }
+
+    /// The protocol version this request needs: 2 when it names a process.
+    pub fn min_version(&self) -> u32 {
+        if self.pid.is_some() || self.all_threads {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Builder: the class, "rt0" or "rt1[:PRIO]".
+    pub fn with_class(mut self, class: impl Into<String>) -> Self {
+        self.class = class.into();
+        self
+    }
+
+    /// Builder: locked memory the client needs (bytes), counted against
+    /// MemAvailable and the client's rule.
+    pub fn with_memlock(mut self, bytes: u64) -> Self {
+        self.memlock_bytes = Some(bytes);
+        self
+    }
+
+    /// Builder: the I/O class of the reservation's threads.
+    pub fn with_io_class(mut self, class: IoClass) -> Self {
+        self.io_class = Some(class.as_str().into());
+        self
+    }
+
+    /// Builder: the share of the last-level cache the threads need, 0..1.
+    pub fn with_cache_share(mut self, share: f64) -> Self {
+        self.cache_share = Some(share);
+        self
     }
 }
 
@@ -87,13 +146,24 @@ pub struct ValidReserve {
     pub demand: Demand,
     pub class: TaskClass,
     pub cpu: Option<u32>,
-    /// Empty = the caller's main thread.
+    /// Empty = the caller's (the target's) main thread, unless `target`
+    /// asks for all its threads.
     pub threads: Vec<u32>,
+    /// An existing process instead of the caller.
+    pub target: Option<Target>,
     pub name: Option<String>,
     pub irq: Option<IrqRef>,
     pub memlock_bytes: Option<u64>,
     pub io_class: Option<IoClass>,
     pub cache_share: Option<f64>,
+}
+
+/// The existing process a reservation is for (`rtmgr reserve --pid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub pid: u32,
+    /// Every thread it has at the grant.
+    pub all_threads: bool,
 }
 
 /// The I/O class a reservation's threads get (ioprio).
@@ -103,6 +173,16 @@ pub enum IoClass {
     Rt,
     /// IOPRIO_CLASS_BE: left with the time-sharing work.
     Be,
+}
+
+impl IoClass {
+    /// Its name on the wire: "rt" or "be".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoClass::Rt => "rt",
+            IoClass::Be => "be",
+        }
+    }
 }
 
 impl std::str::FromStr for IoClass {
@@ -147,6 +227,17 @@ impl ReserveRequest {
         if seen.contains(&0) || seen.iter().any(|&t| t > i32::MAX as u32) {
             return Err(bad("thread ids are positive kernel thread ids".into()));
         }
+        let target = match (self.pid, self.all_threads) {
+            (None, true) => return Err(bad("all_threads needs a pid".into())),
+            (Some(pid), _) if pid == 0 || pid > i32::MAX as u32 => {
+                return Err(bad(format!("pid {pid} is not a process id")))
+            }
+            (Some(_), true) if !self.threads.is_empty() => {
+                return Err(bad("all_threads or threads, not both".into()))
+            }
+            (Some(pid), all_threads) => Some(Target { pid, all_threads }),
+            (None, false) => None,
+        };
         if let Some(n) = &self.name {
             if n.chars().count() > MAX_NAME || n.chars().any(char::is_control) {
                 return Err(bad(format!(
@@ -175,6 +266,7 @@ impl ReserveRequest {
             class,
             cpu: self.cpu,
             threads: self.threads.clone(),
+            target,
             name: self.name.clone(),
             irq: self.irq.clone(),
             memlock_bytes: self.memlock_bytes,

@@ -20,6 +20,12 @@ impl Response {
         }
     }
 
+    /// The same answer in the version the request spoke.
+    pub fn in_version(mut self, v: u32) -> Self {
+        self.v = v;
+        self
+    }
+
     /// One line of JSON with its newline.
     pub fn to_line(&self) -> String {
         let mut s = serde_json::to_string(self).expect("responses serialize");

@@ -35,7 +35,7 @@ fn each_kind_of_bad_input_has_its_code() {
     assert_eq!(code("[1,2]"), ErrorCode::BadJson);
     assert_eq!(code("{\"op\":\"list\"}"), ErrorCode::UnsupportedVersion);
     assert_eq!(
-        code("{\"v\":2,\"op\":\"list\"}"),
+        code("{\"v\":3,\"op\":\"list\"}"),
         ErrorCode::UnsupportedVersion
     );
     assert_eq!(
@@ -93,6 +93,28 @@ fn validation_errors_and_resource_fields() {
     );
     r.io_class = Some("fast".into());
     assert!(matches!(r.validate(), Err(reserve::Invalid::Error(_))));
+}
+
+#[test]
+fn the_builder_sets_the_resource_fields_as_the_wire_spells_them() {
+    let r = ReserveRequest::new(4_000_000, 1_000_000)
+        .with_class("rt1:30")
+        .with_memlock(8 << 20)
+        .with_io_class(IoClass::Be)
+        .with_cache_share(0.5);
+    let line = Request::new(Op::Reserve(r.clone())).to_line();
+    for field in [
+        "\"class\":\"rt1:30\"",
+        "\"memlock_bytes\":8388608",
+        "\"io_class\":\"be\"",
+        "\"cache_share\":0.5",
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+    let v = r.validate().unwrap();
+    assert_eq!(v.io_class, Some(IoClass::Be));
+    let bad = ReserveRequest::new(4_000_000, 1_000_000).with_cache_share(1.5);
+    assert!(matches!(bad.validate(), Err(reserve::Invalid::Error(_))));
 }
 
 #[test]
@@ -180,4 +202,62 @@ fn floats_parse_exactly_and_round_trip() {
     assert_eq!(r.cache_share, Some(0.231e085));
     let again = parse_request(req.to_line().trim_end().as_bytes()).unwrap();
     assert_eq!(again, req);
+}
+
+#[test]
+fn a_request_for_an_existing_process_is_version_2_and_others_stay_version_1() {
+    let own = Request::new(Op::Reserve(reserve()));
+    assert_eq!(own.v, 1, "a new client still talks to a version 1 daemon");
+    let other = ReserveRequest::new(4_000_000, 1_000_000).for_process(4242, vec![4243]);
+    let line = Request::new(Op::Reserve(other.clone())).to_line();
+    assert!(
+        line.contains("\"v\":2") && line.contains("\"pid\":4242"),
+        "{line}"
+    );
+    assert_eq!(
+        parse_request(line.trim_end().as_bytes()).unwrap().op,
+        Op::Reserve(other.clone())
+    );
+    let v = other.validate().unwrap();
+    assert_eq!(
+        v.target,
+        Some(reserve::Target {
+            pid: 4242,
+            all_threads: false
+        })
+    );
+    // Version 1 does not carry a pid: the client is told which version does.
+    let v1 = line.replace("\"v\":2", "\"v\":1");
+    let e = parse_request(v1.trim_end().as_bytes()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnsupportedVersion);
+    assert!(
+        e.message.contains("needs protocol version 2"),
+        "{}",
+        e.message
+    );
+    // An old client's request is answered in its version.
+    let resp = Response::new(Reply::Released { id: 1 }).in_version(1);
+    assert!(resp.to_line().contains("\"v\":1"));
+    assert_eq!(
+        parse_request(b"{\"v\":3,\"op\":\"list\"}")
+            .unwrap_err()
+            .code,
+        ErrorCode::UnsupportedVersion
+    );
+}
+
+#[test]
+fn a_target_is_a_pid_with_threads_or_all_of_them() {
+    let all = ReserveRequest::new(4_000_000, 1_000_000).for_all_threads_of(77);
+    assert!(all.validate().unwrap().target.unwrap().all_threads);
+    let bad = |r: ReserveRequest| matches!(r.validate(), Err(reserve::Invalid::Error(_)));
+    let mut no_pid = ReserveRequest::new(4_000_000, 1_000_000);
+    no_pid.all_threads = true;
+    assert!(bad(no_pid));
+    assert!(bad(
+        ReserveRequest::new(4_000_000, 1_000_000).for_process(0, vec![])
+    ));
+    let mut both = all.clone();
+    both.threads = vec![78];
+    assert!(bad(both));
 }

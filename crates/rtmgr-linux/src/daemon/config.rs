@@ -102,6 +102,9 @@ pub struct ServeConfig {
     pub serve: ServeSection,
     pub admission: AdmissionSection,
     pub policy: ClientPolicy,
+    /// Per `[[client]]` rule, its `existing_processes` (default false): may
+    /// reserve for an existing process its user owns (`rtmgr reserve --pid`).
+    pub existing_processes: Vec<bool>,
     /// `[rtkit]`: the D-Bus front end (rtkit's API).
     pub rtkit: super::rtkit::RtkitSection,
     pub resources: rtmgr_core::resources::ResourcesConfig,
@@ -133,12 +136,12 @@ impl ServeConfig {
         let serve: ServeSection = section(&mut table, "serve")?;
         let admission: AdmissionSection = section(&mut table, "admission")?;
         let policy: PolicySection = section(&mut table, "policy")?;
-        let rules: Option<Vec<ClientRule>> = match table.remove("client") {
-            Some(v) => Some(
-                v.try_into()
-                    .map_err(|e| format!("[[client]]: {}", one_line(&e)))?,
-            ),
-            None => None,
+        let (rules, existing_processes) = match table.remove("client") {
+            Some(v) => {
+                let (rules, existing) = client_rules(v)?;
+                (Some(rules), existing)
+            }
+            None => (None, Vec::new()),
         };
         let rtkit: super::rtkit::RtkitSection = section(&mut table, "rtkit")?;
         let resources = section(&mut table, "resources")?;
@@ -155,6 +158,7 @@ impl ServeConfig {
             serve,
             admission,
             policy: pol,
+            existing_processes,
             rtkit,
             resources,
             starvation,
@@ -226,6 +230,40 @@ impl ServeConfig {
     }
 }
 
+/// The `[[client]]` rules, and each one's `existing_processes` (a daemon
+/// key beside the policy's own, taken out before the rule is read).
+fn client_rules(v: toml::Value) -> Result<(Vec<ClientRule>, Vec<bool>), String> {
+    let one_line = |e: &dyn std::fmt::Display| {
+        let text = e.to_string();
+        format!(
+            "[[client]]: {}",
+            text.split_whitespace().collect::<Vec<_>>().join(" ")
+        )
+    };
+    let toml::Value::Array(entries) = v else {
+        return Err("[[client]]: an array of tables".into());
+    };
+    let mut rules = Vec::new();
+    let mut existing = Vec::new();
+    for mut entry in entries {
+        let flag = match entry
+            .as_table_mut()
+            .and_then(|t| t.remove("existing_processes"))
+        {
+            None => false,
+            Some(toml::Value::Boolean(b)) => b,
+            Some(other) => {
+                return Err(format!(
+                    "[[client]]: existing_processes = {other} is not true or false"
+                ))
+            }
+        };
+        rules.push(entry.try_into().map_err(|e| one_line(&e))?);
+        existing.push(flag);
+    }
+    Ok((rules, existing))
+}
+
 /// The grants journal that belongs with a partition journal (same directory).
 pub fn grants_journal_beside(partition_journal: &std::path::Path) -> PathBuf {
     partition_journal.with_file_name("grants.jsonl")
@@ -278,6 +316,16 @@ hard = false
         )
         .is_err());
         assert!(ServeConfig::from_toml("[[client]]\nmax_priority = 10\n").is_err());
+        let e = ServeConfig::from_toml(
+            "[[client]]\nusers = [\"root\"]\n[[client]]\nusers = [\"alice\"]\nexisting_processes = true\n",
+        )
+        .unwrap();
+        assert_eq!(e.existing_processes, vec![false, true]);
+        assert_eq!(e.policy.rules.len(), 2);
+        assert!(
+            ServeConfig::from_toml("[[client]]\nusers = [\"a\"]\nexisting_processes = 1\n")
+                .is_err()
+        );
         let d = ServeConfig::from_toml("").unwrap();
         assert_eq!(d.policy, ClientPolicy::default());
         assert_eq!(d.socket(), PathBuf::from("/run/rtmgr/rtmgr.sock"));

@@ -199,6 +199,7 @@ fn run(
         next_id,
     );
     m.resources = resources;
+    m.existing_processes = cfg.existing_processes.clone();
     report.adopted = keep.len();
     // Their drift (a cache group re-created by `resources::start` too) was
     // repaired by `split_live`.

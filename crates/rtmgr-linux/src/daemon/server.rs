@@ -181,7 +181,10 @@ fn serve_conn(m: &mut Manager, c: &mut Conn) {
 fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let resp = match parse_request(line) {
-        Ok(req) => m.handle(&c.client, req),
+        Ok(req) => {
+            let v = req.v;
+            m.handle(&c.client, req).in_version(v)
+        }
         Err(e) => {
             let r = Response::error(e.code, e.message);
             m.count(&r);

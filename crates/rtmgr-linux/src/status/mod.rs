@@ -4,9 +4,11 @@
 //! Read-only: nothing here changes the machine. One module per group of items:
 //! the machine and hypervisor, the partition and boot isolation, the kernel's
 //! scheduling facts, interrupts and kernel threads, what stays on the RT CPUs,
-//! and the programs (irqbalance, tuned) that would undo part of a partition.
+//! the programs (irqbalance, tuned) that would undo part of a partition, and
+//! cache allocation (resctrl).
 
 mod host_preemption;
+mod cache;
 mod irqs;
 mod kernel;
 mod machine;
@@ -15,6 +17,7 @@ mod rt_permission;
 mod services;
 mod unmovable;
 
+pub use cache::{cache_allocation, CacheAllocation};
 pub use kernel::{kernel_config, preemption};
 pub use machine::steal_shares;
 pub use rt_permission::facts as rt_permission_facts;
@@ -67,6 +70,8 @@ pub struct StatusReport {
     /// The cached host-preemption test (`rtmgr status --host-test`), if recent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_preemption: Option<rtmgr_core::host_preemption::HostPreemption>,
+    /// resctrl, the L3's CLOS and ways, and the daemon's cache split here.
+    pub cache_allocation: CacheAllocation,
 }
 
 pub(super) fn item(
@@ -121,6 +126,8 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     let applied_rt = applied.as_ref().map(|a| &a.plan.rt);
     items.push(services::irqbalance_item(host, applied_rt));
     items.push(services::tuned_item(host, applied_rt));
+    let cache_allocation = cache::cache_allocation(host);
+    items.push(cache::cache_item(&cache_allocation));
     StatusReport {
         schema: "rtmgr.status/1",
         items,
@@ -129,6 +136,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
         unmovable_irqs: facts.hits,
         rt_choice: rt.and_then(|r| r.choice),
         host_preemption,
+        cache_allocation,
     }
 }
 

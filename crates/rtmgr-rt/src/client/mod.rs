@@ -136,9 +136,9 @@ impl Client {
         }
     }
 
-    /// Reserve; with no threads named, for the calling thread.
+    /// Reserve; with no threads and no process named, for the calling thread.
     pub fn reserve(&mut self, mut r: ReserveRequest) -> Result<ReservationInfo, ClientError> {
-        if r.threads.is_empty() {
+        if r.threads.is_empty() && r.pid.is_none() {
             r.threads = vec![rtmgr_sys::sched::gettid()];
         }
         match self.expect(Op::Reserve(r))? {

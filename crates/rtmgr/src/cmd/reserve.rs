@@ -1,9 +1,12 @@
-//! `rtmgr reserve … -- CMD`, `rtmgr reservations`, `rtmgr release ID`: the
-//! daemon's client on the command line (budget-based RTAI §3: W every P;
-//! DROPS §4.1: resources on request). `reserve` asks for the reservation for
-//! itself, then becomes CMD (exec): the reservation lives as long as CMD.
+//! `rtmgr reserve … -- CMD`, `rtmgr reserve --pid PID …`, `rtmgr
+//! reservations`, `rtmgr release ID`: the daemon's client on the command line
+//! (budget-based RTAI §3: W every P; DROPS §4.1: resources on request).
+//! `reserve` asks for the reservation for itself, then becomes CMD (exec):
+//! the reservation lives as long as CMD; with `--pid` it is for an existing
+//! process, and lives as long as that one.
 
 use super::{bad_input, Outcome};
+use rtmgr_core::admission::memory::{fmt_bytes, parse_bytes};
 use rtmgr_core::admission::{fmt_duration, parse_duration};
 use rtmgr_rt::client::{socket_path, Client, ClientError, IrqRef, ReservationInfo, ReserveRequest};
 use std::os::unix::process::CommandExt;
@@ -33,10 +36,54 @@ pub struct ReserveArgs {
     #[arg(long)]
     pub name: Option<String>,
     #[command(flatten)]
+    pub resources: ResourceArgs,
+    #[command(flatten)]
     pub socket: SocketArg,
-    /// The program to run under the reservation.
-    #[arg(last = true, required = true)]
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The program to run under the reservation (not with --pid).
+    #[arg(last = true, required_unless_present = "pid")]
     pub command: Vec<String>,
+}
+
+/// An existing process to put under the reservation instead of a program
+/// (root; or a user whose [[client]] rule has existing_processes, for its
+/// own processes). The reservation ends when that process exits.
+#[derive(clap::Args)]
+pub struct TargetArgs {
+    /// The process (its main thread unless --all-threads or --tid).
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Every thread the process has now.
+    #[arg(long, requires = "pid", conflicts_with = "tid")]
+    pub all_threads: bool,
+    /// These threads of the process.
+    #[arg(long, value_name = "TID", requires = "pid", num_args = 1..)]
+    pub tid: Vec<u32>,
+}
+
+/// Resources beside CPU time (DROPS §4.3–4.4), served by the daemon's
+/// `[resources]`: refused with the numbers when the machine cannot give them.
+#[derive(clap::Args)]
+pub struct ResourceArgs {
+    /// Locked memory the program needs, e.g. 64M (counted against MemAvailable
+    /// and the client rule's memlock; RLIMIT_MEMLOCK is raised to it).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub mlock: Option<u64>,
+    /// I/O class of the program's threads: rt or be (default: the daemon's).
+    #[arg(long, value_name = "CLASS", value_parser = clap::builder::PossibleValuesParser::new(["rt", "be"]))]
+    pub io_class: Option<String>,
+    /// Share of the L3 cache the program needs, 0..1 (where resctrl exists).
+    #[arg(long, value_name = "F")]
+    pub cache_share: Option<f64>,
+}
+
+impl ResourceArgs {
+    fn apply(self, r: &mut ReserveRequest) {
+        r.memlock_bytes = self.mlock;
+        r.io_class = self.io_class;
+        r.cache_share = self.cache_share;
+    }
 }
 
 #[derive(clap::Args)]
@@ -88,6 +135,10 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
         Ok(n) => IrqRef::Number(n),
         Err(_) => IrqRef::Name(s),
     });
+    a.resources.apply(&mut r);
+    r.pid = a.target.pid;
+    r.all_threads = a.target.all_threads;
+    r.threads = a.target.tid;
     if let Err(rtmgr_core::protocol::Invalid::Error(e)) = r.validate() {
         return bad_input(e.message);
     }
@@ -96,6 +147,10 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
         Err(e) => return client_err(e),
     };
     eprintln!("rtmgr: {}", describe(&granted));
+    if a.target.pid.is_some() {
+        // The reservation is the process's now, until it exits (or release).
+        return Ok(Outcome::Ok);
+    }
     let err = std::process::Command::new(&a.command[0])
         .args(&a.command[1..])
         .exec();
@@ -103,15 +158,28 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
 }
 
 fn describe(g: &ReservationInfo) -> String {
-    format!(
-        "reservation {} on CPU {}: {} {} every {} (deadline {})",
+    let threads: Vec<String> = g.threads.iter().map(u32::to_string).collect();
+    let mut s = format!(
+        "reservation {} for process {} (threads {}) on CPU {}: {} {} every {} (deadline {})",
         g.id,
+        g.pid,
+        threads.join(","),
         g.cpu,
         g.policy,
         fmt_duration(g.budget_ns),
         fmt_duration(g.period_ns),
         fmt_duration(g.deadline_ns)
-    )
+    );
+    if let Some(b) = g.memlock_reserved {
+        s += &format!("; locked memory {} reserved", fmt_bytes(b));
+    }
+    if let Some(c) = &g.io_class {
+        s += &format!("; I/O class {c}");
+    }
+    if let Some(c) = &g.cache {
+        s += &format!("; cache: {c}");
+    }
+    s
 }
 
 pub fn list(a: ListArgs) -> anyhow::Result<Outcome> {

@@ -262,3 +262,28 @@ pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A thread of this process that exits `after` from now: its handle and tid.
+pub fn thread_exiting_after(after: Duration) -> (std::thread::JoinHandle<()>, u32) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        tx.send(rtmgr_sys::sched::gettid()).unwrap();
+        std::thread::sleep(after);
+    });
+    (h, rx.recv().unwrap())
+}
+
+/// `program` run as `uid` through setpriv (its groups cleared), or as
+/// this process's user (None).
+pub fn command_as(uid: Option<u32>, program: &str) -> Command {
+    match uid {
+        None => Command::new(program),
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={u}"))
+                .arg(format!("--regid={u}"))
+                .args(["--clear-groups", program]);
+            c
+        }
+    }
+}

@@ -72,6 +72,8 @@ pub struct Manager {
     pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
     /// Memory, I/O and cache beside the CPUs (issue 13).
     pub(super) resources: crate::resources::Resources,
+    /// Per `[[client]]` rule: may reserve for an existing process (`--pid`).
+    pub(super) existing_processes: Vec<bool>,
 }
 
 fn refused(reason: RefusalKind, msg: impl Into<String>) -> Response {
@@ -112,6 +114,7 @@ impl Manager {
             #[cfg(feature = "metrics")]
             metrics: None,
             resources: Default::default(),
+            existing_processes: Vec::new(),
         }
     }
 
@@ -193,11 +196,21 @@ impl Manager {
     }
 
     fn try_reserve(&mut self, client: &Client, v: &ValidReserve) -> Result<Response, Response> {
+        // For an existing process, the grant is the target's: its threads,
+        // watched until it exits; the requester's policy and credentials.
+        let target_client;
+        let client = match v.target {
+            Some(t) => {
+                target_client = self.target_client(client, t)?;
+                &target_client
+            }
+            None => client,
+        };
         let pid = client.cred.pid;
-        let tids = if v.threads.is_empty() {
-            vec![pid]
-        } else {
-            v.threads.clone()
+        let tids = match v.target {
+            Some(t) if t.all_threads => target::all_threads(&self.host, pid)?,
+            _ if v.threads.is_empty() => vec![pid],
+            _ => v.threads.clone(),
         };
         self.check_threads(pid, &tids)?;
         let irq = self.resolve_irq(v.irq.as_ref())?;
@@ -215,13 +228,13 @@ impl Manager {
         self.grant_admitted(client, v, tids, irq, (allow.rttime_us, allow.memlock_bytes))
     }
 
-    /// Each thread belongs to the calling process and holds no grant yet.
+    /// Each thread belongs to the process (the caller, or the one it named) and holds no grant yet.
     pub(in crate::daemon) fn check_threads(&self, pid: u32, tids: &[u32]) -> Result<(), Response> {
         for &tid in tids {
             if thread_of(&self.host, pid, tid).is_none() {
                 return Err(refused(
                     RefusalKind::Permission,
-                    format!("thread {tid} is not a thread of the calling process {pid}"),
+                    format!("thread {tid} is not a thread of process {pid}"),
                 ));
             }
             if let Some(g) = self
@@ -410,5 +423,6 @@ impl Manager {
 
 mod queries;
 mod revoke;
+mod target;
 
 pub use queries::info_of;

@@ -141,6 +141,7 @@ impl Rtkit {
             class: TaskClass::Rt1 { priority },
             cpu: None,
             threads: vec![tid],
+            target: None,
             name: Some(GRANT_NAME.into()),
             irq: None,
             memlock_bytes: None,
