@@ -13,7 +13,9 @@ use crate::measure::segment::prepare_for;
 use crate::measure::{mono_ns, unix_now_s};
 use crate::procstat::{parse_cpu_ticks, CpuTicks};
 use crate::report::{PolicySpec, ProbeMode, ProbeSpec};
-use rtmgr_core::host_preemption::{assess, HostPreemption, Phase, TestSetup};
+use rtmgr_core::host_preemption::{
+    assess, HostPreemption, Phase, TestSetup, DEFAULT_INTERVAL_NS, DEFAULT_PHASE_NS,
+};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::sched::Policy;
 use spinner::{SpinnerSpec, Spinners};
@@ -23,9 +25,7 @@ use std::time::Duration;
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(4);
 /// One phase: long enough for a few host slices' worth of chances, short
 /// enough that both sides see the same host.
-pub const DEFAULT_PHASE: Duration = Duration::from_millis(250);
-/// The probe's period, as in the hand measurement of issue 20.
-pub const DEFAULT_INTERVAL_NS: u64 = 250_000;
+pub const DEFAULT_PHASE: Duration = Duration::from_nanos(DEFAULT_PHASE_NS);
 
 /// What to test.
 #[derive(Debug, Clone)]
@@ -176,14 +176,12 @@ pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<Host
             phases.push(phase(s, cfg, cpu, i % 2 == 1)?);
         }
     }
+    let boot_id = rtmgr_linux::host_preemption::boot_id(&s.host);
     let setup = TestSetup {
-        measured_at_unix_s: unix_now_s(),
-        boot_id: rtmgr_linux::host_preemption::boot_id(&s.host),
-        cpus: cfg.cpus.clone(),
-        busy_cpus,
         interval_ns: cfg.interval_ns,
         phase_ns: cfg.phase.as_nanos() as u64,
         partial: s.partial(),
+        ..TestSetup::new(cfg.cpus.clone(), busy_cpus, &boot_id, unix_now_s())
     };
     Ok(assess(setup, &phases))
 }
