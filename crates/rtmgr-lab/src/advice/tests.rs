@@ -306,6 +306,7 @@ fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::Evaluat
         verdicts: vec![],
         rt_choice: None,
         skipped: vec![],
+        host_preemption: None,
     }
 }
 

@@ -523,6 +523,10 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
         verdicts: Vec::new(),
         rt_choice: sh.rt_choice.clone(),
         skipped: sh.skipped.to_vec(),
+        host_preemption: rtmgr_linux::host_preemption::recent_host_preemption(
+            rtmgr_linux::host_preemption::SHOWN_MAX_AGE,
+        )
+        .ok(),
     };
     run.verdicts = evaluate_verdicts(&run);
     report(Body::Evaluate(run), sh.online, sh.started, partial)

@@ -62,6 +62,7 @@ mod tests {
             verdicts: vec![],
             rt_choice: None,
             skipped: vec![],
+            host_preemption: None,
         });
         let r = report(body, &online, 0, Some("in progress".into()));
         write_checkpoint(&path, &r).unwrap();

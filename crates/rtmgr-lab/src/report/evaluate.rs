@@ -30,6 +30,10 @@ pub struct EvaluateRun {
     /// Configurations this machine cannot run, each with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// The host-preemption test this run was made under (`rtmgr status
+    /// --host-test`'s cached result, when recent and from this boot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_preemption: Option<rtmgr_core::host_preemption::HostPreemption>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -160,6 +160,7 @@ fn evaluate_round_trip_table_and_verdicts() {
         verdicts: vec![],
         rt_choice: None,
         skipped: vec![],
+        host_preemption: None,
     };
     let t = evaluate_table(&e);
     assert!(t.contains("shield"), "{t}");
