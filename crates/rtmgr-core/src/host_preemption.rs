@@ -19,6 +19,9 @@ pub const STALL_NS: i64 = 2_000_000;
 pub const BUSY_BASELINE: f64 = 0.5;
 /// /proc/stat counts steal in USER_HZ ticks: 10 ms each.
 pub const STEAL_TICK_NS: u64 = 10_000_000;
+/// The probe's period and one phase, by default (issue 20's hand measurement).
+pub const DEFAULT_INTERVAL_NS: u64 = 250_000;
+pub const DEFAULT_PHASE_NS: u64 = 250_000_000;
 /// The command that produces a result (quoted in every message that lacks one).
 pub const HOW_TO_MEASURE: &str = "rtmgr status --host-test";
 
@@ -38,6 +41,60 @@ pub struct Phase {
     /// Ticks `cpu` was busy (user, system, interrupts) and idle across the phase.
     pub busy_ticks: u64,
     pub idle_ticks: u64,
+}
+
+impl Phase {
+    /// A synthetic phase on `cpu`: `secs` seconds of 40 µs wake-ups every
+    /// `DEFAULT_INTERVAL_NS`, plus `stalls` wake-ups `stall_ns` late with the
+    /// releases each swallowed; the CPU busy throughout with the spinner, idle
+    /// without. For tests, and for a model of a host that preempts.
+    pub fn synthetic(
+        cpu: u32,
+        spinner: bool,
+        secs: u64,
+        stalls: u64,
+        stall_ns: i64,
+        steal_ticks: u64,
+    ) -> Phase {
+        let (mut latency, mut wakeups) = (Hist::new(), Hist::new());
+        let n = secs * 1_000_000_000 / DEFAULT_INTERVAL_NS;
+        latency.record_n(40_000, n);
+        wakeups.record_n(40_000, n);
+        for _ in 0..stalls {
+            wakeups.record(stall_ns);
+            let mut late = stall_ns;
+            while late > 0 {
+                latency.record(late);
+                late -= DEFAULT_INTERVAL_NS as i64;
+            }
+        }
+        let ticks = secs * 100;
+        Phase {
+            cpu,
+            spinner,
+            elapsed_ns: secs * 1_000_000_000,
+            latency,
+            wakeups,
+            steal_ticks,
+            busy_ticks: if spinner { ticks } else { 0 },
+            idle_ticks: if spinner { 0 } else { ticks },
+        }
+    }
+}
+
+impl TestSetup {
+    /// The default probe period and phase, measured at `measured_at_unix_s` in boot `boot_id`.
+    pub fn new(cpus: CpuSet, busy_cpus: CpuSet, boot_id: &str, measured_at_unix_s: u64) -> Self {
+        TestSetup {
+            measured_at_unix_s,
+            boot_id: boot_id.into(),
+            cpus,
+            busy_cpus,
+            interval_ns: DEFAULT_INTERVAL_NS,
+            phase_ns: DEFAULT_PHASE_NS,
+            partial: None,
+        }
+    }
 }
 
 /// One side (with or without the spinner) of one CPU, over its phases.
@@ -270,45 +327,12 @@ pub fn check_cached(
 mod tests {
     use super::*;
 
-    const INTERVAL: i64 = 250_000;
-
-    /// A phase of `secs` seconds of 40 µs wake-ups with `stalls` stalls of `stall_ns`.
     fn phase(spinner: bool, secs: u64, stalls: u64, stall_ns: i64, steal_ticks: u64) -> Phase {
-        let (mut latency, mut wakeups) = (Hist::new(), Hist::new());
-        let n = secs * 4000;
-        latency.record_n(40_000, n);
-        wakeups.record_n(40_000, n);
-        for _ in 0..stalls {
-            wakeups.record(stall_ns);
-            // The releases the stall swallowed, at their own release times.
-            let mut late = stall_ns;
-            while late > 0 {
-                latency.record(late);
-                late -= INTERVAL;
-            }
-        }
-        Phase {
-            cpu: 0,
-            spinner,
-            elapsed_ns: secs * 1_000_000_000,
-            latency,
-            wakeups,
-            steal_ticks,
-            busy_ticks: if spinner { secs * 100 } else { 0 },
-            idle_ticks: if spinner { 0 } else { secs * 100 },
-        }
+        Phase::synthetic(0, spinner, secs, stalls, stall_ns, steal_ticks)
     }
 
     fn setup() -> TestSetup {
-        TestSetup {
-            measured_at_unix_s: 1_000,
-            boot_id: "b1".into(),
-            cpus: CpuSet::single(0),
-            busy_cpus: CpuSet::single(1),
-            interval_ns: INTERVAL as u64,
-            phase_ns: 250_000_000,
-            partial: None,
-        }
+        TestSetup::new(CpuSet::single(0), CpuSet::single(1), "b1", 1_000)
     }
 
     #[test]

@@ -84,15 +84,7 @@ mod tests {
     use rtmgr_core::CpuSet;
 
     fn result(boot: &str, at: u64) -> HostPreemption {
-        let setup = TestSetup {
-            measured_at_unix_s: at,
-            boot_id: boot.into(),
-            cpus: CpuSet::single(0),
-            busy_cpus: CpuSet::single(1),
-            interval_ns: 250_000,
-            phase_ns: 250_000_000,
-            partial: None,
-        };
+        let setup = TestSetup::new(CpuSet::single(0), CpuSet::single(1), boot, at);
         assess(setup, &[])
     }
 

@@ -7,25 +7,12 @@ mod measure_common;
 use measure_common::*;
 use std::time::Duration;
 
-fn two_cpus() -> bool {
-    // Online CPUs, not this process's affinity (which a partition may narrow).
-    let n = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| s.trim().parse::<rtmgr_core::CpuSet>().ok())
-        .map(|c| c.len())
-        .unwrap_or(1);
-    if n < 2 {
-        eprintln!("skip: evaluate needs 2 CPUs");
-    }
-    n >= 2
-}
-
 #[test]
 fn short_evaluate_report_and_restore() {
     let Some(_live) = live_ready("short_evaluate_report_and_restore") else {
         return;
     };
-    if !two_cpus() {
+    if !two_cpus("evaluate") {
         return;
     }
     // Both engines where stress-ng is installed; the built-in one everywhere.
@@ -128,7 +115,7 @@ fn sigint_resets_partition_and_writes_partial_report() {
     let Some(_live) = live_ready("sigint_resets_partition_and_writes_partial_report") else {
         return;
     };
-    if !two_cpus() {
+    if !two_cpus("evaluate") {
         return;
     }
     let tmp = tempdir();
@@ -173,7 +160,7 @@ fn refuses_when_a_partition_is_applied() {
     let Some(_live) = live_ready("refuses_when_a_partition_is_applied") else {
         return;
     };
-    if !two_cpus() {
+    if !two_cpus("evaluate") {
         return;
     }
     let tmp = tempdir();

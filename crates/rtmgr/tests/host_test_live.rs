@@ -24,24 +24,12 @@ impl Drop for KeepCache {
     }
 }
 
-fn two_cpus() -> bool {
-    let n = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| s.trim().parse::<rtmgr_core::CpuSet>().ok())
-        .map(|c| c.len())
-        .unwrap_or(1);
-    if n < 2 {
-        eprintln!("skip: the host test needs 2 CPUs");
-    }
-    n >= 2
-}
-
 #[test]
 fn host_test_caches_a_result_status_shows_and_restores() {
     let Some(_live) = live_ready("host_test_caches_a_result_status_shows_and_restores") else {
         return;
     };
-    if !two_cpus() {
+    if !two_cpus("the host test") {
         return;
     }
     let _keep = KeepCache(std::fs::read(CACHE).ok());

@@ -53,6 +53,10 @@ fn read_report(facts: &mut Facts, path: &PathBuf, ppm: u32) -> Result<()> {
             };
             facts.tail = Some(tail_from_evaluate(run, ppm, &shown));
             facts.steal = steal_from_evaluate(run, &shown).or(facts.steal.take());
+            // The host test the run was made under (a cached one of this boot overrides it).
+            if let Some(h) = &run.host_preemption {
+                facts.host_test = Some(from_host_test(h).1);
+            }
         }
         other => {
             return bad_input(format!(

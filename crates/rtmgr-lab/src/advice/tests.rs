@@ -433,33 +433,14 @@ fn steal_under_load_comes_from_stock_in_an_evaluate_report_and_is_cited() {
 
 fn host_test(stall_ns: i64, steal_ticks: u64) -> rtmgr_core::host_preemption::HostPreemption {
     use rtmgr_core::host_preemption::{assess, Phase, TestSetup};
-    let phase = |spinner: bool| {
-        let mut h = rtmgr_core::stats::Hist::new();
-        h.record_n(40_000, 8_000);
-        if spinner && stall_ns > 0 {
-            h.record(stall_ns);
-        }
-        Phase {
-            cpu: 0,
-            spinner,
-            elapsed_ns: 2_000_000_000,
-            latency: h.clone(),
-            wakeups: h,
-            steal_ticks: if spinner { steal_ticks } else { 0 },
-            busy_ticks: if spinner { 200 } else { 0 },
-            idle_ticks: if spinner { 0 } else { 200 },
-        }
-    };
-    let setup = TestSetup {
-        measured_at_unix_s: 1,
-        boot_id: "b".into(),
-        cpus: rtmgr_core::CpuSet::single(0),
-        busy_cpus: rtmgr_core::CpuSet::single(1),
-        interval_ns: 250_000,
-        phase_ns: 250_000_000,
-        partial: None,
-    };
-    assess(setup, &[phase(false), phase(true)])
+    use rtmgr_core::CpuSet;
+    let stalls = u64::from(stall_ns > 0);
+    let setup = TestSetup::new(CpuSet::single(0), CpuSet::single(1), "b", 1);
+    let phases = [
+        Phase::synthetic(0, false, 2, 0, 0, 0),
+        Phase::synthetic(0, true, 2, stalls, stall_ns, steal_ticks),
+    ];
+    assess(setup, &phases)
 }
 
 #[test]

@@ -13,9 +13,13 @@ use crate::measure::segment::prepare_for;
 use crate::measure::{mono_ns, unix_now_s};
 use crate::procstat::{parse_cpu_ticks, CpuTicks};
 use crate::report::{PolicySpec, ProbeMode, ProbeSpec};
-use rtmgr_core::host_preemption::{assess, HostPreemption, Phase, TestSetup};
+use rtmgr_core::host_preemption::{
+    assess, HostPreemption, Phase, TestSetup, DEFAULT_INTERVAL_NS, DEFAULT_PHASE_NS,
+};
 use rtmgr_core::CpuSet;
+use rtmgr_linux::partition::Applied;
 use rtmgr_linux::sched::Policy;
+use rtmgr_linux::Host;
 use spinner::{SpinnerSpec, Spinners};
 use std::time::Duration;
 
@@ -23,9 +27,7 @@ use std::time::Duration;
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(4);
 /// One phase: long enough for a few host slices' worth of chances, short
 /// enough that both sides see the same host.
-pub const DEFAULT_PHASE: Duration = Duration::from_millis(250);
-/// The probe's period, as in the hand measurement of issue 20.
-pub const DEFAULT_INTERVAL_NS: u64 = 250_000;
+pub const DEFAULT_PHASE: Duration = Duration::from_nanos(DEFAULT_PHASE_NS);
 
 /// What to test.
 #[derive(Debug, Clone)]
@@ -69,9 +71,13 @@ pub fn default_cpus(s: &Session) -> Result<CpuSet> {
 
 /// What the test would disturb under an applied partition: refuse while RT
 /// tasks run there (the spinners load every CPU for seconds).
-fn refuse_beside_rt_tasks(s: &Session, cfg: &HostTestConfig) -> Result<()> {
-    let Some(a) = &s.applied else { return Ok(()) };
-    let tasks = rtmgr_linux::cgroup::members(&s.host, &a.layout, &a.rt_cgroup);
+fn refuse_beside_rt_tasks(
+    host: &Host,
+    applied: Option<&Applied>,
+    duration: Duration,
+) -> Result<()> {
+    let Some(a) = applied else { return Ok(()) };
+    let tasks = rtmgr_linux::cgroup::members(host, &a.layout, &a.rt_cgroup);
     if !tasks.is_empty() {
         let shown: Vec<String> = tasks.iter().take(8).map(|t| t.to_string()).collect();
         return bad_input(format!(
@@ -80,7 +86,7 @@ fn refuse_beside_rt_tasks(s: &Session, cfg: &HostTestConfig) -> Result<()> {
             tasks.len(),
             shown.join(" "),
             if tasks.len() > shown.len() { " …" } else { "" },
-            cfg.duration.as_secs_f64()
+            duration.as_secs_f64()
         ));
     }
     Ok(())
@@ -150,7 +156,7 @@ pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<Host
             cfg.phase, cfg.interval_ns, cfg.duration
         ));
     }
-    refuse_beside_rt_tasks(s, cfg)?;
+    refuse_beside_rt_tasks(&s.host, s.applied.as_ref(), cfg.duration)?;
     let mut phases = Vec::new();
     let mut busy_cpus = CpuSet::new();
     for cpu in cfg.cpus.iter() {
@@ -176,14 +182,12 @@ pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<Host
             phases.push(phase(s, cfg, cpu, i % 2 == 1)?);
         }
     }
+    let boot_id = rtmgr_linux::host_preemption::boot_id(&s.host);
     let setup = TestSetup {
-        measured_at_unix_s: unix_now_s(),
-        boot_id: rtmgr_linux::host_preemption::boot_id(&s.host),
-        cpus: cfg.cpus.clone(),
-        busy_cpus,
         interval_ns: cfg.interval_ns,
         phase_ns: cfg.phase.as_nanos() as u64,
         partial: s.partial(),
+        ..TestSetup::new(cfg.cpus.clone(), busy_cpus, &boot_id, unix_now_s())
     };
     Ok(assess(setup, &phases))
 }
@@ -200,5 +204,37 @@ mod tests {
         assert_eq!(c.phases_per_cpu(), 8);
         c.duration = Duration::from_millis(300);
         assert_eq!(c.phases_per_cpu(), 2, "at least one pair");
+    }
+
+    #[test]
+    fn refused_while_tasks_run_in_the_rt_cpuset_of_an_applied_partition() {
+        use rtmgr_linux::fake::FakeMachine;
+        let m = FakeMachine::new(2).typical_tasks().build();
+        let host = m.host();
+        let journal = std::path::Path::new("/run/rtmgr/journal.jsonl");
+        let online = rtmgr_linux::cpus::online(&host).unwrap();
+        let plan =
+            rtmgr_core::partition::validate(&Default::default(), Some(&CpuSet::single(1)), &online)
+                .unwrap();
+        let opts = rtmgr_linux::partition::ApplyOptions {
+            journal: journal.into(),
+            replace: false,
+        };
+        rtmgr_linux::partition::apply(&host, &plan, &opts).unwrap();
+        let applied = rtmgr_linux::partition::current(&host, journal)
+            .unwrap()
+            .unwrap();
+        let four = Duration::from_secs(4);
+        assert!(refuse_beside_rt_tasks(&host, None, four).is_ok());
+        let rt_tasks = rtmgr_linux::cgroup::members(&host, &applied.layout, &applied.rt_cgroup);
+        if rt_tasks.is_empty() {
+            assert!(refuse_beside_rt_tasks(&host, Some(&applied), four).is_ok());
+            let tid = rtmgr_linux::tasks::pids(&host).unwrap()[0];
+            rtmgr_linux::cgroup::attach(&host, &applied.layout, &applied.rt_cgroup, tid).unwrap();
+        }
+        let e = refuse_beside_rt_tasks(&host, Some(&applied), four).unwrap_err();
+        assert!(e.is_input(), "{e}");
+        assert!(e.to_string().contains("run in its RT cpuset"), "{e}");
+        rtmgr_linux::partition::reset(&host, journal).unwrap();
     }
 }

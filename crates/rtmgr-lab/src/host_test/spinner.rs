@@ -90,7 +90,7 @@ mod tests {
             policy: Policy::Idle,
             prepare: None,
         };
-        let s = Spinners::start(&[spec.clone()]).unwrap();
+        let s = Spinners::start(std::slice::from_ref(&spec)).unwrap();
         assert_eq!(s.handles.len(), 1);
         drop(s);
         let bad = SpinnerSpec {

@@ -273,7 +273,6 @@ mod tests {
     #[test]
     fn host_preemption_shows_the_cached_test_or_how_to_run_it() {
         use rtmgr_core::host_preemption::{assess, Phase, TestSetup};
-        use rtmgr_core::stats::Hist;
         let m = FakeMachine::new(2).typical_tasks().build();
         let host = m.host();
         let missing = status_of(&m);
@@ -285,33 +284,13 @@ mod tests {
         assert!(missing.host_preemption.is_none());
         std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
         std::fs::write(host.path(crate::host_preemption::BOOT_ID_PATH), "b\n").unwrap();
-        let stalled = |spinner: bool| {
-            let mut h = Hist::new();
-            h.record_n(40_000, 8000);
-            if spinner {
-                h.record(11_000_000);
-            }
-            Phase {
-                cpu: 0,
-                spinner,
-                elapsed_ns: 2_000_000_000,
-                latency: h.clone(),
-                wakeups: h,
-                steal_ticks: u64::from(spinner),
-                busy_ticks: 200,
-                idle_ticks: 0,
-            }
-        };
-        let setup = TestSetup {
-            measured_at_unix_s: crate::host_preemption::now_unix_s(),
-            boot_id: "b".into(),
-            cpus: CpuSet::single(0),
-            busy_cpus: CpuSet::single(1),
-            interval_ns: 250_000,
-            phase_ns: 250_000_000,
-            partial: None,
-        };
-        let r = assess(setup, &[stalled(false), stalled(true)]);
+        let now = crate::host_preemption::now_unix_s();
+        let setup = TestSetup::new(CpuSet::single(0), CpuSet::single(1), "b", now);
+        let phases = [
+            Phase::synthetic(0, false, 2, 0, 0, 0),
+            Phase::synthetic(0, true, 2, 1, 11_000_000, 1),
+        ];
+        let r = assess(setup, &phases);
         crate::host_preemption::write_host_preemption(&host, &r).unwrap();
         let shown = status_of(&m);
         let i = find(&shown, "host_preemption");

@@ -12,6 +12,20 @@ pub fn is_root() -> bool {
     rtmgr_sys::process::is_root()
 }
 
+/// At least 2 online CPUs (not this process's affinity, which a partition
+/// may narrow); else a printed skip for `what`.
+pub fn two_cpus(what: &str) -> bool {
+    let n = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| s.trim().parse::<rtmgr_core::CpuSet>().ok())
+        .map(|c| c.len())
+        .unwrap_or(1);
+    if n < 2 {
+        eprintln!("skip: {what} needs 2 CPUs");
+    }
+    n >= 2
+}
+
 pub fn have(tool: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
