@@ -70,6 +70,8 @@ pub struct Manager {
     /// `serve --metrics`: where answers and repairs are counted.
     #[cfg(feature = "metrics")]
     pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
+    /// The live figures of `status` (`rtmgr top`), fed by the guards.
+    pub live: Option<std::sync::Arc<super::live::LiveFigures>>,
     /// Memory, I/O and cache beside the CPUs (issue 13).
     pub(super) resources: crate::resources::Resources,
 }
@@ -111,6 +113,7 @@ impl Manager {
             balancer: "off".into(),
             #[cfg(feature = "metrics")]
             metrics: None,
+            live: None,
             resources: Default::default(),
         }
     }
