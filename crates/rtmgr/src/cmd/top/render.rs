@@ -117,7 +117,12 @@ pub fn draw(f: &mut Frame, snap: &Snapshot, view: &View) {
 fn header<'a>(snap: &'a Snapshot, view: &View, theme: &Theme) -> Vec<Line<'a>> {
     let mut first = vec![Span::styled("rtmgr top", theme.title())];
     first.push(Span::raw(match &snap.daemon {
-        Some(d) => format!(" · daemon {} up {}", d.pid, uptime(d.uptime_s)),
+        Some(d) => format!(
+            " · daemon {} up {} · balancer {}",
+            d.pid,
+            uptime(d.uptime_s),
+            d.balancer
+        ),
         None => format!(" · {}", snap.source),
     }));
     first.push(Span::raw(format!(
@@ -132,8 +137,14 @@ fn header<'a>(snap: &'a Snapshot, view: &View, theme: &Theme) -> Vec<Line<'a>> {
     }
     let second = match &snap.daemon {
         Some(d) => format!(
-            "requests {} granted {} refused {} errors {} · drift repairs {} · evictions {} · boosts {} · balancer {}",
-            d.requests, d.granted, d.refused, d.errors, d.drift_total(), d.evictions, d.starvation_boosts, d.balancer
+            "req {} granted {} refused {} err {} · drift repairs {} · evictions {} · boosts {}",
+            d.requests,
+            d.granted,
+            d.refused,
+            d.errors,
+            d.drift_total(),
+            d.evictions,
+            d.starvation_boosts
         ),
         None => snap.notes.join("; "),
     };
