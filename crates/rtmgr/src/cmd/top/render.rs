@@ -125,10 +125,10 @@ fn header<'a>(snap: &'a Snapshot, view: &View, theme: &Theme) -> Vec<Line<'a>> {
         ),
         None => format!(" · {}", snap.source),
     }));
-    first.push(Span::raw(format!(
-        " · every {:.1}s",
-        snap.interval_ms as f64 / 1e3
-    )));
+    first.push(Span::raw(match snap.interval_ms {
+        0 => " · first reading".to_string(),
+        ms => format!(" · Δ {:.1}s", ms as f64 / 1e3),
+    }));
     if view.paused {
         first.push(Span::styled(
             " · PAUSED",

@@ -211,3 +211,14 @@ fn durations_and_sparklines_read_at_a_glance() {
     assert_eq!(sparkline(&[0, 8], 8), " █");
     assert_eq!(sparkline(&[], 8), "");
 }
+
+#[test]
+fn the_readme_shows_the_80x24_capture() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let screen = to_text(&fake_daemon_state(), &View::new(false), 80, 24);
+    assert!(
+        readme.contains(&screen),
+        "README's capture of rtmgr top differs from:\n{screen}"
+    );
+}
