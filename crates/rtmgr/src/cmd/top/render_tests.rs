@@ -36,7 +36,6 @@ pub fn fake_daemon_state() -> Snapshot {
             evictions: 5,
             starvation_boosts: 1,
             balancer: "running".into(),
-            ..DaemonLine::default()
         }),
         rt: vec![
             RtCpu {
