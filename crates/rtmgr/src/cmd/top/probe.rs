@@ -74,6 +74,8 @@ impl Probe {
                         let ok = setup_rt_thread(cpu, policy, Some(&prepare));
                         let failed = ok.is_err();
                         let _ = tx.send(ok);
+                        // `start` waits until every thread has said how its set-up went.
+                        drop(tx);
                         if failed {
                             return;
                         }
