@@ -71,3 +71,70 @@ fn top_once_shows_the_daemons_guard_reservation_and_counters() {
     assert!(snap.get("daemon").is_none() && snap["rt"].as_array().unwrap().is_empty());
     live.assert_restored("after SIGTERM");
 }
+
+/// `rtmgr partition reset` on drop, so a failed assertion leaves no partition.
+struct Applied<'a>(&'a Live);
+
+impl Drop for Applied<'_> {
+    fn drop(&mut self) {
+        let out = self.0.partition_reset();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn top_probe_measures_the_partition_in_place_and_names_its_priority() {
+    let Some(live) = Live::new() else { return };
+    let cpu = live.rt_cpu.to_string();
+    std::fs::create_dir_all(live.state()).unwrap();
+    let out = Command::new(BIN)
+        .args(["partition", "apply", "--rt-cpus", &cpu, "--journal"])
+        .arg(live.journal())
+        .env("RTMGR_LOCK_HELD", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let applied = Applied(&live);
+    let out = Command::new(BIN)
+        .args([
+            "top",
+            "--once",
+            "--json",
+            "--interval",
+            "300ms",
+            "--probe",
+            "--probe-priority",
+            "90",
+            "--journal",
+        ])
+        .arg(live.journal())
+        .env("RTMGR_NO_DAEMON", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(snap["source"], "partition in place", "{snap:#}");
+    assert_eq!(snap["probe"], "SCHED_FIFO 90, every 10 ms");
+    assert_eq!(snap["rt"][0]["cpu"].as_u64(), Some(u64::from(live.rt_cpu)));
+    assert!(
+        snap["rt"][0]["latency"]["samples"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{snap:#}"
+    );
+    drop(applied);
+    let _ = std::fs::remove_dir_all(live.state());
+    live.assert_restored("after the probe and partition reset");
+}
