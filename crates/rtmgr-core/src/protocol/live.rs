@@ -128,4 +128,31 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn a_status_reply_of_an_older_daemon_reads_and_a_new_one_reads_in_an_old_shape() {
+        let old = r#"{"v":1,"result":"status","status":{"daemon_pid":9,"uptime_s":1.0,"rt_cpus":"1","nrt_cpus":"0","layout":"v1","root_domains":"per-cpu","cap":0.9,"deadline_share":0.95,"placement":"FirstFit","cpus":[],"reservations":0,"requests":0,"granted":0,"refused":0,"errors":0,"balancer":"off","drift":{}}}"#;
+        let r = crate::protocol::parse_response(old.as_bytes()).unwrap();
+        let crate::protocol::Reply::Status { status } = r.reply else {
+            panic!("{r:?}")
+        };
+        assert_eq!(status.live, None);
+        let mut new = *status;
+        new.live = Some(LiveStatus {
+            version: LIVE_VERSION,
+            window_ms: 1000,
+            cpus: vec![LiveCpu {
+                cpu: 1,
+                ..LiveCpu::default()
+            }],
+        });
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(text.contains(r#""live":{"version":1"#), "{text}");
+        // StatusInfo denies no unknown field: an older client (without
+        // `live`) reads this reply as this one reads a field it does not know.
+        let future = text.replacen('{', r#"{"from_a_later_daemon":1,"#, 1);
+        assert!(serde_json::from_str::<crate::protocol::StatusInfo>(&future).is_ok());
+        let back: crate::protocol::StatusInfo = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.live.unwrap().cpus[0].cpu, 1);
+    }
 }
