@@ -1,6 +1,7 @@
 //! Parsers of the /proc files the live balancer reads at every sample
 //! (ARTiS §2.3 on an unpatched kernel): a task's `status` lines, `schedstat`,
-//! CPU pressure (PSI), `loadavg`, the per-CPU interrupt ticks of /proc/stat,
+//! CPU pressure (PSI), `loadavg`, the per-CPU interrupt ticks and times of
+//! /proc/stat (the times also for `rtmgr top`),
 //! and the ARTiS class of a scheduling policy. Pure: text in, numbers out.
 
 use crate::class::{TaskClass, RT0_PRIORITY};
@@ -108,6 +109,39 @@ pub fn irq_ticks(text: &str) -> Vec<u64> {
     now
 }
 
+/// One CPU's times since boot from its `cpuN` line of /proc/stat, in clock
+/// ticks (USER_HZ): all of them, the busy part (neither idle nor iowait), and steal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub total: u64,
+    pub busy: u64,
+    pub steal: u64,
+}
+
+/// [`CpuTimes`] of every CPU line of /proc/stat (not the aggregate "cpu").
+pub fn cpu_times(text: &str) -> std::collections::BTreeMap<u32, CpuTimes> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(Ok(cpu)) = f.next().and_then(|n| n.strip_prefix("cpu")).map(str::parse) else {
+            continue;
+        };
+        // user nice system idle iowait irq softirq steal (guest time is in user)
+        let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        let total: u64 = v.iter().sum();
+        out.insert(
+            cpu,
+            CpuTimes {
+                total,
+                busy: total - at(3) - at(4),
+                steal: at(7),
+            },
+        );
+    }
+    out
+}
+
 /// Read and write system calls so far (`syscr`, `syscw` of /proc/…/io): a
 /// lower bound of a task's kernel entries (other system calls are not counted).
 pub fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
@@ -136,6 +170,30 @@ pub fn parse_steal(stat: &str) -> BTreeMap<u32, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_times_split_busy_idle_and_steal_per_cpu() {
+        let stat =
+            "cpu  10 0 10 100 0 0 0 5 0 0\ncpu0 4 1 2 50 3 1 1 5 9 0\ncpu1 1 0 0 9\nintr 5\n";
+        let t = cpu_times(stat);
+        assert_eq!(t.len(), 2, "{t:?}");
+        assert_eq!(
+            t[&0],
+            CpuTimes {
+                total: 67,
+                busy: 14,
+                steal: 5
+            }
+        );
+        assert_eq!(
+            t[&1],
+            CpuTimes {
+                total: 10,
+                busy: 1,
+                steal: 0
+            }
+        );
+    }
 
     #[test]
     fn irq_ticks_skip_the_aggregate_line() {

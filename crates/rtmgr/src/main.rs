@@ -30,6 +30,8 @@ struct Cli {
 enum Command {
     /// Is this machine fit for real time? Each item with a verdict.
     Status(cmd::status::StatusArgs),
+    /// The machine live: RT CPU latency, steal, IRQs, reservations (feature `top`; `--once --json` always).
+    Top(cmd::top::TopArgs),
     /// Split the CPUs into RT and NRT sets, or undo that exactly.
     #[command(subcommand)]
     Partition(cmd::partition::PartitionCmd),
@@ -82,6 +84,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Status(a) => cmd::status::run(a),
+        Command::Top(a) => cmd::top::run(a),
         Command::Partition(c) => cmd::partition::run(c),
         Command::Run(a) => cmd::run::run(a),
         Command::Measure(c) => cmd::measure::run(c),

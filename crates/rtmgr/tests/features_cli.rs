@@ -1,10 +1,15 @@
 //! A build without the optional cargo features (the default build) refuses
 //! what needs them with one error naming the feature, before it needs root
 //! or changes anything: `serve --rtkit`, `serve --metrics`, `[rtkit] enabled`
-//! in the config, and `__gen-man`. scripts/test.sh runs these on the default
+//! in the config, `__gen-man`, and `top` (but `top --once --json`). scripts/test.sh runs these on the default
 //! build; in a build with the features they are compiled out.
 
-#![cfg(not(all(feature = "rtkit", feature = "metrics", feature = "manuals")))]
+#![cfg(not(all(
+    feature = "rtkit",
+    feature = "metrics",
+    feature = "manuals",
+    feature = "top"
+)))]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -71,4 +76,48 @@ fn gen_man_names_the_feature_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--features manuals"), "{err}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[cfg(not(feature = "top"))]
+#[test]
+fn top_names_the_feature_but_once_json_works() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["top"][..], &["top", "--once"], &["top", "--probe"]] {
+        let out = run(dir.path(), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "not one error: {err}");
+        assert!(
+            err.contains("--features top") && err.contains("--once --json"),
+            "{err}"
+        );
+    }
+    let sock = dir.path().join("none.sock");
+    let out = Command::new(BIN)
+        .args(["top", "--once", "--json", "--interval", "100ms", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "rtmgr.top/1");
+    assert_eq!(v["source"], "partition in place");
+}
+
+#[test]
+fn top_refuses_a_too_short_interval_with_one_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        &["top", "--once", "--json", "--interval", "10ms"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "not one error: {err}");
+    assert!(err.contains("at least 100ms"), "{err}");
+    assert!(out.stdout.is_empty());
 }

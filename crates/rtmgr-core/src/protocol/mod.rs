@@ -8,11 +8,13 @@
 //! error; the parser never panics on any input (fuzzed: fuzz/, see
 //! docs/protocol.md "Fuzzing").
 
+mod live;
 mod reserve;
 mod response;
 #[cfg(test)]
 mod tests;
 
+pub use live::{Guest, LatencyWindow, Lending, LiveCpu, LiveStatus, LIVE_VERSION};
 pub use reserve::{
     Invalid, IoClass, IrqRef, ReserveRequest, Target, ValidReserve, MAX_NAME, MAX_THREADS,
 };

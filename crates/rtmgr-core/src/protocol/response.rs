@@ -193,4 +193,7 @@ pub struct StatusInfo {
     /// place, or "not available: why" (issue 13).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub resources: std::collections::BTreeMap<String, String>,
+    /// Live figures per RT CPU for `rtmgr top` (absent from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<super::LiveStatus>,
 }

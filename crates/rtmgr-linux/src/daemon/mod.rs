@@ -14,13 +14,15 @@
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
 //! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`, cargo feature
 //! `rtkit`), `metrics/` (`--metrics`: OpenMetrics over HTTP, cargo feature
-//! `metrics`), `starvation.rs` (the starvation guard beside the RT CPUs).
+//! `metrics`), `live.rs` (the live figures of `status` for `rtmgr top`),
+//! `starvation.rs` (the starvation guard beside the RT CPUs).
 //! Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
 mod domains;
 pub mod grant;
 pub mod journal;
+pub mod live;
 pub mod manager;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -210,7 +212,11 @@ fn run(
     let sock = cfg.socket();
     let listener = bind(host, &sock)?;
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    let (exporter, events) = start_metrics(cfg, applied, &mut m)?;
+    let (exporter, to_metrics) = start_metrics(cfg, applied, &mut m)?;
+    // The guard's and the starvation guard's events: kept for `status`, passed on to the metrics.
+    let live = Arc::new(live::LiveFigures::new(&applied.plan.rt, to_metrics));
+    m.live = Some(live.clone());
+    let events = Some(EventSink(live));
     let balancer = start_balancer(host, cfg, applied, events.clone());
     m.balancer = if balancer.is_some() {
         "running".into()

@@ -17,6 +17,7 @@ pub mod reserve;
 pub mod run;
 pub mod serve;
 pub mod status;
+pub mod top;
 
 use std::process::ExitCode;
 

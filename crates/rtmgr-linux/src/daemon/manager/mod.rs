@@ -70,6 +70,8 @@ pub struct Manager {
     /// `serve --metrics`: where answers and repairs are counted.
     #[cfg(feature = "metrics")]
     pub metrics: Option<std::sync::Arc<super::metrics::Metrics>>,
+    /// The live figures of `status` (`rtmgr top`), fed by the guards.
+    pub live: Option<std::sync::Arc<super::live::LiveFigures>>,
     /// Memory, I/O and cache beside the CPUs (issue 13).
     pub(super) resources: crate::resources::Resources,
     /// Per `[[client]]` rule: may reserve for an existing process (`--pid`).
@@ -113,6 +115,7 @@ impl Manager {
             balancer: "off".into(),
             #[cfg(feature = "metrics")]
             metrics: None,
+            live: None,
             resources: Default::default(),
             existing_processes: Vec::new(),
         }

@@ -68,6 +68,10 @@ impl Manager {
             balancer: self.balancer.clone(),
             drift: self.stats.drift.clone(),
             resources: self.resources.status.clone(),
+            live: self
+                .live
+                .as_ref()
+                .map(|l| l.snapshot(&self.host, mono_ns())),
         }
     }
 }

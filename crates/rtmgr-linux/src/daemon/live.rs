@@ -1,0 +1,201 @@
+//! The live figures of the `status` reply (issue 23, `rtmgr top`): the
+//! latency guard's recent samples per RT CPU (ARTiS §2.2–2.3), evictions and
+//! starvation boosts, and steal. A [`LiveEvents`] sink that keeps a bounded
+//! ring per RT CPU and passes every event on to the metrics when they run.
+
+use crate::balance::{EventSink, LiveEvents};
+use crate::Host;
+use rtmgr_core::protocol::{LatencyWindow, LiveCpu, LiveStatus, LIVE_VERSION};
+use rtmgr_core::CpuSet;
+use rtmgr_sys::time::mono_ns;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+/// The window of a latency summary (ns).
+pub const WINDOW_NS: u64 = 1_000_000_000;
+/// How many past windows the sparkline covers.
+pub const HISTORY: usize = 30;
+/// Samples kept per RT CPU: 30 s of the guard's 10 ms samples, about 64 KiB.
+const RING: usize = 4096;
+
+#[derive(Default)]
+struct CpuFigures {
+    /// (when, latency) of the latest samples, oldest first.
+    recent: VecDeque<(u64, u64)>,
+    samples: u64,
+    evictions: BTreeMap<&'static str, u64>,
+    boosts: u64,
+}
+
+/// What the daemon has seen of each RT CPU; cheap to feed (one uncontended
+/// lock per event), bounded in memory, summarised on a `status` request.
+pub struct LiveFigures {
+    cpus: BTreeMap<u32, Mutex<CpuFigures>>,
+    forward: Option<EventSink>,
+}
+
+impl LiveFigures {
+    /// Figures of the RT CPUs `rt`; events go on to `forward` (the metrics).
+    pub fn new(rt: &CpuSet, forward: Option<EventSink>) -> LiveFigures {
+        LiveFigures {
+            cpus: rt.iter().map(|c| (c, Mutex::default())).collect(),
+            forward,
+        }
+    }
+
+    fn with(&self, cpu: u32, f: impl FnOnce(&mut CpuFigures)) {
+        if let Some(m) = self.cpus.get(&cpu) {
+            f(&mut m.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+
+    /// The figures now (`now_ns` on the monotonic clock), steal from /proc/stat.
+    pub fn snapshot(&self, host: &Host, now_ns: u64) -> LiveStatus {
+        let steal = host
+            .read_opt("/proc/stat")
+            .map(|t| rtmgr_core::proctext::cpu_times(&t));
+        let cpus = self
+            .cpus
+            .iter()
+            .map(|(&cpu, m)| {
+                let f = m.lock().unwrap_or_else(|p| p.into_inner());
+                let mut live = summarise(&f.recent, now_ns);
+                live.cpu = cpu;
+                live.guard_samples = f.samples;
+                live.evictions = f
+                    .evictions
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), *v))
+                    .collect();
+                live.starvation_boosts = f.boosts;
+                live.steal_ticks = steal.as_ref().and_then(|s| s.get(&cpu)).map(|t| t.steal);
+                live
+            })
+            .collect();
+        LiveStatus {
+            version: LIVE_VERSION,
+            window_ms: WINDOW_NS / 1_000_000,
+            cpus,
+        }
+    }
+}
+
+/// The last window's summary and the largest sample of each of the
+/// `HISTORY` windows before now (0 where a window had none).
+fn summarise(recent: &VecDeque<(u64, u64)>, now_ns: u64) -> LiveCpu {
+    let mut last = Vec::new();
+    let mut history = vec![0u64; HISTORY];
+    for &(at, ns) in recent {
+        let age = now_ns.saturating_sub(at) / WINDOW_NS;
+        if age == 0 {
+            last.push(ns);
+        }
+        if (age as usize) < HISTORY {
+            let i = HISTORY - 1 - age as usize;
+            history[i] = history[i].max(ns);
+        }
+    }
+    let first = recent
+        .front()
+        .map(|&(at, _)| (now_ns.saturating_sub(at) / WINDOW_NS) as usize);
+    // No leading zeros for the time before the first sample.
+    let keep = first.map_or(0, |a| (a + 1).min(HISTORY));
+    LiveCpu {
+        latency: LatencyWindow::of(&mut last),
+        latency_history_ns: history.split_off(HISTORY - keep),
+        ..LiveCpu::default()
+    }
+}
+
+impl LiveEvents for LiveFigures {
+    fn guard_sample(&self, cpu: u32, latency_ns: u64) {
+        let now = mono_ns();
+        self.with(cpu, |f| {
+            if f.recent.len() == RING {
+                f.recent.pop_front();
+            }
+            f.recent.push_back((now, latency_ns));
+            f.samples += 1;
+        });
+        if let Some(s) = &self.forward {
+            s.0.guard_sample(cpu, latency_ns);
+        }
+    }
+
+    fn eviction(&self, cpu: u32, cause: &'static str, n: u64) {
+        self.with(cpu, |f| *f.evictions.entry(cause).or_default() += n);
+        if let Some(s) = &self.forward {
+            s.0.eviction(cpu, cause, n);
+        }
+    }
+
+    fn starvation_boost(&self, cpu: u32) {
+        self.with(cpu, |f| f.boosts += 1);
+        if let Some(s) = &self.forward {
+            s.0.starvation_boost(cpu);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    #[derive(Default)]
+    struct Count(AtomicU64);
+    impl LiveEvents for Count {
+        fn guard_sample(&self, _: u32, _: u64) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_last_window_is_summarised_and_older_ones_make_the_sparkline() {
+        let s = 1_000_000_000u64;
+        let now = 100 * s;
+        // 3 s ago: 900 ns; 1 s ago: 500; in the last second: 10..=100.
+        let mut recent = VecDeque::from([(now - 3 * s, 900), (now - s - 1, 500)]);
+        recent.extend((1..=10).map(|i| (now - s / 2, i * 10)));
+        let live = summarise(&recent, now);
+        let w = live.latency.unwrap();
+        assert_eq!((w.samples, w.p50_ns, w.max_ns), (10, 60, 100));
+        assert_eq!(live.latency_history_ns, vec![900, 0, 500, 100]);
+        assert_eq!(summarise(&VecDeque::new(), now), LiveCpu::default());
+    }
+
+    #[test]
+    fn events_are_kept_per_rt_cpu_bounded_and_passed_on() {
+        let count = Arc::new(Count::default());
+        let live = LiveFigures::new(
+            &CpuSet::parse_list("1").unwrap(),
+            Some(EventSink(count.clone())),
+        );
+        for _ in 0..RING + 5 {
+            live.guard_sample(1, 1000);
+        }
+        live.guard_sample(0, 1000); // not an RT CPU: passed on only
+        live.eviction(1, "guard", 2);
+        live.starvation_boost(1);
+        let m = crate::fake::FakeMachine::new(2).build();
+        m.host()
+            .write(
+                "/proc/stat",
+                "cpu  0 0 0 0 0 0 0 7\ncpu0 0 0 0 0\ncpu1 1 0 0 5 0 0 0 7\n",
+            )
+            .unwrap();
+        let snap = live.snapshot(&m.host(), mono_ns());
+        assert_eq!(snap.version, LIVE_VERSION);
+        let cpu = &snap.cpus[0];
+        assert_eq!(
+            (snap.cpus.len(), cpu.cpu, cpu.guard_samples),
+            (1, 1, RING as u64 + 5)
+        );
+        assert_eq!(cpu.latency.unwrap().samples, RING as u64);
+        assert_eq!((cpu.evictions["guard"], cpu.starvation_boosts), (2, 1));
+        assert_eq!(count.0.load(Ordering::Relaxed), RING as u64 + 6);
+        assert_eq!((cpu.guests.clone(), cpu.host_stalls), (None, None));
+        assert_eq!(cpu.steal_ticks, Some(7));
+    }
+}
