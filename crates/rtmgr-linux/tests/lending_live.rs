@@ -105,7 +105,7 @@ fn a_late_guard_sample_evicts_the_guests_from_the_guard_thread() {
     cfg.immediate_guard = true;
     // A 5 ms bound: the hog below makes a sample 20-30 ms late, far above
     // it and above 1.25 x what the CPU showed without guests. (With a 1 µs
-    // bound the balancer lent nothing in 15 s here, so the path went untested.)
+    // bound nothing was lent in 15 s in three of four runs here.)
     cfg.policy.latency_bound_ns = Some(5_000_000);
     let stop = Arc::new(AtomicBool::new(false));
     let mut hogs: Vec<std::thread::JoinHandle<()>> = Vec::new();
