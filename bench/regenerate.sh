@@ -34,7 +34,7 @@ live (measurements of one machine at one time: root, a quiet machine; not run he
   bench/results/lb-live-rotation-2cpu.json    sudo rtmgr lb scenarios/rotation-2cpu.lbu --balancer shield,rtmgr,shield,rtmgr,shield,rtmgr --save bench/results/lb-live-rotation-2cpu.json   (2026-11-22, 2-vCPU VM)
   bench/results/partition-effect.json         sudo bench/partition-effect.sh 3 20   (2026-11-22, 2-vCPU VM)
   bench/results/first-runs-20261123/          the commands listed in its README.txt (2026-11-23, 2-vCPU VM)
-  bench/results/lending-20261123/             sudo bash bench/lending.sh 3 bench/results/lending-20261123, only its README.txt kept (: 2026-11-23, 2-vCPU VM, load average in its first line)
+  bench/results/lending-20261123/             sudo bash bench/lending.sh 3 bench/results/lending-20261123, only its README.txt kept (2026-11-23, 2-vCPU VM, load average in its first line)
 LIST
 }
 
