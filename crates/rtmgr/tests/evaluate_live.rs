@@ -70,14 +70,24 @@ fn short_evaluate(engine: &str) {
     if skipped.is_empty() {
         assert_eq!(
             names,
-            ["idle", "stock", "preempt", "shield", "rtmgr", "balanced"]
+            [
+                "idle",
+                "stock",
+                "preempt",
+                "shield",
+                "idle-guests",
+                "balanced"
+            ]
         );
     } else {
         assert!(
             skipped[0].as_str().unwrap().starts_with("preempt"),
             "{skipped:?}"
         );
-        assert_eq!(names, ["idle", "stock", "shield", "rtmgr", "balanced"]);
+        assert_eq!(
+            names,
+            ["idle", "stock", "shield", "idle-guests", "balanced"]
+        );
     }
     assert!(r["rt_choice"]
         .as_str()

@@ -1,7 +1,8 @@
 //! `rtmgr evaluate`, the main job: the RT CPU's wake-up latency under the
 //! `all` load (ARTiS §3.1) in five configurations, interleaved in rounds so
-//! drift hits them alike (docs/architecture.md "Measuring"): idle, stock, shield, rtmgr
-//! (SCHED_IDLE guests on the RT CPU, ARTiS §2.2) and balanced (the live
+//! drift hits them alike (docs/architecture.md "Measuring"): idle, stock,
+//! shield, idle-guests (SCHED_IDLE guests on the RT CPU without the balancer,
+//! ARTiS §2.2) and balanced (the live
 //! balancer lending the RT CPU, ARTiS §2.3), plus preempt (Table 1's "Linux
 //! with preemption") where the kernel can switch its preemption model. The RT
 //! CPU defaults to the one the kernel leaves most alone (`--rt-cpus auto`).
@@ -82,7 +83,8 @@ enum Config {
     Idle,
     Stock,
     Shield,
-    Rtmgr,
+    /// Partition + the load also as SCHED_IDLE guests on the RT CPU, no balancer (was "rtmgr").
+    IdleGuests,
     /// Partition + the live balancer (`rtmgr balance`).
     Balanced,
     /// Stock with the kernel switched to full preemption (ARTiS Table 1).
@@ -93,7 +95,7 @@ const CONFIGS: [Config; 5] = [
     Config::Idle,
     Config::Stock,
     Config::Shield,
-    Config::Rtmgr,
+    Config::IdleGuests,
     Config::Balanced,
 ];
 
@@ -103,7 +105,7 @@ impl Config {
             Config::Idle => "idle",
             Config::Stock => "stock",
             Config::Shield => "shield",
-            Config::Rtmgr => "rtmgr",
+            Config::IdleGuests => "idle-guests",
             Config::Balanced => "balanced",
             Config::Preempt => "preempt",
         }
@@ -113,13 +115,13 @@ impl Config {
             Config::Idle => "no partition, no load: the machine's floor",
             Config::Stock => "no partition, load on every CPU",
             Config::Shield => "partition applied, load confined to the NRT CPUs (cset/RedHawk-style shielding)",
-            Config::Rtmgr => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU (ARTiS)",
+            Config::IdleGuests => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU, no balancer (ARTiS)",
             Config::Balanced => "partition applied, load on the NRT CPUs, the live balancer (`rtmgr balance`) lending the RT CPU to it under its latency guard",
             Config::Preempt => "no partition, load on every CPU, the kernel switched to full preemption (ARTiS Table 1: Linux with preemption)",
         }
     }
     fn partitioned(self) -> bool {
-        matches!(self, Config::Shield | Config::Rtmgr | Config::Balanced)
+        matches!(self, Config::Shield | Config::IdleGuests | Config::Balanced)
     }
 
     fn load_plan(
@@ -148,7 +150,7 @@ impl Config {
             Config::Shield | Config::Balanced => {
                 vec![same_work(part(&plan.nrt, false, Some(Role::Nrt)))]
             }
-            Config::Rtmgr => vec![
+            Config::IdleGuests => vec![
                 part(&plan.nrt, false, Some(Role::Nrt)),
                 part(&plan.rt, true, Some(Role::Rt)),
             ],
@@ -644,7 +646,7 @@ mod tests {
             Config::Stock,
             Config::Preempt,
             Config::Shield,
-            Config::Rtmgr,
+            Config::IdleGuests,
             Config::Balanced,
         ] {
             assert_eq!(workers(c), 4, "{c:?}");

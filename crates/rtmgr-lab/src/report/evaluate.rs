@@ -37,7 +37,9 @@ pub struct EvaluateRun {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigResult {
-    /// "idle", "stock", "shield" or "rtmgr".
+    /// "idle", "stock", "preempt", "shield", "idle-guests" or "balanced";
+    /// an old report's "rtmgr" is read as "idle-guests" ([`config_name`]).
+    #[serde(deserialize_with = "deserialize_config_name")]
     pub name: String,
     pub description: String,
     pub result: CpuResult,
@@ -53,6 +55,21 @@ pub struct ConfigResult {
     pub balancer: Option<super::BalancerSummary>,
 }
 
+/// The name evaluate gives a configuration today, for a name read from a
+/// report of any version: reports before issue 21 called the SCHED_IDLE
+/// guests without the balancer "rtmgr", the tool's own name.
+pub fn config_name(name: &str) -> &str {
+    match name {
+        "rtmgr" => "idle-guests",
+        other => other,
+    }
+}
+
+fn deserialize_config_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    Ok(config_name(&name).to_string())
+}
+
 /// Geometric-mean throughput of `c` relative to `base` (see load::relative_throughput).
 pub fn throughput_ratio(c: &ConfigResult, base: Option<&ConfigResult>) -> Option<f64> {
     crate::load::relative_throughput(&c.throughput, &base?.throughput)
@@ -60,7 +77,7 @@ pub fn throughput_ratio(c: &ConfigResult, base: Option<&ConfigResult>) -> Option
 
 /// The ARTiS-Table-1-style table of `rtmgr evaluate`.
 pub fn evaluate_table(e: &EvaluateRun) -> String {
-    let find = |n: &str| e.configs.iter().find(|c| c.name == n);
+    let find = |n: &str| e.configs.iter().find(|c| config_name(&c.name) == n);
     let (stock, idle) = (find("stock"), find("idle"));
     let mut table = vec![[
         "config",
@@ -120,42 +137,50 @@ pub fn evaluate_table(e: &EvaluateRun) -> String {
     out
 }
 
+/// `ratio` of a configuration's figure to a base's, in words.
+fn compared(r: f64, base: &str) -> String {
+    if r < 0.9 {
+        format!("{:.1}x lower than {base}", 1.0 / r)
+    } else if r > 1.1 {
+        format!("{r:.1}x higher than {base}")
+    } else {
+        format!("about the same as {base}")
+    }
+}
+
 /// Plain verdict lines for `rtmgr evaluate`, from the numbers of this run only.
 pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
-    let find = |n: &str| e.configs.iter().find(|c| c.name == n);
+    let find = |n: &str| e.configs.iter().find(|c| config_name(&c.name) == n);
     let mut v = Vec::new();
-    let p99 = |c: &ConfigResult| c.result.summary.get(990_000);
-    let max = |c: &ConfigResult| c.result.summary.max_ns;
+    let pick = |c: &ConfigResult, ppm: Option<u32>| match ppm {
+        Some(p) => c.result.summary.get(p),
+        None => c.result.summary.max_ns,
+    };
+    // "p99 latency 2.0x lower than stock (10.0 vs 20.0 µs), max ..." of `c` against `base`.
+    let latency = |c: &ConfigResult, base: &ConfigResult, ppm: u32, label: &str| {
+        let base_name = config_name(&base.name);
+        let mut parts = Vec::new();
+        for (what, p) in [(label, Some(ppm)), ("max", None)] {
+            let r = rtmgr_core::stats::ratio(pick(c, p), pick(base, p))?;
+            parts.push(format!(
+                "{what} {} ({} vs {} µs)",
+                compared(r, base_name),
+                us(pick(c, p)),
+                us(pick(base, p)),
+            ));
+        }
+        Some(parts.join(", "))
+    };
     let Some(stock) = find("stock") else {
         return vec!["no stock measurement: nothing to compare".into()];
     };
-    for name in ["shield", "rtmgr"] {
+    for name in ["shield", "idle-guests", "balanced"] {
         let Some(c) = find(name) else { continue };
-        let (Some(r99), Some(rmax)) = (
-            rtmgr_core::stats::ratio(p99(c), p99(stock)),
-            rtmgr_core::stats::ratio(max(c), max(stock)),
-        ) else {
+        let Some(lat) = latency(c, stock, 990_000, "p99 latency") else {
             v.push(format!("{name}: too few samples to compare with stock"));
             continue;
         };
-        let word = |r: f64| {
-            if r < 0.9 {
-                format!("{:.1}x lower than stock", 1.0 / r)
-            } else if r > 1.1 {
-                format!("{r:.1}x higher than stock")
-            } else {
-                "about the same as stock".to_string()
-            }
-        };
-        let mut line = format!(
-            "{name}: p99 latency {} ({} vs {} µs), max {} ({} vs {} µs)",
-            word(r99),
-            us(p99(c)),
-            us(p99(stock)),
-            word(rmax),
-            us(max(c)),
-            us(max(stock)),
-        );
+        let mut line = format!("{name}: {lat}");
         if let Some(t) = throughput_ratio(c, Some(stock)) {
             let _ = write!(
                 line,
@@ -165,18 +190,41 @@ pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
         }
         v.push(line);
     }
-    if let (Some(sh), Some(rm)) = (find("shield"), find("rtmgr")) {
-        if let (Some(ts), Some(tr)) = (
-            throughput_ratio(sh, Some(stock)),
-            throughput_ratio(rm, Some(stock)),
-        ) {
-            if ts < 1.0 {
-                let recovered = ((tr - ts) / (1.0 - ts)).clamp(-10.0, 10.0);
-                v.push(format!(
-                    "rtmgr's SCHED_IDLE guests recovered {:.0}% of the throughput the shield gave up",
-                    recovered * 100.0
-                ));
+    if let Some(sh) = find("shield") {
+        for (name, what) in [
+            ("idle-guests", "idle-guests's SCHED_IDLE guests"),
+            ("balanced", "the balancer's guests"),
+        ] {
+            let Some(c) = find(name) else { continue };
+            if let (Some(ts), Some(tc)) = (
+                throughput_ratio(sh, Some(stock)),
+                throughput_ratio(c, Some(stock)),
+            ) {
+                if ts < 1.0 {
+                    let recovered = ((tc - ts) / (1.0 - ts)).clamp(-10.0, 10.0);
+                    v.push(format!(
+                        "{what} recovered {:.0}% of the throughput the shield gave up",
+                        recovered * 100.0
+                    ));
+                }
             }
+        }
+        // What a user of the balancer weighs: its tail and throughput against the shield's.
+        if let Some(b) = find("balanced") {
+            // p99.9 when both runs are long enough for it (--quick may not be), else p99.
+            let ppm = [999_000, 990_000]
+                .into_iter()
+                .find(|p| pick(b, Some(*p)).is_some() && pick(sh, Some(*p)).is_some())
+                .unwrap_or(999_000);
+            let label = format!("{} latency", rtmgr_core::stats::label(ppm));
+            let mut line = match latency(b, sh, ppm, &label) {
+                Some(lat) => format!("balanced vs shield: {lat}"),
+                None => "balanced vs shield: too few samples to compare the tails".into(),
+            };
+            if let Some(t) = throughput_ratio(b, Some(sh)) {
+                let _ = write!(line, "; throughput {t:.2}x the shield's");
+            }
+            v.push(line);
         }
     }
     let bound_ns = e.latency_bound_us as i64 * 1000;
@@ -184,7 +232,7 @@ pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
         if c.name == "idle" {
             continue;
         }
-        if let Some(m) = max(c) {
+        if let Some(m) = pick(c, None) {
             let over = c.result.summary.missed;
             v.push(format!(
                 "{}: max {} µs {} the {} µs bound{}",

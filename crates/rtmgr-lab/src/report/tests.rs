@@ -125,8 +125,9 @@ fn trace_cost_kind_is_snake_case() {
     assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), rep);
 }
 
-#[test]
-fn evaluate_round_trip_table_and_verdicts() {
+/// An evaluate run: idle, stock, shield, idle-guests and balanced, each
+/// with `n` samples from `base` ns on and its own throughput.
+fn sample_evaluate_run_of(n: i64) -> EvaluateRun {
     let m = |v: f64| {
         vec![ComponentMetrics {
             component: "cpu".into(),
@@ -138,14 +139,14 @@ fn evaluate_round_trip_table_and_verdicts() {
     let mk = |name: &str, base: i64, thr: Vec<ComponentMetrics>| ConfigResult {
         name: name.into(),
         description: String::new(),
-        result: cpu_result(1, &(0..2000).map(|i| base + i).collect::<Vec<_>>()),
+        result: cpu_result(1, &(0..n).map(|i| base + i).collect::<Vec<_>>()),
         throughput: thr,
         segments: 2,
         disturbance: Disturbance::default(),
         tail_causes: None,
         balancer: None,
     };
-    let e = EvaluateRun {
+    EvaluateRun {
         rt_cpus: "1".parse().unwrap(),
         nrt_cpus: "0".parse().unwrap(),
         load: "all".into(),
@@ -159,23 +160,37 @@ fn evaluate_round_trip_table_and_verdicts() {
             mk("idle", 1000, vec![]),
             mk("stock", 100_000, m(100.0)),
             mk("shield", 10_000, m(50.0)),
-            mk("rtmgr", 10_000, m(75.0)),
+            mk("idle-guests", 10_000, m(75.0)),
+            mk("balanced", 30_000, m(90.0)),
         ],
         verdicts: vec![],
         rt_choice: None,
         skipped: vec![],
         host_preemption: None,
-    };
+    }
+}
+
+fn sample_evaluate_run() -> EvaluateRun {
+    sample_evaluate_run_of(2000)
+}
+
+#[test]
+fn evaluate_round_trip_table_and_verdicts() {
+    let e = sample_evaluate_run();
     let t = evaluate_table(&e);
-    assert!(t.contains("shield"), "{t}");
+    assert!(t.contains("shield") && t.contains("idle-guests"), "{t}");
     assert!(t.contains("0.50x"), "{t}"); // shield throughput / stock
     let v = evaluate_verdicts(&e);
     assert!(
         v.iter()
-            .any(|l| l.starts_with("shield: p99 latency") && l.contains("lower")),
+            .any(|l| l.starts_with("shield: p99 latency") && l.contains("lower than stock")),
         "{v:?}"
     );
-    assert!(v.iter().any(|l| l.contains("recovered 50%")), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("idle-guests's SCHED_IDLE guests recovered 50%")),
+        "{v:?}"
+    );
     assert!(
         v.iter()
             .any(|l| l.starts_with("stock: max") && l.contains("within")),
@@ -183,6 +198,70 @@ fn evaluate_round_trip_table_and_verdicts() {
     );
     let json = serde_json::to_string(&e).unwrap();
     assert_eq!(serde_json::from_str::<EvaluateRun>(&json).unwrap(), e);
+}
+
+#[test]
+fn verdicts_compare_balanced_with_the_shield() {
+    // 20 000 samples: enough for a p99.9. balanced's sit 20 µs above the shield's.
+    let e = sample_evaluate_run_of(20_000);
+    let v = evaluate_verdicts(&e);
+    let line = v
+        .iter()
+        .find(|l| l.starts_with("balanced vs shield:"))
+        .unwrap_or_else(|| panic!("{v:?}"));
+    assert!(
+        line.contains("p99.9 latency 1.7x higher than shield"),
+        "{line}"
+    );
+    assert!(line.contains("max 1.7x higher than shield"), "{line}");
+    assert!(line.contains("throughput 1.80x the shield's"), "{line}");
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("the balancer's guests recovered 80%")),
+        "{v:?}"
+    );
+    // A short run has no p99.9: the tails are compared at p99.
+    let v = evaluate_verdicts(&sample_evaluate_run());
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("balanced vs shield: p99 latency") && l.contains("higher")),
+        "{v:?}"
+    );
+    // Without a shield there is nothing to weigh balanced against.
+    let mut no_shield = e;
+    no_shield.configs.retain(|c| c.name != "shield");
+    let v = evaluate_verdicts(&no_shield);
+    assert!(!v.iter().any(|l| l.contains("vs shield")), "{v:?}");
+    assert!(v.iter().any(|l| l.starts_with("balanced: p99")), "{v:?}");
+}
+
+#[test]
+fn an_old_report_s_rtmgr_configuration_reads_as_idle_guests() {
+    let mut e = sample_evaluate_run();
+    e.configs.retain(|c| c.name != "balanced");
+    let mut rep = sample_latency_report();
+    rep.body = Body::Evaluate(e);
+    // A report written before issue 21 named the SCHED_IDLE guests "rtmgr".
+    let old = serde_json::to_string(&rep)
+        .unwrap()
+        .replace("\"name\":\"idle-guests\"", "\"name\":\"rtmgr\"");
+    assert!(old.contains("\"name\":\"rtmgr\""));
+    let back: Report = serde_json::from_str(&old).unwrap();
+    assert_eq!(back, rep);
+    let e = crate::advice::evaluate_run(&back).unwrap();
+    let v = evaluate_verdicts(e);
+    assert!(
+        v.iter().any(|l| l.starts_with("idle-guests: p99 latency")),
+        "{v:?}"
+    );
+    let tail = crate::advice::tail_from_evaluate(e, 990_000, "old.json");
+    assert!(
+        tail.latency_ns.iter().any(|(n, _)| n == "idle-guests"),
+        "{:?}",
+        tail.latency_ns
+    );
+    assert_eq!(config_name("rtmgr"), "idle-guests");
+    assert_eq!(config_name("balanced"), "balanced");
 }
 
 #[test]
