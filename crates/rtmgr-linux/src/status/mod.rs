@@ -7,8 +7,8 @@
 //! the programs (irqbalance, tuned) that would undo part of a partition, and
 //! cache allocation (resctrl).
 
-mod host_preemption;
 mod cache;
+mod host_preemption;
 mod irqs;
 mod kernel;
 mod machine;
