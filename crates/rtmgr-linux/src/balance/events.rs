@@ -4,6 +4,7 @@
 //! has a default that ignores the event; a sink must be cheap and never
 //! block, since the guard calls it from its SCHED_FIFO probe thread.
 
+use rtmgr_core::balance::LendingStatus;
 use std::sync::Arc;
 
 /// Events of a live balancer run.
@@ -15,6 +16,9 @@ pub trait LiveEvents: Send + Sync {
     fn eviction(&self, _cpu: u32, _cause: &'static str, _n: u64) {}
     /// A starved task on `cpu` was given CPU time by the starvation guard.
     fn starvation_boost(&self, _cpu: u32) {}
+    /// At the end of each balancer step, per RT CPU: its guests now, the late
+    /// samples of the step the host stalled, and the lending controller's state.
+    fn step(&self, _cpu: u32, _guests: &[u32], _host_stalled: u64, _lending: &LendingStatus) {}
 }
 
 /// A shared sink in a `LiveConfig` (Debug and Clone for the config's sake).

@@ -219,6 +219,9 @@ pub fn run_balancer_with(
             }
         }
         let guests = mover.guests();
+        if let Some(ev) = &cfg.events {
+            report_step(ev, &obs, &guests, policy, now);
+        }
         if let Some(w) = watch.as_mut() {
             w.watch(&guests);
         }
@@ -305,6 +308,30 @@ fn add_evidence(
         } else {
             0
         };
+    }
+}
+
+/// Tell the event sink (the daemon's live figures) each RT CPU's guests,
+/// host-stalled late samples and lending state after this step.
+fn report_step(
+    ev: &super::EventSink,
+    obs: &Observation,
+    guests: &BTreeMap<u32, u32>,
+    policy: &Balancer,
+    now: u64,
+) {
+    for status in policy.lending_status(now) {
+        let on_cpu: Vec<u32> = guests
+            .iter()
+            .filter(|(_, &c)| c == status.cpu)
+            .map(|(&t, _)| t)
+            .collect();
+        let stalled = obs
+            .cpus
+            .iter()
+            .find(|c| c.cpu == status.cpu)
+            .map_or(0, |c| c.host_stalled_samples);
+        ev.0.step(status.cpu, &on_cpu, stalled, &status);
     }
 }
 

@@ -5,7 +5,8 @@
 
 use crate::balance::{EventSink, LiveEvents};
 use crate::Host;
-use rtmgr_core::protocol::{LatencyWindow, LiveCpu, LiveStatus, LIVE_VERSION};
+use rtmgr_core::balance::LendingStatus;
+use rtmgr_core::protocol::{Guest, LatencyWindow, Lending, LiveCpu, LiveStatus, LIVE_VERSION};
 use rtmgr_core::CpuSet;
 use rtmgr_sys::time::mono_ns;
 use std::collections::{BTreeMap, VecDeque};
@@ -25,6 +26,11 @@ struct CpuFigures {
     samples: u64,
     evictions: BTreeMap<&'static str, u64>,
     boosts: u64,
+    /// From the balancer's last step: guests, host-stalled samples so far,
+    /// lending on or off and why (None until the balancer has stepped).
+    guests: Option<Vec<u32>>,
+    host_stalls: Option<u64>,
+    lending: Option<Lending>,
 }
 
 /// What the daemon has seen of each RT CPU; cheap to feed (one uncontended
@@ -69,6 +75,20 @@ impl LiveFigures {
                     .collect();
                 live.starvation_boosts = f.boosts;
                 live.steal_ticks = steal.as_ref().and_then(|s| s.get(&cpu)).map(|t| t.steal);
+                live.host_stalls = f.host_stalls;
+                live.lending = f.lending.clone();
+                live.guests = f.guests.as_ref().map(|g| {
+                    g.iter()
+                        .map(|&tid| Guest {
+                            pid: tid,
+                            comm: host
+                                .read_opt(format!("/proc/{tid}/comm"))
+                                .map(|c| c.trim().to_string())
+                                .unwrap_or_default(),
+                            evictions: 0,
+                        })
+                        .collect()
+                });
                 live
             })
             .collect();
@@ -126,6 +146,27 @@ impl LiveEvents for LiveFigures {
         self.with(cpu, |f| *f.evictions.entry(cause).or_default() += n);
         if let Some(s) = &self.forward {
             s.0.eviction(cpu, cause, n);
+        }
+    }
+
+    fn step(&self, cpu: u32, guests: &[u32], host_stalled: u64, lending: &LendingStatus) {
+        self.with(cpu, |f| {
+            f.guests = Some(guests.to_vec());
+            f.host_stalls = Some(f.host_stalls.unwrap_or(0) + host_stalled);
+            let why = match &lending.reason {
+                Some(r) => r.clone(),
+                None => format!(
+                    "lending on: {} lent windows judged, {} stalled by the host",
+                    lending.lends, lending.lends_stalled
+                ),
+            };
+            f.lending = Some(Lending {
+                on: lending.lending,
+                why,
+            });
+        });
+        if let Some(s) = &self.forward {
+            s.0.step(cpu, guests, host_stalled, lending);
         }
     }
 
@@ -197,5 +238,47 @@ mod tests {
         assert_eq!(count.0.load(Ordering::Relaxed), RING as u64 + 6);
         assert_eq!((cpu.guests.clone(), cpu.host_stalls), (None, None));
         assert_eq!(cpu.steal_ticks, Some(7));
+    }
+
+    #[test]
+    fn the_balancer_step_fills_guests_host_stalls_and_lending() {
+        let live = LiveFigures::new(&CpuSet::parse_list("1").unwrap(), None);
+        let m = crate::fake::FakeMachine::new(2).build();
+        std::fs::create_dir_all(m.host().path("/proc/77")).unwrap();
+        m.host().write("/proc/77/comm", "stress-ng\n").unwrap();
+        let off = LendingStatus {
+            cpu: 1,
+            lending: false,
+            reason: Some("lending off on CPU 1: 1 of 3 lent windows stalled by the host".into()),
+            retry_at_ns: Some(5),
+            lends: 3,
+            lends_stalled: 1,
+            lends_late: 0,
+            stalled_steal_ns: 10_000_000,
+            guest_cap: None,
+            off_periods: Vec::new(),
+        };
+        live.step(1, &[77], 4, &off);
+        live.step(1, &[], 2, &off);
+        live.step(0, &[9], 1, &off); // not an RT CPU
+        let cpu = &live.snapshot(&m.host(), mono_ns()).cpus[0];
+        assert_eq!(cpu.host_stalls, Some(6));
+        assert_eq!(cpu.guests, Some(vec![]));
+        let l = cpu.lending.clone().unwrap();
+        assert!(!l.on && l.why.contains("stalled by the host"), "{l:?}");
+        live.step(
+            1,
+            &[77],
+            0,
+            &LendingStatus {
+                lending: true,
+                reason: None,
+                ..off
+            },
+        );
+        let cpu = &live.snapshot(&m.host(), mono_ns()).cpus[0];
+        let g = cpu.guests.clone().unwrap();
+        assert_eq!((g[0].pid, g[0].comm.as_str()), (77, "stress-ng"));
+        assert!(cpu.lending.clone().unwrap().on);
     }
 }
