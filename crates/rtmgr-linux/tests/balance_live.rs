@@ -39,6 +39,10 @@ fn balancer_lends_the_rt_cpu_and_restores_everything() {
     }
 
     let mut cfg = LiveConfig::new(&applied);
+
+    // Lending here whatever a cached host test says (the machine's own cache).
+
+    cfg.read_host_cache = false;
     cfg.scope = Scope::Tids(tids.clone());
     cfg.duration_ns = Some(5_000_000_000);
     cfg.policy.latency_bound_ns = Some(u64::MAX / 4); // this VM's tails must not end the test
@@ -94,6 +98,38 @@ fn balancer_lends_the_rt_cpu_and_restores_everything() {
             "cpuset of {t} not restored"
         );
     }
+    busy.stop();
+    lab.finish();
+}
+
+/// Issue 20: told by a host test that the host preempts busy vCPUs, the
+/// balancer does not lend, says why, and only looks once a second.
+#[test]
+fn a_host_that_preempts_busy_vcpus_gets_no_lends() {
+    let Some(lab) = Lab::start() else {
+        return;
+    };
+    let (host, applied) = (lab.host.clone(), lab.applied.clone());
+    let busy = Busy::spawn(3, Duration::from_secs(10));
+    let mut cfg = LiveConfig::new(&applied);
+    cfg.scope = Scope::Tids(busy.tids.clone());
+    cfg.duration_ns = Some(3_000_000_000);
+    cfg.policy.latency_bound_ns = Some(u64::MAX / 4);
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    cfg.host_prior = Some(rtmgr_core::balance::LendingPrior {
+        host_preempts_busy_vcpus: true,
+        stall_ns: 9_000_000,
+        measured_at_unix_s: now_s,
+    });
+    let stop = AtomicBool::new(false);
+    let report = run_balancer(&host, &applied, &cfg, &stop, |_, _| {}).unwrap();
+    assert_eq!(report.lends, 0, "{report:?}");
+    let why = report.lending[0].reason.clone().unwrap_or_default();
+    assert!(why.contains("host preempts busy vCPUs"), "{why}");
+    assert!(report.idle_steps > 0, "{report:?}");
     busy.stop();
     lab.finish();
 }

@@ -31,6 +31,10 @@ fn a_guest_that_enters_the_kernel_leaves_the_rt_cpu_at_once() {
     let tids = busy.tids.clone();
 
     let mut cfg = LiveConfig::new(&applied);
+
+    // Lending here whatever a cached host test says (the machine's own cache).
+
+    cfg.read_host_cache = false;
     cfg.scope = Scope::Tids(tids.clone());
     cfg.duration_ns = Some(15_000_000_000);
     cfg.guard = false; // this test is about kernel entries, not the VM's tails
@@ -99,6 +103,10 @@ fn a_late_guard_sample_evicts_the_guests_from_the_guard_thread() {
     let busy = Busy::spawn(3, Duration::from_secs(20));
 
     let mut cfg = LiveConfig::new(&applied);
+
+    // Lending here whatever a cached host test says (the machine's own cache).
+
+    cfg.read_host_cache = false;
     cfg.scope = Scope::Tids(busy.tids.clone());
     cfg.duration_ns = Some(15_000_000_000);
     cfg.watch_entries = false; // only the guard may evict here

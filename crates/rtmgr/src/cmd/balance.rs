@@ -42,6 +42,11 @@ pub struct BalanceArgs {
     /// the lending controller; docs/balance.md); missing keys keep their defaults
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Start lending on whatever the cached host-preemption test (`rtmgr
+    /// status --host-test`) found; the lending controller still learns from
+    /// the lends themselves
+    #[arg(long)]
+    pub ignore_host_test: bool,
 }
 
 /// SIGINT/SIGTERM/SIGHUP set the returned flag (the loop then restores and exits).
@@ -96,6 +101,7 @@ pub fn run(args: BalanceArgs) -> anyhow::Result<Outcome> {
     cfg.guard_interval_ns = args.guard_interval_ms * 1_000_000;
     cfg.duration_ns = args.duration_s.map(|s| (s * 1e9) as u64);
     cfg.scan_every = args.scan_every;
+    cfg.read_host_cache = !args.ignore_host_test;
     eprintln!(
         "rtmgr balance: RT {} NRT {}, T = {} ms, latency bound {} µs{}; Ctrl-C or SIGTERM stops and restores",
         applied.plan.rt.to_list(),
