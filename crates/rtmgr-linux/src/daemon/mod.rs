@@ -18,6 +18,7 @@
 //! Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
+mod dl_leak;
 mod domains;
 pub mod grant;
 pub mod journal;
