@@ -53,7 +53,9 @@ fn granted_sleeper(live: &Live, kids: &mut Children, args: &[&str]) -> Result<u3
 #[test]
 fn revoking_sleeping_deadline_threads_leaks_no_bandwidth() {
     let Some(live) = Live::new() else { return };
-    let d = live.start("");
+    // Two requests a round: more than the default rate allows root.
+    let d =
+        live.start("[[client]]\nusers = [\"root\"]\nrequests_per_burst = 100000\nburst_s = 1\n");
     let mut c = live.client();
     let bw0 = total_bw(live.rt_cpu);
     for round in 0..ROUNDS {
