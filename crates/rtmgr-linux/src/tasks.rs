@@ -110,6 +110,22 @@ pub fn same_task(host: &Host, tid: u32, start_time: u64) -> bool {
         .unwrap_or(false)
 }
 
+/// Is the task runnable (state R in /proc/<tid>/stat: running or queued)?
+/// False when it sleeps, is stopped, or is gone.
+pub fn runnable(host: &Host, tid: u32) -> bool {
+    host.read_opt(format!("/proc/{tid}/stat"))
+        .and_then(|t| state_of(&t))
+        == Some('R')
+}
+
+/// The state letter of a /proc/<tid>/stat line (after the comm's last ')').
+fn state_of(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 1..)?
+        .trim_start()
+        .chars()
+        .next()
+}
+
 /// Context switches of one thread (voluntary, involuntary) from its status file.
 pub fn context_switches(host: &Host, tid: u32) -> Option<(u64, u64)> {
     let status = host.read_opt(format!("/proc/{tid}/status"))?;
@@ -140,6 +156,17 @@ mod tests {
         assert_eq!(t.policy, 1);
         assert!(!t.kthread);
         assert!(t.is_fifo_or_rr());
+    }
+
+    #[test]
+    fn reads_the_state_after_an_odd_comm() {
+        assert_eq!(state_of("42 (a (R) c) S 1 42"), Some('S'));
+        assert_eq!(state_of("7 (x) R 2 0"), Some('R'));
+        assert_eq!(state_of("7 (x"), None);
+        // This thread is running while it reads its own state; a gone one is not.
+        let host = Host::real();
+        assert!(runnable(&host, rtmgr_sys::sched::gettid()));
+        assert!(!runnable(&host, u32::MAX));
     }
 
     #[test]

@@ -67,3 +67,43 @@ pub fn ensure(host: &Host, applied: &Applied) -> Result<Domains, HostError> {
         note: "per-cpu".into(),
     })
 }
+
+/// Rebuild the root domain of one RT CPU's cpuset (cgroup v1): its load
+/// balancing flag off and on again makes the kernel rebuild the scheduling
+/// domains, and with them recount each root domain's SCHED_DEADLINE
+/// bandwidth from the deadline tasks it finds — which gives back bandwidth
+/// the kernel leaked (docs/kernel-dl-bandwidth-leak.md). Costs two domain
+/// rebuilds (about 2 ms each here). The flag is put back even when turning
+/// it off failed half-way.
+pub fn rebuild(host: &Host, dir: &std::path::Path) -> Result<(), HostError> {
+    let flag = dir.join("cpuset.sched_load_balance");
+    let off = host.write(&flag, "0");
+    let on = host.write(&flag, "1").or_else(|_| host.write(&flag, "1"));
+    off.and(on)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const CPU1: &str = "/sys/fs/cgroup/cpuset/rtmgr-rt/cpu1";
+
+    #[test]
+    fn rebuild_leaves_load_balancing_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        std::fs::create_dir_all(host.path(Path::new(CPU1))).unwrap();
+        let flag = Path::new(CPU1).join("cpuset.sched_load_balance");
+        host.write(&flag, "1").unwrap();
+        rebuild(&host, Path::new(CPU1)).unwrap();
+        assert_eq!(host.read(&flag).unwrap().trim(), "1");
+    }
+
+    #[test]
+    fn rebuild_of_a_missing_cpuset_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        assert!(rebuild(&host, Path::new(CPU1)).is_err());
+    }
+}

@@ -6,6 +6,7 @@
 //!
 //! Files: `config.rs` (the TOML), `startup.rs` (ownership, adoption after a
 //! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
+//! `dl_leak.rs` (deadline bandwidth the kernel leaks, given back),
 //! `manager/` (requests → grants: the API every front end calls; giving
 //! back in `revoke.rs`, list and status in `queries.rs`),
 //! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `journal.rs` (grants
@@ -19,6 +20,7 @@
 //! Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
+mod dl_leak;
 mod domains;
 pub mod grant;
 pub mod journal;

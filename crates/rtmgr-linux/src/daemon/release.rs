@@ -15,7 +15,7 @@ use super::manager::{Deferred, Manager};
 use rtmgr_sys::time::mono_ns;
 
 /// Margin after the period for the kernel's inactive timer.
-const MARGIN_NS: u64 = 2_000_000;
+pub(super) const MARGIN_NS: u64 = 2_000_000;
 
 impl Manager {
     /// When the placement of a grant being revoked may go back: None = now.
@@ -82,6 +82,7 @@ impl Manager {
         if any {
             self.compact();
         }
+        self.dl_leak.rebuild_due(&self.host, &self.domains);
         problems
     }
 
@@ -90,6 +91,8 @@ impl Manager {
         if let Some(last) = self.deferred.iter().map(|d| d.due_ns).max() {
             rtmgr_sys::time::sleep_until(last);
         }
-        self.finish_deferred()
+        let problems = self.finish_deferred();
+        self.dl_leak.rebuild_all(&self.host, &self.domains);
+        problems
     }
 }

@@ -4,6 +4,7 @@
 //! the admission state, the client policy, the grants and their journal; a
 //! front end identifies the client (`peer::Client`) and calls `handle`.
 
+use super::dl_leak::LeakWatch;
 use super::domains::Domains;
 use super::grant;
 use super::journal::{Grant, GrantJournal, Record};
@@ -58,6 +59,8 @@ pub struct Manager {
     pub(super) deferred: Vec<Deferred>,
     /// Threads that left SCHED_DEADLINE: when they may leave their RT CPU.
     pub(super) leaving: BTreeMap<u32, u64>,
+    /// RT CPUs whose root domain may hold leaked deadline bandwidth (`dl_leak.rs`).
+    pub(super) dl_leak: LeakWatch,
     pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
@@ -105,6 +108,7 @@ impl Manager {
             watched: BTreeMap::new(),
             deferred: Vec::new(),
             leaving: BTreeMap::new(),
+            dl_leak: LeakWatch::default(),
             journal,
             header,
             next_id: next_id.max(1),
@@ -352,7 +356,15 @@ impl Manager {
         self.journal
             .record(&Record::Grant(Box::new(g.clone())))
             .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
-        if let Err(e) = grant::apply(&cx, &g) {
+        let mut applied = grant::apply(&cx, &g);
+        if applied
+            .as_ref()
+            .is_err_and(|e| e.errno() == Some(libc::EBUSY))
+            && self.dl_leak.settle(&self.host, &self.domains, g.cpu)
+        {
+            applied = grant::apply(&cx, &g);
+        }
+        if let Err(e) = applied {
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
                 return Err(refused(

@@ -3,11 +3,14 @@
 //! (DROPS §4.1: what the resource manager granted it takes back).
 
 use super::{refused, Grant, Manager, Record, Watched};
+use crate::daemon::dl_leak;
 use crate::daemon::grant;
 use crate::daemon::peer::Client;
+use crate::daemon::release::MARGIN_NS;
 use crate::{tasks, HostError};
 use rtmgr_core::protocol::{ErrorCode, RefusalKind, Reply, Response};
 use rtmgr_sys::pidfd::Pidfd;
+use rtmgr_sys::time::mono_ns;
 use std::os::fd::{AsFd, BorrowedFd};
 
 impl Manager {
@@ -52,10 +55,14 @@ impl Manager {
             return Vec::new();
         };
         self.admission.remove(id);
+        // Asleep just before or just after its policy goes back.
+        let mut asleep = dl_leak::asleep(&self.host, &g);
+        let (hard, cpu, period_ns) = (g.demand.is_hard(), g.cpu, g.demand.period_ns);
         let problems = if let Some(due_ns) = self.placement_due(&g) {
             let _ = self.journal.record(&Record::Revoking { id });
             let cx = grant::Cx::new(&self.host, &self.applied.layout, false);
             let problems = grant::revoke_policy(&cx, &g);
+            asleep |= dl_leak::asleep(&self.host, &g);
             self.defer(g, due_ns);
             problems
         } else {
@@ -68,6 +75,13 @@ impl Manager {
             }
             problems
         };
+        if hard {
+            self.dl_leak
+                .departed(cpu, mono_ns() + period_ns + MARGIN_NS);
+            if asleep {
+                self.dl_leak.mark(cpu);
+            }
+        }
         for p in &problems {
             tracing::warn!("reservation {id}: could not undo {p}");
         }

@@ -1,0 +1,178 @@
+//! Deadline bandwidth the kernel leaves booked, given back (budget-based
+//! RTAI §3.3: hard reservations as SCHED_DEADLINE, admitted by the kernel
+//! per root domain). Linux (6.18 and earlier) keeps the bandwidth of a
+//! thread set back from SCHED_DEADLINE while it sleeps past its 0-lag time
+//! booked in its root domain for good (docs/kernel-dl-bandwidth-leak.md).
+//!
+//! A revocation that finds such a thread asleep marks its RT CPU; the CPU's
+//! root domain is rebuilt (`domains::rebuild`: the kernel recounts the
+//! bandwidth from the deadline tasks it finds) once every thread that left
+//! SCHED_DEADLINE there is past its 0-lag time. Sooner would count a
+//! departed thread twice: its inactive timer, still armed, subtracts its
+//! bandwidth again from the recounted total when it fires. A grant the
+//! kernel refuses with EBUSY although rtmgr's admission let it in also gets
+//! a rebuild (at most one a second per CPU, when not marked) and one retry.
+
+use super::domains::{self, Domains};
+use super::journal::Grant;
+use crate::host::Host;
+use crate::tasks;
+use rtmgr_sys::time::mono_ns;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Least time between two rebuilds that no revocation asked for.
+const UNASKED_GAP_NS: u64 = 1_000_000_000;
+
+/// Longest a refused grant waits for its CPU to be quiet.
+const MAX_SETTLE_NS: u64 = 1_000_000_000;
+
+/// Is a thread of this deadline grant asleep (a revocation now may leak
+/// its bandwidth)?
+pub fn asleep(host: &Host, g: &Grant) -> bool {
+    g.demand.is_hard()
+        && g.threads
+            .iter()
+            .filter(|t| tasks::same_task(host, t.tid, t.start_time))
+            .any(|t| !tasks::runnable(host, t.tid))
+}
+
+/// Which RT CPUs need a root-domain rebuild, and from when it is safe.
+#[derive(Debug, Default)]
+pub struct LeakWatch {
+    /// Per CPU: every thread that left SCHED_DEADLINE there is past its
+    /// 0-lag time from this instant (monotonic ns).
+    quiet_from: BTreeMap<u32, u64>,
+    /// CPUs where a thread left SCHED_DEADLINE asleep.
+    marked: BTreeSet<u32>,
+    /// Per CPU: the last rebuild (monotonic ns).
+    last_rebuild: BTreeMap<u32, u64>,
+    /// Rebuilds done (the daemon's stats).
+    pub rebuilds: u64,
+}
+
+impl LeakWatch {
+    /// A thread left SCHED_DEADLINE on `cpu`; its 0-lag time is before `quiet_ns`.
+    pub fn departed(&mut self, cpu: u32, quiet_ns: u64) {
+        let q = self.quiet_from.entry(cpu).or_insert(quiet_ns);
+        *q = (*q).max(quiet_ns);
+    }
+
+    /// A thread left SCHED_DEADLINE on `cpu` while asleep: its bandwidth may leak.
+    pub fn mark(&mut self, cpu: u32) {
+        self.marked.insert(cpu);
+    }
+
+    pub fn is_marked(&self, cpu: u32) -> bool {
+        self.marked.contains(&cpu)
+    }
+
+    /// When a rebuild of `cpu`'s root domain counts no departed thread twice.
+    pub fn quiet_from(&self, cpu: u32) -> u64 {
+        self.quiet_from.get(&cpu).copied().unwrap_or(0)
+    }
+
+    /// The marked CPUs that are quiet at `now`.
+    pub fn due(&self, now: u64) -> Vec<u32> {
+        self.marked
+            .iter()
+            .copied()
+            .filter(|&cpu| self.quiet_from(cpu) <= now)
+            .collect()
+    }
+
+    /// May a refused grant on `cpu` have its root domain rebuilt?
+    pub fn may_retry(&self, cpu: u32, now: u64) -> bool {
+        self.is_marked(cpu)
+            || !matches!(self.last_rebuild.get(&cpu), Some(&t) if now < t + UNASKED_GAP_NS)
+    }
+
+    /// Rebuild `cpu`'s root domain now (the caller made sure it is quiet).
+    pub fn rebuild(&mut self, host: &Host, domains: &Domains, cpu: u32) {
+        self.marked.remove(&cpu);
+        self.last_rebuild.insert(cpu, mono_ns());
+        let Some(dir) = domains.dir(cpu) else { return };
+        match domains::rebuild(host, dir) {
+            Ok(()) => self.rebuilds += 1,
+            Err(e) => tracing::warn!("CPU {cpu}: rebuilding its root domain: {e}"),
+        }
+    }
+
+    /// Rebuild every marked CPU that is quiet.
+    pub fn rebuild_due(&mut self, host: &Host, domains: &Domains) {
+        for cpu in self.due(mono_ns()) {
+            self.rebuild(host, domains, cpu);
+        }
+    }
+
+    /// Wait until every marked CPU is quiet and rebuild it (stop).
+    pub fn rebuild_all(&mut self, host: &Host, domains: &Domains) {
+        let last = self.marked.iter().map(|&c| self.quiet_from(c)).max();
+        if let Some(last) = last {
+            rtmgr_sys::time::sleep_until(last);
+            self.rebuild_due(host, domains);
+        }
+    }
+
+    /// A grant on `cpu` the kernel refused with EBUSY: wait (a period at
+    /// most) until the CPU is quiet and rebuild its root domain. True when
+    /// the grant is worth a retry.
+    pub fn settle(&mut self, host: &Host, domains: &Domains, cpu: u32) -> bool {
+        let now = mono_ns();
+        let quiet = self.quiet_from(cpu);
+        if domains.dir(cpu).is_none() || !self.may_retry(cpu, now) || quiet > now + MAX_SETTLE_NS {
+            return false;
+        }
+        rtmgr_sys::time::sleep_until(quiet);
+        self.rebuild(host, domains, cpu);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marked_cpu_is_due_only_when_every_departure_is_past_its_zero_lag() {
+        let mut w = LeakWatch::default();
+        w.departed(1, 100);
+        w.mark(1);
+        w.departed(1, 300);
+        w.departed(2, 50);
+        assert!(w.due(200).is_empty());
+        assert_eq!(w.due(300), vec![1]);
+        // CPU 2 had a departure but nothing asleep: no rebuild.
+        assert_eq!(w.due(1_000), vec![1]);
+        // An earlier departure does not shorten the wait.
+        w.departed(1, 10);
+        assert_eq!(w.quiet_from(1), 300);
+    }
+
+    #[test]
+    fn unasked_rebuilds_are_rate_limited_per_cpu() {
+        let mut w = LeakWatch::default();
+        assert!(w.may_retry(1, 5));
+        w.last_rebuild.insert(1, 5);
+        assert!(!w.may_retry(1, 5 + UNASKED_GAP_NS - 1));
+        assert!(w.may_retry(1, 5 + UNASKED_GAP_NS));
+        assert!(w.may_retry(2, 6));
+        w.mark(1);
+        assert!(w.may_retry(1, 6));
+    }
+
+    #[test]
+    fn a_cpu_without_its_own_cpuset_is_unmarked_and_not_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let domains = Domains {
+            dirs: BTreeMap::new(),
+            note: "cgroup v2".into(),
+        };
+        let mut w = LeakWatch::default();
+        w.mark(1);
+        assert!(!w.settle(&host, &domains, 1));
+        w.rebuild_due(&host, &domains);
+        assert!(!w.is_marked(1));
+        assert_eq!(w.rebuilds, 0);
+    }
+}

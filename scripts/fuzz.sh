@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Fuzz the protocol parser (fuzz/fuzz_targets/protocol_request.rs, docs/protocol.md
+# "Fuzzing") for SECONDS (default 60) when a nightly toolchain is installed; installs
+# cargo-fuzz from crates.io if it is missing. Without nightly it says so and succeeds.
+# New inputs go to a temporary corpus; the repository's seeds are only read.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-60}"
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  echo "fuzz: NOT RUN: no nightly toolchain (rustup toolchain install nightly)"
+  exit 0
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  echo "fuzz: installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
+fi
+corpus="$(mktemp -d)"
+trap 'rm -rf "$corpus"' EXIT
+echo "fuzz: protocol_request for ${secs} s"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/fuzz" \
+  cargo +nightly fuzz run protocol_request "$corpus" fuzz/seeds/protocol_request -- \
+  -max_total_time="$secs" -dict=fuzz/protocol.dict -print_final_stats=1
