@@ -24,8 +24,7 @@ R=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
   echo "\$ rtmgr status --host-test --json"
 } | tee "$OUT/README.txt"
 "$R" status --host-test --json > "$OUT/host-test.json"
-jq -r '.items[]? | select(.name == "host_preemption") | "host test: \(.verdict // .summary // .)"' \
-  "$OUT/host-test.json" | tee -a "$OUT/README.txt" || true
+jq -r '"host test: \(.host_preemption.verdict // "none")"' "$OUT/host-test.json" | tee -a "$OUT/README.txt"
 for engine in $ENGINES; do
   for i in $(seq 1 "$RUNS"); do
     echo "\$ rtmgr evaluate --load-engine $engine --out $OUT/$engine-run$i" | tee -a "$OUT/README.txt"

@@ -35,6 +35,7 @@ live (measurements of one machine at one time: root, a quiet machine; not run he
   bench/results/partition-effect.json         sudo bench/partition-effect.sh 3 20   (2026-11-22, 2-vCPU VM)
   bench/results/first-runs-20261123/          the commands listed in its README.txt (2026-11-23, 2-vCPU VM)
   bench/results/lending-20261123/             sudo bash bench/lending.sh 3 bench/results/lending-20261123, only its README.txt kept (2026-11-23, 2-vCPU VM, load average in its first line)
+  bench/results/lending-20261126/             sudo bash bench/lending.sh 5 bench/results/lending-20261126, its README.txt, host-test.json and a summary.md table kept (2026-11-26, 2-vCPU VM, alone); evaluate-trace-builtin.txt: sudo rtmgr evaluate --load-engine builtin --trace
 LIST
 }
 
