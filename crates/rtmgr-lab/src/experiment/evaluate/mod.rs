@@ -8,18 +8,18 @@
 //! CPU defaults to the one the kernel leaves most alone (`--rt-cpus auto`).
 //! Always resets the partition it applied.
 
+mod configs;
+mod host_prior;
+
 use super::long_run::{rounds_for, write_checkpoint, CHECKPOINT_EVERY};
-use super::session::Session;
 use super::session::{lock_memory, machine_lock, report, require_root, stop_flag, STOP_SIGNALS};
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
-use crate::host_test::{measure_host_preemption, HostTestConfig};
 use crate::load::{ComponentMetrics, LoadKind};
 use crate::measure::host_split::HostSplit;
 use crate::measure::load::{EngineChoice, LoadProgram};
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
-    merged, merged_wakeups, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan,
-    Orchestrator, SegmentPlan,
+    merged, merged_wakeups, probe_result, rt_prepare, run_segment, Orchestrator, SegmentPlan,
 };
 use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::report::{
@@ -27,6 +27,8 @@ use crate::report::{
     ProbeMode, Report,
 };
 use crate::trace::{tail_of_run, Attribution};
+use configs::{Config, CONFIGS};
+use host_prior::host_preemption_for;
 use rtmgr_core::balance::Balancer;
 use rtmgr_core::host_preemption::HostPreemption;
 use rtmgr_core::partition::{validate, KnobId, PartitionConfig, PartitionPlan, PreemptMode};
@@ -36,7 +38,7 @@ use rtmgr_linux::balance::background::{background_config, BackgroundBalancer};
 use rtmgr_linux::balance::guard::GuardFeed;
 use rtmgr_linux::balance::lending_prior;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
-use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard, Role};
+use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard};
 use rtmgr_linux::Host;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -75,91 +77,6 @@ impl EvaluateConfig {
             trace: None,
             checkpoint: None,
         }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Config {
-    Idle,
-    Stock,
-    Shield,
-    /// Partition + the load also as SCHED_IDLE guests on the RT CPU, no balancer (was "rtmgr").
-    IdleGuests,
-    /// Partition + the live balancer (`rtmgr balance`).
-    Balanced,
-    /// Stock with the kernel switched to full preemption (ARTiS Table 1).
-    Preempt,
-}
-
-const CONFIGS: [Config; 5] = [
-    Config::Idle,
-    Config::Stock,
-    Config::Shield,
-    Config::IdleGuests,
-    Config::Balanced,
-];
-
-impl Config {
-    fn name(self) -> &'static str {
-        match self {
-            Config::Idle => "idle",
-            Config::Stock => "stock",
-            Config::Shield => "shield",
-            Config::IdleGuests => "idle-guests",
-            Config::Balanced => "balanced",
-            Config::Preempt => "preempt",
-        }
-    }
-    fn description(self) -> &'static str {
-        match self {
-            Config::Idle => "no partition, no load: the machine's floor",
-            Config::Stock => "no partition, load on every CPU",
-            Config::Shield => "partition applied, load confined to the NRT CPUs (cset/RedHawk-style shielding)",
-            Config::IdleGuests => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU, no balancer (ARTiS)",
-            Config::Balanced => "partition applied, load on the NRT CPUs, the live balancer (`rtmgr balance`) lending the RT CPU to it under its latency guard",
-            Config::Preempt => "no partition, load on every CPU, the kernel switched to full preemption (ARTiS Table 1: Linux with preemption)",
-        }
-    }
-    fn partitioned(self) -> bool {
-        matches!(self, Config::Shield | Config::IdleGuests | Config::Balanced)
-    }
-
-    fn load_plan(
-        self,
-        kind: LoadKind,
-        program: &LoadProgram,
-        online: &CpuSet,
-        plan: &PartitionPlan,
-    ) -> Option<LoadPlan> {
-        let part = |cpus: &CpuSet, idle: bool, enter: Option<Role>| LoadPart {
-            cpus: cpus.clone(),
-            sched_idle: idle,
-            enter,
-            instances: None,
-        };
-        // The same work in every configuration (issue 14): as many workers
-        // per load component as stock runs (one per online CPU), so the
-        // throughput column is the configuration's cost, not the CPUs it took.
-        let same_work = |p: LoadPart| LoadPart {
-            instances: Some(online.len()),
-            ..p
-        };
-        let parts = match self {
-            Config::Idle => return None,
-            Config::Stock | Config::Preempt => vec![part(online, false, None)],
-            Config::Shield | Config::Balanced => {
-                vec![same_work(part(&plan.nrt, false, Some(Role::Nrt)))]
-            }
-            Config::IdleGuests => vec![
-                part(&plan.nrt, false, Some(Role::Nrt)),
-                part(&plan.rt, true, Some(Role::Rt)),
-            ],
-        };
-        Some(LoadPlan {
-            kind,
-            program: program.clone(),
-            parts,
-        })
     }
 }
 
@@ -524,41 +441,6 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
     })
 }
 
-/// The host-preemption test of this boot that covers `rt_cpu` (the cached
-/// `rtmgr status --host-test` result), else run it now on `rt_cpu` (a few
-/// seconds, every CPU busy) and cache it. An interrupted test gives None.
-fn host_preemption_for(
-    host: &Host,
-    rt_cpu: u32,
-    rep: &mut dyn Reporter,
-) -> Result<Option<HostPreemption>> {
-    let max_age = Duration::from_secs(HOST_TEST_MAX_AGE_S);
-    match rtmgr_linux::host_preemption::recent_host_preemption_on(host, max_age) {
-        Ok(hp) if hp.setup.cpus.contains(rt_cpu) && !hp.inconclusive => {
-            rep.note(&format!("host test (cached): {}", hp.verdict));
-            return Ok(Some(hp));
-        }
-        _ => {}
-    }
-    rep.note(&format!(
-        "host test on CPU {rt_cpu} (every other CPU busy for {} s; `rtmgr status --host-test` caches it)",
-        crate::host_test::DEFAULT_DURATION.as_secs()
-    ));
-    let s = Session::open(host.clone(), "rtmgr evaluate (host test)")?;
-    let hp = measure_host_preemption(&s, &HostTestConfig::new(CpuSet::single(rt_cpu)))?;
-    if hp.setup.partial.is_some() {
-        return Ok(None);
-    }
-    if let Err(e) = rtmgr_linux::host_preemption::write_host_preemption(host, &hp) {
-        rep.note(&format!("host test not cached: {e}"));
-    }
-    rep.note(&format!("host test: {}", hp.verdict));
-    Ok(Some(hp))
-}
-
-/// A cached host test older than this is measured again.
-const HOST_TEST_MAX_AGE_S: u64 = 6 * 3600;
-
 /// What the report is built from, besides the data.
 struct Shape<'a> {
     cfg: &'a EvaluateConfig,
@@ -613,43 +495,4 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
     };
     run.verdicts = evaluate_verdicts(&run);
     report(Body::Evaluate(run), sh.online, sh.started, partial)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 14: every loaded configuration offers the same number of workers
-    /// per load component (stock's: one per online CPU).
-    #[test]
-    fn every_configuration_offers_the_same_work() {
-        let online: CpuSet = "0-3".parse().unwrap();
-        let plan = validate(
-            &PartitionConfig::default(),
-            Some(&CpuSet::single(3)),
-            &online,
-        )
-        .unwrap();
-        let program = LoadProgram::Builtin(PathBuf::from("/bin/true"));
-        let workers = |c: Config| -> usize {
-            c.load_plan(LoadKind::Compute, &program, &online, &plan)
-                .map(|p| {
-                    p.parts
-                        .iter()
-                        .map(|x| x.instances.unwrap_or(x.cpus.len()))
-                        .sum()
-                })
-                .unwrap_or(0)
-        };
-        assert_eq!(workers(Config::Idle), 0);
-        for c in [
-            Config::Stock,
-            Config::Preempt,
-            Config::Shield,
-            Config::IdleGuests,
-            Config::Balanced,
-        ] {
-            assert_eq!(workers(c), 4, "{c:?}");
-        }
-    }
 }
