@@ -23,6 +23,17 @@ R=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "\$ rtmgr status --host-test --json"
 } | tee "$OUT/README.txt"
+# The host test caches its result in /run/rtmgr: put back what was there.
+CACHE=/run/rtmgr/host-preemption.json
+BEFORE=$(mktemp)
+had_dir=$([ -d /run/rtmgr ] && echo 1 || echo 0)
+had_cache=$([ -e "$CACHE" ] && cp "$CACHE" "$BEFORE" && echo 1 || echo 0)
+restore_cache() {
+  if [ "$had_cache" = 1 ]; then cp "$BEFORE" "$CACHE"; else rm -f "$CACHE"; fi
+  if [ "$had_dir" = 0 ]; then rmdir /run/rtmgr 2>/dev/null || true; fi
+  rm -f "$BEFORE"
+}
+trap restore_cache EXIT
 "$R" status --host-test --json > "$OUT/host-test.json"
 jq -r '"host test: \(.host_preemption.verdict // "none")"' "$OUT/host-test.json" | tee -a "$OUT/README.txt"
 for engine in $ENGINES; do

@@ -10,8 +10,16 @@ use std::time::Duration;
 
 const CACHE: &str = rtmgr_linux::host_preemption::CACHE_PATH;
 
-/// The machine's cached result, put back when dropped.
-struct KeepCache(Option<Vec<u8>>);
+/// The machine's cached result, put back when dropped (and the cache's
+/// directory removed again when the test created it).
+struct KeepCache(Option<Vec<u8>>, bool);
+
+impl KeepCache {
+    fn now() -> KeepCache {
+        let dir = Path::new(CACHE).parent().expect("a directory");
+        KeepCache(std::fs::read(CACHE).ok(), dir.exists())
+    }
+}
 
 impl Drop for KeepCache {
     fn drop(&mut self) {
@@ -19,6 +27,9 @@ impl Drop for KeepCache {
             Some(old) => std::fs::write(CACHE, old).expect("restore the cached host test"),
             None => {
                 let _ = std::fs::remove_file(CACHE);
+                if !self.1 {
+                    let _ = std::fs::remove_dir(Path::new(CACHE).parent().expect("a directory"));
+                }
             }
         }
     }
@@ -32,7 +43,7 @@ fn host_test_caches_a_result_status_shows_and_restores() {
     if !two_cpus("the host test") {
         return;
     }
-    let _keep = KeepCache(std::fs::read(CACHE).ok());
+    let _keep = KeepCache::now();
     let tmp = tempdir();
     let out = run(
         tmp.path(),
