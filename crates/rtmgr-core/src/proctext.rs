@@ -156,14 +156,9 @@ pub fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
 
 /// Steal time per CPU in clock ticks (USER_HZ), from the `cpuN` lines of `/proc/stat`.
 pub fn parse_steal(stat: &str) -> BTreeMap<u32, u64> {
-    stat.lines()
-        .filter_map(|l| {
-            let mut t = l.split_whitespace();
-            let cpu: u32 = t.next()?.strip_prefix("cpu")?.parse().ok()?;
-            // user nice system idle iowait irq softirq steal
-            let steal = t.nth(7)?.parse().ok()?;
-            Some((cpu, steal))
-        })
+    cpu_times(stat)
+        .into_iter()
+        .map(|(cpu, t)| (cpu, t.steal))
         .collect()
 }
 

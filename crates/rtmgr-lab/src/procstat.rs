@@ -140,24 +140,18 @@ impl CpuTicks {
     }
 }
 
-/// Every CPU's ticks, from the `cpuN` lines of `/proc/stat`.
+/// Every CPU's ticks, from the `cpuN` lines of `/proc/stat` (core's
+/// `cpu_times`, split as this report wants it: steal is neither busy nor idle).
 pub fn parse_cpu_ticks(stat: &str) -> BTreeMap<u32, CpuTicks> {
-    stat.lines()
-        .filter_map(|l| {
-            let mut t = l.split_whitespace();
-            let cpu: u32 = t.next()?.strip_prefix("cpu")?.parse().ok()?;
-            let v: Vec<u64> = t.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
-            let [user, nice, system, idle, iowait, irq, softirq, steal] = v[..] else {
-                return None;
+    rtmgr_core::proctext::cpu_times(stat)
+        .into_iter()
+        .map(|(cpu, t)| {
+            let ticks = CpuTicks {
+                busy: t.busy - t.steal,
+                idle: t.total - t.busy,
+                steal: t.steal,
             };
-            Some((
-                cpu,
-                CpuTicks {
-                    busy: user + nice + system + irq + softirq,
-                    idle: idle + iowait,
-                    steal,
-                },
-            ))
+            (cpu, ticks)
         })
         .collect()
 }

@@ -22,14 +22,6 @@ pub fn boot_id(host: &Host) -> String {
         .unwrap_or_default()
 }
 
-/// Seconds since the Unix epoch (what results are stamped with).
-pub(crate) fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// The cached result of this machine, if it is from this boot and at most
 /// `max_age` old: what the balancer and advise use.
 pub fn recent_host_preemption(max_age: Duration) -> Result<HostPreemption, CacheError> {
@@ -57,7 +49,7 @@ pub fn recent_host_preemption_on(
         CACHE_PATH,
         &text,
         &boot_id(host),
-        now_unix_s(),
+        crate::now_unix_s(),
         max_age.as_secs(),
     )
 }
@@ -98,14 +90,14 @@ mod tests {
         assert!(e.to_string().contains("rtmgr status --host-test"), "{e}");
         std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
         std::fs::write(host.path(BOOT_ID_PATH), "boot-a\n").unwrap();
-        write_host_preemption(&host, &result("boot-a", now_unix_s())).unwrap();
+        write_host_preemption(&host, &result("boot-a", crate::now_unix_s())).unwrap();
         let back = recent_host_preemption_on(&host, day).unwrap();
         assert_eq!(back.setup.boot_id, "boot-a");
         assert!(!back.preempts);
-        write_host_preemption(&host, &result("boot-a", now_unix_s() - 7200)).unwrap();
+        write_host_preemption(&host, &result("boot-a", crate::now_unix_s() - 7200)).unwrap();
         let stale = recent_host_preemption_on(&host, Duration::from_secs(3600)).unwrap_err();
         assert!(matches!(stale, CacheError::Stale { .. }), "{stale}");
-        write_host_preemption(&host, &result("boot-b", now_unix_s())).unwrap();
+        write_host_preemption(&host, &result("boot-b", crate::now_unix_s())).unwrap();
         let other = recent_host_preemption_on(&host, day).unwrap_err();
         assert!(matches!(other, CacheError::OtherBoot { .. }), "{other}");
         std::fs::write(host.path(CACHE_PATH), "{\"schema\": 3").unwrap();

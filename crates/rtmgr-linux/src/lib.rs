@@ -48,3 +48,11 @@ pub mod trace;
 pub mod unmovable;
 
 pub use host::{Host, HostError};
+
+/// Seconds since the Unix epoch: what journals and cached results are stamped with.
+pub(crate) fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

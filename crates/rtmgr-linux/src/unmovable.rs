@@ -19,7 +19,7 @@ use std::time::Duration;
 pub const SAMPLE_WINDOW: Duration = Duration::from_millis(500);
 
 /// Seconds since boot (None in a tree without /proc/uptime).
-fn uptime_s(host: &Host) -> Option<f64> {
+pub(crate) fn uptime_s(host: &Host) -> Option<f64> {
     host.read_opt("/proc/uptime")?
         .split_whitespace()
         .next()?

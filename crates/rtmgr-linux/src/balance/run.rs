@@ -356,11 +356,8 @@ fn apply_host_prior(policy: &mut Balancer, cfg: &LiveConfig, report: &mut LiveRe
         None => None,
     };
     if let Some(p) = prior {
-        let now_s = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let preempts = p.host_preempts_busy_vcpus;
-        if policy.set_lending_prior(p, now_s) {
+        if policy.set_lending_prior(p, crate::now_unix_s()) {
             report.notes.push(
                 "the host-preemption test found that this host preempts busy vCPUs: lending starts off"
                     .into(),
@@ -385,10 +382,7 @@ pub fn lending_prior(hp: &rtmgr_core::host_preemption::HostPreemption) -> Lendin
 /// Clock ticks since boot (the unit of a task's start time in /proc), rounded
 /// down; 0 when /proc/uptime cannot be read (every task then counts as new).
 fn uptime_ticks(host: &Host) -> u64 {
-    let secs: f64 = host
-        .read_opt("/proc/uptime")
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
+    let secs = crate::unmovable::uptime_s(host).unwrap_or(0.0);
     (secs * procfs::ticks_per_second() as f64) as u64
 }
 

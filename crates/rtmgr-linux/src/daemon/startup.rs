@@ -81,7 +81,7 @@ pub fn apply_fresh(
     let serve = Record::Serve {
         version: GRANTS_VERSION,
         partition_journal: pj.clone(),
-        started_unix_s: unix_now(),
+        started_unix_s: crate::now_unix_s(),
     };
     journal::GrantJournal::open(host, &gj)?.record(&serve)?;
     let opts = ApplyOptions {
@@ -96,13 +96,6 @@ pub fn apply_fresh(
     Ok((applied, vec![serve, owned]))
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// The header a restarted daemon writes (it owns the same partition journal).
 pub fn adopted_header(host: &Host, cfg: &ServeConfig) -> Vec<Record> {
     let pj = cfg.partition_journal();
@@ -110,7 +103,7 @@ pub fn adopted_header(host: &Host, cfg: &ServeConfig) -> Vec<Record> {
         Record::Serve {
             version: GRANTS_VERSION,
             partition_journal: pj.clone(),
-            started_unix_s: unix_now(),
+            started_unix_s: crate::now_unix_s(),
         },
         Record::Owned {
             inode: journal::inode(host, &pj).unwrap_or(0),

@@ -284,7 +284,7 @@ mod tests {
         assert!(missing.host_preemption.is_none());
         std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
         std::fs::write(host.path(crate::host_preemption::BOOT_ID_PATH), "b\n").unwrap();
-        let now = crate::host_preemption::now_unix_s();
+        let now = crate::now_unix_s();
         let setup = TestSetup::new(CpuSet::single(0), CpuSet::single(1), "b", now);
         let phases = [
             Phase::synthetic(0, false, 2, 0, 0, 0),
