@@ -28,6 +28,48 @@ pub fn task_cgroup(host: &Host, layout: &Layout, tid: u32) -> Option<String> {
     rtmgr_core::cgroupfs::task_cgroup(&text, layout)
 }
 
+/// The CPUs a task's cpuset allows now (v1 `cpuset.effective_cpus`, v2
+/// `cpuset.cpus.effective` of its cgroup or the nearest parent that has
+/// one); None when the tree does not say.
+pub fn task_cpuset_cpus(host: &Host, layout: &Layout, tid: u32) -> Option<CpuSet> {
+    let rel = task_cgroup(host, layout, tid)?;
+    let names: &[&str] = match layout {
+        Layout::V1(_) => &["cpuset.effective_cpus", "cpuset.cpus"],
+        Layout::V2(_) => &["cpuset.cpus.effective"],
+    };
+    let mut dir = layout.dir(&rel);
+    loop {
+        for name in names {
+            if let Some(t) = host.read_opt(file(&dir, name)) {
+                return CpuSet::parse_list(t.trim()).ok().filter(|c| !c.is_empty());
+            }
+        }
+        if dir.as_path() == layout.mount() || !dir.pop() {
+            return None;
+        }
+    }
+}
+
+/// The affinity to give a task back when rtmgr undoes its pinning (a
+/// grant's revocation, the balancer's give-back; docs/serve.md, "No CPU
+/// mask left behind"). A cpuset attach sets a task's mask to the cpuset's
+/// CPUs, so a `recorded` mask covering every CPU its cpuset allowed then
+/// (`cpuset_cpus`) was the kernel's doing, not the program's: the task gets
+/// every possible CPU, and the kernel narrows that to its cpuset now (and
+/// to the root's after a partition reset). Written back as it was, it would
+/// pin the task for good: since Linux 6.2 the mask a `sched_setaffinity`
+/// asked for is kept and intersected with every later cpuset's CPUs. Only a
+/// mask the program had narrowed itself (or an unknown cpuset) is written back.
+pub fn mask_to_give_back(host: &Host, recorded: &CpuSet, cpuset_cpus: Option<&CpuSet>) -> CpuSet {
+    if cpuset_cpus.is_none_or(|set| !set.is_subset(recorded)) {
+        return recorded.clone();
+    }
+    crate::cpus::possible(host)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| recorded.clone())
+}
+
 fn file(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }

@@ -28,6 +28,11 @@ pub struct ThreadBefore {
     pub affinity: CpuSet,
     /// Its cpuset cgroup, relative to the mount (None: unknown, or v2).
     pub cgroup: Option<String>,
+    /// The CPUs that cpuset allowed at the grant (None: unknown, or a
+    /// record written before issue 30): an `affinity` covering them was the
+    /// kernel's, not the program's, and is not written back (`grant::placement`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<CpuSet>,
 }
 
 /// A limit before and after the grant.
