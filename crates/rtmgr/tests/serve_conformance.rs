@@ -25,7 +25,10 @@ fn run_checks(flag: &str, names: &str) {
         return;
     };
     let d = live.start("");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/rtmgr_client.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/conformance/rtmgr_client.py"
+    );
     let o = Command::new(py)
         .arg(script)
         .arg("--socket")

@@ -113,17 +113,19 @@ impl GrantStep for Affinity {
             .collect()
     }
 
-    /// Where the cpuset step moves the threads (cgroup v1), it gives their
-    /// affinity back after the move, whatever cpuset they are in now: the
-    /// same order for a grant of this daemon and one re-adopted after a
-    /// crash (before the move the old CPUs lie outside the RT cpuset and the
-    /// kernel refuses them, EINVAL). Elsewhere (v2) the affinity alone.
+    /// A thread still in the grant's cpuset gets its affinity back with the
+    /// cpuset step's undo, after the move (which resets it; before the move
+    /// the old CPUs may lie outside the RT cpuset, and the kernel refuses
+    /// them). The same for a grant re-adopted after a crash.
     fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         let mut problems = Vec::new();
-        if target(cx.layout, g).is_some() {
-            return problems;
-        }
-        for t in live(cx.host, g) {
+        let in_rt_set = |tid| {
+            target(cx.layout, g).is_some_and(|dir| {
+                cgroup::task_cgroup(cx.host, cx.layout, tid)
+                    == Some(cgroup::rel_path(cx.layout, dir))
+            })
+        };
+        for t in live(cx.host, g).filter(|t| !in_rt_set(t.tid)) {
             let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
             note(&mut problems, format!("thread {} affinity", t.tid), r);
         }
