@@ -173,3 +173,54 @@ pub fn is_refused(e: &HostError) -> bool {
         Some(libc::EINVAL) | Some(libc::EPERM) | Some(libc::EBUSY)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(list: &str) -> CpuSet {
+        CpuSet::parse_list(list).unwrap()
+    }
+
+    /// A task in a v1 cpuset of CPU 0 on a 4-CPU machine: its cpuset's CPUs
+    /// are read (from the nearest directory that has them), and the mask it
+    /// gets back is every CPU when its recorded one was just the cpuset's.
+    #[test]
+    fn a_mask_that_was_the_cpusets_is_not_written_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let w = |p: &str, t: &str| {
+            let p = host.path(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w("/sys/devices/system/cpu/possible", "0-3\n");
+        w("/proc/42/cgroup", "5:cpuset:/rtmgr-nrt/sub\n0::/\n");
+        w(
+            "/sys/fs/cgroup/cpuset/rtmgr-nrt/cpuset.effective_cpus",
+            "0\n",
+        );
+        std::fs::create_dir_all(host.path("/sys/fs/cgroup/cpuset/rtmgr-nrt/sub")).unwrap();
+        let layout = Layout::V1("/sys/fs/cgroup/cpuset".into());
+        let cpus = task_cpuset_cpus(&host, &layout, 42);
+        assert_eq!(cpus, Some(set("0")));
+        // Recorded {0} in a cpuset of {0}: the kernel's; every CPU back.
+        assert_eq!(
+            mask_to_give_back(&host, &set("0"), cpus.as_ref()),
+            set("0-3")
+        );
+        // Wider than the cpuset (set before it was joined): the same.
+        assert_eq!(
+            mask_to_give_back(&host, &set("0-1"), cpus.as_ref()),
+            set("0-3")
+        );
+        // Narrowed by the program within a wider cpuset: written back.
+        assert_eq!(
+            mask_to_give_back(&host, &set("1"), Some(&set("0-1"))),
+            set("1")
+        );
+        // Unknown cpuset (a record of the earlier form): written back.
+        assert_eq!(mask_to_give_back(&host, &set("0"), None), set("0"));
+        assert_eq!(task_cpuset_cpus(&host, &layout, 43), None, "no such task");
+    }
+}
