@@ -2,7 +2,8 @@
 //! --mount-proc` runs deploy/containers/rt_worker.py, whose worker thread
 //! names itself by the thread id it sees there (2): the daemon translates
 //! it through NSpid and grants that thread (DROPS "Taming Linux" §4.1:
-//! resources on request). With `--user` too, run as uid 65534 and mapped to
+//! resources on request); also with the socket bind-mounted elsewhere in a
+//! mount namespace of its own, as a container has it. With `--user` too, run as uid 65534 and mapped to
 //! root inside: the daemon's `[[client]]` rule for uid 65534 applies (the
 //! kernel's peer credentials are the daemon's namespace's). Real Kubernetes
 //! and podman are not on the test machine: docs/containers.md says what that
@@ -28,13 +29,48 @@ fn worker() -> String {
 /// Run the worker through `prefix` (unshare …); its JSON line, or None
 /// (with the reason printed) when this kernel does not let it start.
 fn run_worker(live: &Live, prefix: &[&str]) -> Option<Value> {
-    let o = Command::new(prefix[0])
-        .args(&prefix[1..])
-        .args(["/usr/bin/python3", &worker(), "--socket"])
-        .arg(live.socket())
+    let sock = live.socket().display().to_string();
+    let worker = worker();
+    let mut args: Vec<&str> = prefix.to_vec();
+    args.extend(["/usr/bin/python3", &worker, "--socket", &sock]);
+    run(&args)
+}
+
+/// As a container sees the socket: bind-mounted elsewhere, in a mount
+/// namespace of its own (and a PID namespace).
+fn run_worker_bind_mounted(live: &Live) -> Option<Value> {
+    let inside = live.dir.path().join("container-rtmgr.sock");
+    std::fs::write(&inside, "").unwrap();
+    let script = format!(
+        "mount --bind {} {} && exec /usr/bin/python3 {} --socket {} \"$@\"",
+        live.socket().display(),
+        inside.display(),
+        worker(),
+        inside.display()
+    );
+    let args = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "sh",
+        "-c",
+        &script,
+        "worker",
+    ];
+    run(&args)
+}
+
+fn run(args: &[&str]) -> Option<Value> {
+    let o = Command::new(args[0])
+        .args(&args[1..])
         .args(["--seconds", "0.3", "--class", "rt1:20"])
         .output()
         .unwrap();
+    let prefix = args;
     let err = String::from_utf8_lossy(&o.stderr);
     if err.contains("unshare failed")
         || err.contains("Operation not permitted") && o.stdout.is_empty()
@@ -77,6 +113,8 @@ fn a_client_in_a_pid_namespace_is_granted_its_named_worker_thread() {
     let Some(v) = run_worker(&live, &["unshare", "--pid", "--fork", "--mount-proc"]) else {
         return;
     };
+    check_granted(&v, 0);
+    let v = run_worker_bind_mounted(&live).expect("unshare --mount");
     check_granted(&v, 0);
     let user = [
         "setpriv",

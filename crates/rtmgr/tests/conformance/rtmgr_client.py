@@ -14,8 +14,10 @@ answer, as most programs do.
 
 `conformance` prints one line per check and a JSON summary last; exit 0 when
 every check passed. `bench` times reserve -> granted -> release round trips
-from N client processes at once; `floor` times the kernel steps a grant
-makes, on a throwaway sleeping thread (bench/grant-latency.sh runs both).
+from N client processes at once (`running`: each spins for the grant's
+answer, and waits asleep for the release's, since a thread spinning at
+SCHED_FIFO would run into RLIMIT_RTTIME); `floor` times the kernel steps a
+grant makes, on a throwaway sleeping thread (bench/grant-latency.sh runs both).
 """
 
 import argparse
