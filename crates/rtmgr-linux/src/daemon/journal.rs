@@ -306,6 +306,25 @@ mod tests {
         assert!(read(&host, path).unwrap().is_none());
     }
 
+    /// Issue 30: a revocation is `Revoking`, undo, `Release`. Killed after
+    /// the first record, or its undo failed (no `Release`), the grant is
+    /// still there for the next daemon or `partition reset` to finish.
+    #[test]
+    fn a_revocation_without_its_release_is_left_to_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let path = Path::new("/grants.jsonl");
+        let mut j = GrantJournal::open(&host, path).unwrap();
+        for id in [1, 2] {
+            j.record(&Record::Grant(Box::new(grant(id)))).unwrap();
+            j.record(&Record::Revoking { id }).unwrap();
+        }
+        j.record(&Record::Release { id: 2 }).unwrap();
+        let st = read(&host, path).unwrap().unwrap();
+        assert!(st.live.is_empty());
+        assert_eq!(st.all(), vec![grant(1)]);
+    }
+
     #[test]
     fn a_corrupt_line_before_the_last_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
