@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ beside a read-only mount
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "../../crates/rtmgr/tests/conformance")]
 from rtmgr_client import Client  # noqa: E402
