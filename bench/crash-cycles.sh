@@ -18,13 +18,13 @@ if [ -z "${RTMGR:-}" ]; then
   cargo build --release -p rtmgr >/dev/null
   RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
 fi
+exec 9>/run/lock/rtmgr.lock
+flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock), held by another rtmgr run" >&2; flock 9; }
 STATE=$(mktemp -d /tmp/rtmgr-crash-cycles.XXXXXX)
 chmod 755 "$STATE"
 SOCK=$STATE/state/rtmgr.sock
 RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
 printf 'rt_cpus = "%s"\n[serve]\nstate_dir = "%s"\n' "$RT_CPU" "$STATE/state" > "$STATE/rtmgr.toml"
-exec 9>/run/lock/rtmgr.lock
-flock -n 9 || { echo "another rtmgr run holds the machine lock (/run/lock/rtmgr.lock)" >&2; exit 2; }
 export RTMGR_LOCK_HELD=1
 RUNNER='import time
 while True:

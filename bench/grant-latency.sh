@@ -28,6 +28,8 @@ if [ -z "${RTMGR:-}" ]; then
   RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
 fi
 CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
+exec 9>/run/lock/rtmgr.lock
+flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock), held by another rtmgr run" >&2; flock 9; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 COMMAND="bash bench/grant-latency.sh $*"
@@ -47,8 +49,6 @@ max_reservations = 256
 requests_per_burst = 1000000
 burst_s = 1
 CFG
-exec 9>/run/lock/rtmgr.lock
-flock -n 9 || { echo "another rtmgr run holds the machine lock (/run/lock/rtmgr.lock)" >&2; exit 2; }
 export RTMGR_LOCK_HELD=1
 DPID=
 finish() {
