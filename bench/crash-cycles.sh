@@ -48,7 +48,6 @@ start() {
   "$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$STATE/serve.log" &
   DPID=$!
   for _ in $(seq 200); do [ -S "$SOCK" ] && return 0; sleep 0.05; done
-  echo "rtmgr serve did not listen: $(cat "$STATE/serve.log")" >&2
   return 1
 }
 listed() { "$RTMGR" reservations --socket "$SOCK" --json 9>&- | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
@@ -61,9 +60,12 @@ seen() {
   cat "/proc/$p/limits"
   ionice -p "$p"
 }
+# From here on a failing step fails its cycle, with the reason, not the script.
+set +e
 exact=0
 for i in $(seq 1 "$N"); do
-  start
+  why=
+  start || why="the daemon did not start: $(tail -1 "$STATE/serve.log")"
   sleep 300 9>&- & KIDS+=($!); control=$!
   args=(--socket "$SOCK" --period 10ms --budget 1ms)
   "$RTMGR" reserve "${args[@]}" -- sleep 300 9>&- 2>/dev/null & KIDS+=($!)
@@ -71,13 +73,12 @@ for i in $(seq 1 "$N"); do
   "$RTMGR" reserve "${args[@]}" --class rt1:20 -- sleep 300 9>&- 2>/dev/null & KIDS+=($!)
   "$RTMGR" reserve "${args[@]}" --class rt1:20 -- "$PY" -c "$RUNNER" 9>&- 2>/dev/null & KIDS+=($!)
   for _ in $(seq 100); do [ "$(listed)" = 4 ] && break; sleep 0.05; done
-  why=
-  [ "$(listed)" = 4 ] || why="not granted: $(listed) of 4"
-  kill -9 "$DPID"; wait "$DPID" 2>/dev/null || true
-  start
+  [ -n "$why" ] || [ "$(listed)" = 4 ] || why="not granted: $(listed) of 4"
+  kill -9 "$DPID"; wait "$DPID" 2>/dev/null
+  start || why=${why:-"the daemon did not restart: $(tail -1 "$STATE/serve.log")"}
   [ -n "$why" ] || [ "$(listed)" = 4 ] || why="re-adopted $(listed) of 4"
   kill -TERM "$DPID"
-  rc=0; wait "$DPID" || rc=$?
+  wait "$DPID"; rc=$?
   DPID=
   [ -n "$why" ] || [ "$rc" = 0 ] || why="exit $rc"
   [ -n "$why" ] || ! grep -q 'error:\|could not undo' "$STATE/serve.log" || why=$(grep -m1 'error:\|could not undo' "$STATE/serve.log")
