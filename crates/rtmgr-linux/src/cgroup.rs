@@ -28,6 +28,48 @@ pub fn task_cgroup(host: &Host, layout: &Layout, tid: u32) -> Option<String> {
     rtmgr_core::cgroupfs::task_cgroup(&text, layout)
 }
 
+/// The CPUs a task's cpuset allows now (v1 `cpuset.effective_cpus`, v2
+/// `cpuset.cpus.effective` of its cgroup or the nearest parent that has
+/// one); None when the tree does not say.
+pub fn task_cpuset_cpus(host: &Host, layout: &Layout, tid: u32) -> Option<CpuSet> {
+    let rel = task_cgroup(host, layout, tid)?;
+    let names: &[&str] = match layout {
+        Layout::V1(_) => &["cpuset.effective_cpus", "cpuset.cpus"],
+        Layout::V2(_) => &["cpuset.cpus.effective"],
+    };
+    let mut dir = layout.dir(&rel);
+    loop {
+        for name in names {
+            if let Some(t) = host.read_opt(file(&dir, name)) {
+                return CpuSet::parse_list(t.trim()).ok().filter(|c| !c.is_empty());
+            }
+        }
+        if dir.as_path() == layout.mount() || !dir.pop() {
+            return None;
+        }
+    }
+}
+
+/// The affinity to give a task back when rtmgr undoes its pinning (a
+/// grant's revocation, the balancer's give-back; docs/serve.md, "No CPU
+/// mask left behind"). A cpuset attach sets a task's mask to the cpuset's
+/// CPUs, so a `recorded` mask covering every CPU its cpuset allowed then
+/// (`cpuset_cpus`) was the kernel's doing, not the program's: the task gets
+/// every possible CPU, and the kernel narrows that to its cpuset now (and
+/// to the root's after a partition reset). Written back as it was, it would
+/// pin the task for good: since Linux 6.2 the mask a `sched_setaffinity`
+/// asked for is kept and intersected with every later cpuset's CPUs. Only a
+/// mask the program had narrowed itself (or an unknown cpuset) is written back.
+pub fn mask_to_give_back(host: &Host, recorded: &CpuSet, cpuset_cpus: Option<&CpuSet>) -> CpuSet {
+    if cpuset_cpus.is_none_or(|set| !set.is_subset(recorded)) {
+        return recorded.clone();
+    }
+    crate::cpus::possible(host)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| recorded.clone())
+}
+
 fn file(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
@@ -130,4 +172,55 @@ pub fn is_refused(e: &HostError) -> bool {
         e.errno(),
         Some(libc::EINVAL) | Some(libc::EPERM) | Some(libc::EBUSY)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(list: &str) -> CpuSet {
+        CpuSet::parse_list(list).unwrap()
+    }
+
+    /// A task in a v1 cpuset of CPU 0 on a 4-CPU machine: its cpuset's CPUs
+    /// are read (from the nearest directory that has them), and the mask it
+    /// gets back is every CPU when its recorded one was just the cpuset's.
+    #[test]
+    fn a_mask_that_was_the_cpusets_is_not_written_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let w = |p: &str, t: &str| {
+            let p = host.path(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w("/sys/devices/system/cpu/possible", "0-3\n");
+        w("/proc/42/cgroup", "5:cpuset:/rtmgr-nrt/sub\n0::/\n");
+        w(
+            "/sys/fs/cgroup/cpuset/rtmgr-nrt/cpuset.effective_cpus",
+            "0\n",
+        );
+        std::fs::create_dir_all(host.path("/sys/fs/cgroup/cpuset/rtmgr-nrt/sub")).unwrap();
+        let layout = Layout::V1("/sys/fs/cgroup/cpuset".into());
+        let cpus = task_cpuset_cpus(&host, &layout, 42);
+        assert_eq!(cpus, Some(set("0")));
+        // Recorded {0} in a cpuset of {0}: the kernel's; every CPU back.
+        assert_eq!(
+            mask_to_give_back(&host, &set("0"), cpus.as_ref()),
+            set("0-3")
+        );
+        // Wider than the cpuset (set before it was joined): the same.
+        assert_eq!(
+            mask_to_give_back(&host, &set("0-1"), cpus.as_ref()),
+            set("0-3")
+        );
+        // Narrowed by the program within a wider cpuset: written back.
+        assert_eq!(
+            mask_to_give_back(&host, &set("1"), Some(&set("0-1"))),
+            set("1")
+        );
+        // Unknown cpuset (a record of the earlier form): written back.
+        assert_eq!(mask_to_give_back(&host, &set("0"), None), set("0"));
+        assert_eq!(task_cpuset_cpus(&host, &layout, 43), None, "no such task");
+    }
 }

@@ -130,3 +130,54 @@ fn the_systemd_drop_in_opens_ip_for_the_metrics() {
     );
     assert!(exec[1].contains("--metrics 0.0.0.0:9464"), "{exec:?}");
 }
+
+/// The container examples (docs/containers.md): the pod mounts the node's
+/// socket (hostPath, type Socket) and runs as a uid the DaemonSet's config
+/// has a `[[client]]` rule for; both container examples run the worker
+/// with the standard-library client, from the repository's files.
+#[test]
+fn the_container_examples_reach_the_socket_as_a_user_the_daemon_knows() {
+    let Some(pod) = load(&deploy().join("kubernetes/rt-worker-pod.yaml")) else {
+        eprintln!("skip: python3 has no yaml module");
+        return;
+    };
+    let spec = &kind(&pod, "Pod")["spec"];
+    let uid = spec["securityContext"]["runAsUser"].as_u64().unwrap() as u32;
+    let sock = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "rtmgr-socket")
+        .unwrap();
+    assert_eq!(sock["hostPath"]["type"], "Socket");
+    assert_eq!(sock["hostPath"]["path"], "/run/rtmgr/rtmgr.sock");
+    let ds = load(&deploy().join("kubernetes/rtmgr-daemonset.yaml")).unwrap();
+    let toml = kind(&ds, "ConfigMap")["data"]["rtmgr.toml"]
+        .as_str()
+        .unwrap();
+    let cfg = ServeConfig::from_toml(toml).unwrap();
+    let peer = rtmgr_core::admission::policy::Peer {
+        uid,
+        user: None,
+        groups: vec![(uid, None)],
+    };
+    let (_, rule) = cfg
+        .policy
+        .rule_for(&peer)
+        .expect("a [[client]] rule for the pod's uid");
+    assert!(!rule.hard, "the example pod asks for a soft reservation");
+    let podman = std::fs::read_to_string(deploy().join("containers/podman-run.sh")).unwrap();
+    for f in [
+        "deploy/containers/rt_worker.py",
+        "crates/rtmgr/tests/conformance/rtmgr_client.py",
+        "/run/rtmgr/rtmgr.sock:/run/rtmgr/rtmgr.sock",
+    ] {
+        assert!(podman.contains(f), "podman-run.sh mounts {f}");
+    }
+    for f in [
+        "containers/rt_worker.py",
+        "../crates/rtmgr/tests/conformance/rtmgr_client.py",
+    ] {
+        assert!(deploy().join(f).exists(), "{f}");
+    }
+}

@@ -20,6 +20,8 @@ use std::path::PathBuf;
 struct Changed {
     start_time: u64,
     affinity: CpuSet,
+    /// The CPUs its cpuset allowed then (`cgroup::mask_to_give_back`).
+    cpuset_cpus: Option<CpuSet>,
     cgroup: Option<PathBuf>,
     /// The policy it had, when the guest's was changed (Linux guests).
     policy: Option<Policy>,
@@ -90,6 +92,7 @@ impl Mover {
             return Ok(());
         }
         let affinity = self.host.get_affinity(tid)?;
+        let cpuset_cpus = cgroup::task_cpuset_cpus(&self.host, &self.layout, tid);
         let cgroup =
             cgroup::task_cgroup(&self.host, &self.layout, tid).map(|rel| self.layout.dir(&rel));
         self.changed.insert(
@@ -97,6 +100,7 @@ impl Mover {
             Changed {
                 start_time,
                 affinity,
+                cpuset_cpus,
                 cgroup,
                 policy: None,
                 cpu: None,
@@ -110,8 +114,14 @@ impl Mover {
     /// policy: held on the NRT CPUs until lent (ARTiS §2.1), its affinity
     /// given back when the run ends.
     pub fn adopt(&mut self, tid: u32, start_time: u64) -> Result<(), HostError> {
+        let new = !self.changed.contains_key(&tid);
         self.remember(tid, start_time, true)?;
-        self.evictor().evict(tid)
+        let r = self.evictor().evict(tid);
+        if r.is_err() && new {
+            // Nothing changed: nothing to give back at the end of the run.
+            self.changed.remove(&tid);
+        }
+        r
     }
 
     /// Make `tid` a guest on RT CPU `cpu`: into a cpuset that contains the
@@ -222,7 +232,8 @@ impl Mover {
             Some(p) => self.host.set_policy(tid, p),
             None => Ok(()),
         };
-        let aff = self.host.set_affinity(tid, &c.affinity);
+        let mask = cgroup::mask_to_give_back(&self.host, &c.affinity, c.cpuset_cpus.as_ref());
+        let aff = self.host.set_affinity(tid, &mask);
         let cg = match &c.cgroup {
             Some(dir) => cgroup::attach(&self.host, &self.layout, dir, tid),
             None => Ok(()),

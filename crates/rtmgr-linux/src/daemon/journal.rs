@@ -28,6 +28,11 @@ pub struct ThreadBefore {
     pub affinity: CpuSet,
     /// Its cpuset cgroup, relative to the mount (None: unknown, or v2).
     pub cgroup: Option<String>,
+    /// The CPUs that cpuset allowed at the grant (None: unknown, or a
+    /// record written before issue 30): an `affinity` covering them was the
+    /// kernel's, not the program's, and is not written back (`grant::placement`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<CpuSet>,
 }
 
 /// A limit before and after the grant.
@@ -299,6 +304,25 @@ mod tests {
         assert_eq!(st.live, vec![keep]);
         remove(&host, path).unwrap();
         assert!(read(&host, path).unwrap().is_none());
+    }
+
+    /// Issue 30: a revocation is `Revoking`, undo, `Release`. Killed after
+    /// the first record, or its undo failed (no `Release`), the grant is
+    /// still there for the next daemon or `partition reset` to finish.
+    #[test]
+    fn a_revocation_without_its_release_is_left_to_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let path = Path::new("/grants.jsonl");
+        let mut j = GrantJournal::open(&host, path).unwrap();
+        for id in [1, 2] {
+            j.record(&Record::Grant(Box::new(grant(id)))).unwrap();
+            j.record(&Record::Revoking { id }).unwrap();
+        }
+        j.record(&Record::Release { id: 2 }).unwrap();
+        let st = read(&host, path).unwrap().unwrap();
+        assert!(st.live.is_empty());
+        assert_eq!(st.all(), vec![grant(1)]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Who a client is (rtkit: the peer's uid, and pid plus start time so that a
 //! reused pid is never mistaken for the client): SO_PEERCRED or SO_PEERPIDFD
 //! gives the process, /proc its start time and groups, /etc/passwd and
-//! /etc/group the names the policy rules use; and which threads are its own.
+//! /etc/group the names the policy rules use; and which threads are its own,
+//! named as the client sees them (a client in another PID namespace, e.g. a
+//! container: `NSpid` of /proc/PID/task/TID/status, issue 27).
 
 use crate::tasks;
 use crate::Host;
@@ -79,9 +81,98 @@ pub fn thread_of(host: &Host, pid: u32, tid: u32) -> Option<u64> {
     tasks::info(host, pid, tid).map(|t| t.start_time)
 }
 
+/// The ids of `NSpid:` in a /proc status text: the task's id in each PID
+/// namespace it is in, from the namespace of this /proc (the daemon's) to
+/// its own innermost one. Empty when the line is missing (kernel < 4.1).
+fn nspid(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The thread ids a client named, as the daemon sees them. A client in a
+/// nested PID namespace names its threads by the ids it sees: each is
+/// matched against the innermost `NSpid` id of the client's own threads
+/// (at the client's namespace level) and replaced by the first, the
+/// daemon's. An id no thread of the client has in its namespace is left as
+/// it is: `check_threads` then refuses it unless it is the client's own
+/// thread by the daemon's id. A client in the daemon's namespace: unchanged.
+pub fn translate_tids(host: &Host, pid: u32, tids: &[u32]) -> Vec<u32> {
+    let level = host
+        .read_opt(format!("/proc/{pid}/status"))
+        .map_or(0, |s| nspid(&s).len());
+    if level <= 1 {
+        return tids.to_vec();
+    }
+    let seen: Vec<(u32, u32)> = tasks::threads_of(host, pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let ids = nspid(&host.read_opt(format!("/proc/{pid}/task/{tid}/status"))?);
+            let (&inner, &outer) = (ids.last()?, ids.first()?);
+            (ids.len() == level).then_some((inner, outer))
+        })
+        .collect();
+    tids.iter()
+        .map(|&t| {
+            seen.iter()
+                .find(|(inner, _)| *inner == t)
+                .map_or(t, |(_, outer)| *outer)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake /proc with one process `pid` and its threads, each line of
+    /// `threads` being (daemon's tid, NSpid line).
+    fn fake_proc(dir: &std::path::Path, pid: u32, threads: &[(u32, &str)]) -> Host {
+        for (tid, ns) in threads {
+            let d = dir.join(format!("proc/{pid}/task/{tid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let status = format!("Name:\tworker\nTgid:\t{pid}\nPid:\t{tid}\nNSpid:\t{ns}\n");
+            std::fs::write(d.join("status"), &status).unwrap();
+            if *tid == pid {
+                std::fs::write(dir.join(format!("proc/{pid}/status")), &status).unwrap();
+            }
+        }
+        Host::fake(dir)
+    }
+
+    #[test]
+    fn a_client_in_a_pid_namespace_names_its_threads_as_it_sees_them() {
+        let dir = tempfile::tempdir().unwrap();
+        // The client is 1 in its namespace, 23219 in the daemon's; its
+        // worker thread 42 there is 23260 here.
+        let host = fake_proc(
+            dir.path(),
+            23219,
+            &[(23219, "23219\t1"), (23260, "23260\t42")],
+        );
+        assert_eq!(translate_tids(&host, 23219, &[42, 1]), vec![23260, 23219]);
+        // An id that is none of its threads there stays as it is (refused later).
+        assert_eq!(translate_tids(&host, 23219, &[7]), vec![7]);
+    }
+
+    #[test]
+    fn nested_namespaces_match_the_clients_level_and_the_daemons_namespace_is_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two levels down: matched on the innermost id, at the same depth.
+        let host = fake_proc(dir.path(), 500, &[(500, "500\t30\t1"), (501, "501\t31\t2")]);
+        assert_eq!(translate_tids(&host, 500, &[2, 1]), vec![501, 500]);
+        assert_eq!(translate_tids(&host, 500, &[31]), vec![31], "not its level");
+        let dir = tempfile::tempdir().unwrap();
+        let host = fake_proc(dir.path(), 600, &[(600, "600"), (601, "601")]);
+        assert_eq!(translate_tids(&host, 600, &[601]), vec![601]);
+        assert_eq!(nspid("Name:\tx\n"), Vec::<u32>::new());
+    }
 
     #[test]
     fn names_come_from_passwd_and_group() {

@@ -10,7 +10,7 @@
 //! wait into the new grant.
 
 use super::grant;
-use super::journal::{Grant, Record, ThreadBefore};
+use super::journal::{Grant, ThreadBefore};
 use super::manager::{Deferred, Manager};
 use rtmgr_sys::time::mono_ns;
 
@@ -73,11 +73,12 @@ impl Manager {
             let g = d.grant;
             let last_of_pid = !self.pid_busy(g.pid);
             let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
-            problems.extend(grant::revoke_placement(&cx, &g));
-            let _ = self.journal.record(&Record::Release { id: g.id });
+            let undone = grant::revoke_placement(&cx, &g);
             if last_of_pid {
                 self.watched.remove(&g.pid);
             }
+            problems.extend(undone.iter().cloned());
+            self.revoked(g, &undone);
         }
         if any {
             self.compact();

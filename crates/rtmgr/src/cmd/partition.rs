@@ -367,7 +367,7 @@ fn reset(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
-    } else if !r.had_partition {
+    } else if !r.had_partition && revoked == 0 {
         println!(
             "no partition applied ({} absent): nothing to do",
             a.journal.display()

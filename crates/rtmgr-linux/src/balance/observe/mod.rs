@@ -269,8 +269,9 @@ impl Observer {
         }
     }
 
-    /// RT1+ tasks whose affinity reaches into the RT CPUs (started across
-    /// both sets): (tid, start time). The balancer adopts them (ARTiS §2.1).
+    /// RT1+ tasks whose affinity reaches into the RT and the NRT CPUs
+    /// (started across both sets): (tid, start time). The balancer adopts
+    /// them (ARTiS §2.1); one pinned to RT CPUs only (a grant) it leaves alone.
     pub fn spanning_rt1(&self, guests: &BTreeMap<u32, u32>) -> Vec<(u32, u64)> {
         self.recs
             .iter()

@@ -65,7 +65,10 @@ pub(super) struct Rec {
     pub(super) w_kernel: u64,
     pub(super) w_vol: u64,
     pub(super) w_invol: u64,
-    /// Its affinity reaches into the RT CPUs (an RT1+ task started across both sets).
+    /// Its affinity reaches into the RT CPUs and the NRT CPUs both (an RT1+
+    /// task started across both sets). A task whose CPUs are all RT CPUs was
+    /// placed there on purpose, by `rtmgr serve`'s grant (issue 30: a grant
+    /// re-adopted after a crash was taken for one) or by its program.
     pub(super) spans_rt: bool,
     /// Its affinity is this one RT CPU (a guest, or a task forked by one).
     pub(super) rt_pinned: Option<u32>,
@@ -298,7 +301,7 @@ impl Observer {
                 self.last.reads += 1;
                 if let Some(aff) = st.affinity {
                     rec.nrt_only = aff == self.nrt;
-                    rec.spans_rt = !aff.is_disjoint(&self.rt);
+                    rec.spans_rt = !aff.is_disjoint(&self.rt) && !aff.is_disjoint(&self.nrt);
                     rec.rt_pinned = aff
                         .first()
                         .filter(|&c| aff.len() == 1 && self.rt.contains(c));

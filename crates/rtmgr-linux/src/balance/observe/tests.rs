@@ -244,3 +244,32 @@ fn quiet_tasks_are_checked_less_and_less_often() {
     let obs = sample(&mut o, 48);
     assert!(obs_task(&obs, 101).is_some(), "ran 400 ms: seen at once");
 }
+
+/// Issue 30: the balancer adopts an RT1+ task whose affinity reaches the RT
+/// and the NRT CPUs both (ARTiS §2.1), never one pinned to RT CPUs only (a
+/// grant of `rtmgr serve`, e.g. one re-adopted after a crash).
+#[test]
+fn an_rt1_task_pinned_to_rt_cpus_is_left_alone_one_across_both_sets_is_adopted() {
+    let f = FakeProc::new();
+    for (tid, cpus) in [(101, "1"), (102, "0-1")] {
+        // SCHED_FIFO (policy 1) at priority 20, on CPU 1.
+        f.write(
+            &format!("100/task/{tid}/stat"),
+            &format!("{tid} (t{tid}) S 1 100 100 0 -1 0 0 0 0 0 10 0 0 0 -21 0 1 0 {} 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 1 20 1 0 0 0\n", 5000 + tid),
+        );
+        f.write(&format!("100/task/{tid}/schedstat"), "100000000 0 10\n");
+        f.write(
+            &format!("100/task/{tid}/status"),
+            &format!("Name:\tt\nCpus_allowed_list:\t{cpus}\nvoluntary_ctxt_switches:\t3\nnonvoluntary_ctxt_switches:\t1\n"),
+        );
+    }
+    let mut o = f.observer();
+    sample(&mut o, 0);
+    sample(&mut o, 1);
+    let adopted: Vec<u32> = o
+        .spanning_rt1(&BTreeMap::new())
+        .into_iter()
+        .map(|(tid, _)| tid)
+        .collect();
+    assert_eq!(adopted, vec![102]);
+}

@@ -224,5 +224,6 @@ pub fn new_thread(host: &Host, pid: u32, tid: u32) -> Result<ThreadBefore, HostE
         attr: Default::default(),
         affinity: Default::default(),
         cgroup: None,
+        cpuset_cpus: None,
     })
 }

@@ -1,10 +1,11 @@
 //! A grant's placement: its threads in the RT CPU's cpuset (cgroup v1) and
 //! pinned to that CPU (DROPS "Taming Linux" §4: the resource manager gives a
-//! task its CPU; ARTiS §2.4: an RT task is bound to one RT CPU).
+//! task its CPU; ARTiS §2.4: an RT task is bound to one RT CPU), and given
+//! back with no CPU mask of rtmgr's left behind (`mask_back`).
 
 use super::{live, note, Cx, Draft, GrantStep};
 use crate::cgroup::{self, Layout};
-use crate::daemon::journal::Grant;
+use crate::daemon::journal::{Grant, ThreadBefore};
 use crate::host::HostError;
 use rtmgr_core::CpuSet;
 use std::path::Path;
@@ -73,7 +74,7 @@ impl GrantStep for Cpuset {
                 .unwrap_or_else(|| cx.layout.mount().to_path_buf());
             let r = cgroup::attach(cx.host, cx.layout, &back, t.tid);
             note(&mut problems, format!("thread {} cpuset", t.tid), r);
-            let r = cx.host.set_affinity(t.tid, &t.affinity);
+            let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
             note(&mut problems, format!("thread {} affinity", t.tid), r);
         }
         problems
@@ -91,6 +92,7 @@ impl GrantStep for Affinity {
     fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
         for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
             t.affinity = cx.host.get_affinity(t.tid)?;
+            t.cpuset_cpus = cgroup::task_cpuset_cpus(cx.host, cx.layout, t.tid);
         }
         Ok(())
     }
@@ -113,7 +115,8 @@ impl GrantStep for Affinity {
 
     /// A thread still in the grant's cpuset gets its affinity back with the
     /// cpuset step's undo, after the move (which resets it; before the move
-    /// the old CPUs may lie outside the RT cpuset, and the kernel refuses them).
+    /// the old CPUs may lie outside the RT cpuset, and the kernel refuses
+    /// them). The same for a grant re-adopted after a crash.
     fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         let mut problems = Vec::new();
         let in_rt_set = |tid| {
@@ -123,9 +126,15 @@ impl GrantStep for Affinity {
             })
         };
         for t in live(cx.host, g).filter(|t| !in_rt_set(t.tid)) {
-            let r = cx.host.set_affinity(t.tid, &t.affinity);
+            let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
             note(&mut problems, format!("thread {} affinity", t.tid), r);
         }
         problems
     }
+}
+
+/// The affinity a thread gets back: its recorded one unless that was just
+/// its cpuset's CPUs (`cgroup::mask_to_give_back`).
+fn mask_back(cx: &Cx, t: &ThreadBefore) -> CpuSet {
+    cgroup::mask_to_give_back(cx.host, &t.affinity, t.cpuset_cpus.as_ref())
 }

@@ -59,6 +59,9 @@ pub struct Manager {
     pub(super) deferred: Vec<Deferred>,
     /// Threads that left SCHED_DEADLINE: when they may leave their RT CPU.
     pub(super) leaving: BTreeMap<u32, u64>,
+    /// Revocations whose undo failed, kept in the journal as being revoked
+    /// for `rtmgr partition reset` or the next daemon to finish (`revoke.rs`).
+    pub(super) unfinished: Vec<Grant>,
     /// RT CPUs whose root domain may hold leaked deadline bandwidth (`dl_leak.rs`).
     pub(super) dl_leak: LeakWatch,
     pub(super) journal: GrantJournal,
@@ -108,6 +111,7 @@ impl Manager {
             watched: BTreeMap::new(),
             deferred: Vec::new(),
             leaving: BTreeMap::new(),
+            unfinished: Vec::new(),
             dl_leak: LeakWatch::default(),
             journal,
             header,
@@ -217,6 +221,8 @@ impl Manager {
         let tids = match v.target {
             Some(t) if t.all_threads => target::all_threads(&self.host, pid)?,
             _ if v.threads.is_empty() => vec![pid],
+            // Named as the client sees them (its PID namespace, peer.rs).
+            None => crate::daemon::peer::translate_tids(&self.host, pid, &v.threads),
             _ => v.threads.clone(),
         };
         self.check_threads(pid, &tids)?;

@@ -66,13 +66,16 @@ impl Manager {
             self.defer(g, due_ns);
             problems
         } else {
-            let _ = self.journal.record(&Record::Release { id });
+            // Revoking, undo, Release: killed in between, the next daemon
+            // (or `partition reset`) finds it being revoked and finishes it.
+            let _ = self.journal.record(&Record::Revoking { id });
             let last_of_pid = !self.pid_busy(g.pid);
             let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
             let problems = grant::revoke(&cx, &g);
             if last_of_pid {
                 self.watched.remove(&g.pid);
             }
+            self.revoked(g, &problems);
             problems
         };
         if hard {
@@ -89,9 +92,25 @@ impl Manager {
         problems
     }
 
+    /// The end of a revocation (its `Revoking` record written before the
+    /// undo): `Release` when everything was given back; otherwise the grant
+    /// stays in the journal as being revoked, so that what the error names
+    /// as the remedy, `rtmgr partition reset` (or the next daemon's start),
+    /// finishes it from the record.
+    pub(in crate::daemon) fn revoked(&mut self, g: Grant, problems: &[String]) {
+        if problems.is_empty() {
+            let _ = self.journal.record(&Record::Release { id: g.id });
+        } else {
+            self.unfinished.push(g);
+        }
+    }
+
     pub(in crate::daemon) fn compact(&mut self) {
         let live: Vec<&Grant> = self.grants.values().collect();
-        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
+        // Being revoked: half-revoked deadline grants, and undos that failed.
+        let releasing: Vec<&Grant> = (self.deferred.iter().map(|d| &d.grant))
+            .chain(&self.unfinished)
+            .collect();
         if let Err(e) = self.journal.maybe_compact(&self.header, &live, &releasing) {
             tracing::warn!("grants journal compaction: {e}");
         }
@@ -154,7 +173,10 @@ impl Manager {
     /// Rewrite the journal: header and the live grants only.
     pub(in crate::daemon) fn rewrite_journal(&mut self) -> Result<(), HostError> {
         let live: Vec<&Grant> = self.grants.values().collect();
-        let releasing: Vec<&Grant> = self.deferred.iter().map(|d| &d.grant).collect();
+        // Being revoked: half-revoked deadline grants, and undos that failed.
+        let releasing: Vec<&Grant> = (self.deferred.iter().map(|d| &d.grant))
+            .chain(&self.unfinished)
+            .collect();
         self.journal.rewrite(&self.header, &live, &releasing)
     }
 }

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Issue 27 item 6: the daemon's reserve -> granted -> release round trip,
+# p50/p99/max, for 1, 16 and 64 concurrent clients, rt0 and rt1, client
+# threads sleeping in recv() or running (spinning) while they wait; and, in
+# the same run, the kernel steps a grant makes, alone, as the floor (a v1
+# cpuset attach of a sleeping thread, sched_setscheduler, sched_setattr,
+# prlimit, ioprio_set). The clients are the protocol's conformance client
+# (crates/rtmgr/tests/conformance/rtmgr_client.py, Python standard library).
+# Root only. It starts its own daemon (private state directory, balancer
+# off, a root rule without rate limit), holds the machine lock throughout and
+# gives the machine back at the end, also on Ctrl-C (the cells done so far
+# are then the result). Measure alone: the figures are the machine's.
+#   bash bench/grant-latency.sh [REQUESTS_PER_CELL] [OUT_DIR]
+#   CLIENTS="1 16 64" CLASSES="rt0 rt1" STATES="sleeping running" RTMGR=path/to/rtmgr
+# Writes OUT_DIR/grant-latency.json (command, date, machine, kernel, cells,
+# floor) and prints the table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-50}
+OUT=${2:-bench/results/grant-latency-$(date -u +%Y%m%dT%H%M%SZ)}
+CLIENTS=${CLIENTS:-1 16 64}
+CLASSES=${CLASSES:-rt0 rt1}
+STATES=${STATES:-sleeping running}
+[ "$(id -u)" = 0 ] || { echo "bench/grant-latency.sh: root only (it starts rtmgr serve)" >&2; exit 2; }
+PY=$(command -v /usr/bin/python3 || command -v python3) || { echo "needs python3" >&2; exit 2; }
+if [ -z "${RTMGR:-}" ]; then
+  cargo build --release -p rtmgr >/dev/null
+  RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
+fi
+CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
+exec 9>/run/lock/rtmgr.lock
+flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock), held by another rtmgr run" >&2; flock 9; }
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+COMMAND="bash bench/grant-latency.sh $*"
+STATE=$(mktemp -d /tmp/rtmgr-grant-latency.XXXXXX)
+chmod 755 "$STATE"
+SOCK=$STATE/state/rtmgr.sock
+RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
+cat > "$STATE/rtmgr.toml" <<CFG
+rt_cpus = "$RT_CPU"
+[serve]
+state_dir = "$STATE/state"
+balancer = false
+[[client]]
+users = ["root"]
+max_priority = 98
+max_reservations = 256
+requests_per_burst = 1000000
+burst_s = 1
+CFG
+export RTMGR_LOCK_HELD=1
+DPID=
+finish() {
+  trap - INT TERM EXIT
+  if [ -n "$DPID" ]; then
+    kill -TERM "$DPID" 2>/dev/null || true
+    wait "$DPID" || echo "rtmgr serve exited $? (log: $OUT/serve.log)" >&2
+  fi
+  if [ -e "$STATE/state/journal.jsonl" ] || [ -e "$STATE/state/grants.jsonl" ]; then
+    "$RTMGR" partition reset --journal "$STATE/state/journal.jsonl" 9>&- || true
+  fi
+  rm -rf "$STATE"
+  report
+}
+report() {
+  "$PY" - "$OUT" "$COMMAND" "$N" <<'PYEOF'
+import glob, json, os, platform, re, sys, time
+out, command, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cells = []
+for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
+    with open(f) as fh:
+        c = json.load(fh)
+    for k in ("reserve_ns", "release_ns"):
+        c.pop(k, None)
+    cells.append(c)
+floor = None
+if os.path.exists(os.path.join(out, "floor.json")):
+    with open(os.path.join(out, "floor.json")) as fh:
+        floor = json.load(fh)
+model = ""
+try:
+    with open("/proc/cpuinfo") as fh:
+        model = next((l.split(":", 1)[1].strip() for l in fh if l.startswith("model name")), "")
+except OSError:
+    pass
+doc = {"version": 1, "command": command, "requests_per_cell": n,
+       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+       "machine": {"cpus": os.cpu_count(), "model": model, "arch": platform.machine(),
+                   "hostname": platform.node()},
+       "kernel": platform.release(), "cells": cells, "floor": floor}
+with open(os.path.join(out, "grant-latency.json"), "w") as fh:
+    json.dump(doc, fh, indent=1)
+us = lambda s, k: "-" if not s or s.get("n", 0) == 0 else "%.0f" % (s[k] / 1000)
+print("%-5s %-9s %7s %6s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "failed"))
+for c in cells:
+    r, l = c["reserve"], c["release"]
+    print("%-5s %-9s %7d %6d %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], r.get("n", 0),
+          us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"), len(c["failures"])))
+print("(µs; reserve = request sent until `granted` read, release likewise)")
+if floor:
+    print("floor, the kernel steps alone on a sleeping thread (µs):")
+    for k, s in floor["steps"].items():
+        print("  %-20s n %3d  p50 %7s  p99 %7s  max %7s" % (k, s.get("n", 0), us(s, "p50_ns"), us(s, "p99_ns"), us(s, "max_ns")))
+    if floor.get("errors"):
+        print("  errors:", floor["errors"])
+failures = sorted({re.sub(r"\d+", "N", f) for c in cells for f in c["failures"]})
+if failures:
+    print("failures (first 5 kinds):", "; ".join(failures[:5]))
+print("written:", os.path.join(out, "grant-latency.json"))
+PYEOF
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+"$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$OUT/serve.log" &
+DPID=$!
+for _ in $(seq 200); do [ -S "$SOCK" ] && break; sleep 0.05; done
+[ -S "$SOCK" ] || { echo "rtmgr serve did not listen: $(cat "$OUT/serve.log")" >&2; exit 1; }
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "\$ $COMMAND"
+} > "$OUT/README.txt"
+# The floor: cgroup v1 only (on v2 a grant attaches no thread).
+PART=$("$RTMGR" partition show --json --journal "$STATE/state/journal.jsonl" 9>&-)
+LAYOUT=$(echo "$PART" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["layout"])')
+if [ "$LAYOUT" = v1 ]; then
+  RT_DIR=$(echo "$PART" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["rt_cgroup"])')/cpu$RT_CPU
+  NRT_DIR=$(echo "$PART" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
+  "$PY" "$CLIENT" floor --cpuset-dir "$RT_DIR" --back-dir "$NRT_DIR" --requests "$N" --out "$OUT/floor.json" 9>&-
+fi
+for clients in $CLIENTS; do
+  for class in $CLASSES; do
+    for state in $STATES; do
+      echo "cell: $class $state, $clients client(s)" >&2
+      "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
+        --requests "$N" --out "$OUT/cell-$class-$state-$(printf %02d "$clients").json" 9>&-
+    done
+  done
+done

@@ -1,0 +1,507 @@
+#!/usr/bin/env python3
+"""A raw client of rtmgr's protocol, standard library only, written from
+docs/protocol.md as a user of the daemon would (DROPS "Taming Linux" §4.1:
+the resource manager gives resources to tasks through a protocol).
+
+It is the protocol's conformance client (issue 27): each thread that asks
+for a reservation names its own thread id and blocks in recv() for the
+answer, as most programs do.
+
+    rtmgr_client.py --socket PATH conformance [--only NAME,...] [--skip NAME,...]
+    rtmgr_client.py --socket PATH bench --clients N --class rt0|rt1 \
+        --state sleeping|running --requests R [--out FILE.json]
+    rtmgr_client.py floor --cpuset-dir DIR --back-dir DIR --requests R [--out FILE.json]
+
+`conformance` prints one line per check and a JSON summary last; exit 0 when
+every check passed. `bench` times reserve -> granted -> release round trips
+from N client processes at once (`running`: each spins for the grant's
+answer, and waits asleep for the release's, since a thread spinning at
+SCHED_FIFO would run into RLIMIT_RTTIME); `floor` times the kernel steps a
+grant makes, on a throwaway sleeping thread (bench/grant-latency.sh runs both).
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import socket
+import sys
+import threading
+import time
+
+V = 1
+
+
+class ProtocolError(Exception):
+    pass
+
+
+class Client:
+    """One connection: newline-delimited JSON, one answer per request."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def send_raw(self, line):
+        self.sock.sendall(line if isinstance(line, bytes) else line.encode())
+
+    def recv_line(self, spin=False):
+        """One answer line. Blocks in recv() unless `spin` (busy polling)."""
+        while b"\n" not in self.buf:
+            if spin:
+                try:
+                    chunk = self.sock.recv(65536, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+            else:
+                chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ProtocolError("the daemon closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def request(self, obj, spin=False):
+        self.send_raw(json.dumps(obj) + "\n")
+        return self.recv_line(spin)
+
+    def reserve(self, period_ns, budget_ns, cls="rt0", threads=None, spin=False, **extra):
+        req = {"v": V, "op": "reserve", "period_ns": period_ns, "budget_ns": budget_ns, "class": cls}
+        req["threads"] = threads if threads is not None else [threading.get_native_id()]
+        req.update(extra)
+        return self.request(req, spin)
+
+    def release(self, rid, spin=False):
+        return self.request({"v": V, "op": "release", "id": rid}, spin)
+
+    def list(self):
+        return self.request({"v": V, "op": "list"})
+
+    def status(self):
+        return self.request({"v": V, "op": "status"})
+
+
+# --- conformance ---------------------------------------------------------
+
+MS = 1_000_000
+
+
+SCHED_RESET_ON_FORK = 0x40000000
+
+
+def policy_of(tid):
+    """The thread's policy, without the reset-on-fork flag grants set."""
+    return os.sched_getscheduler(tid) & ~SCHED_RESET_ON_FORK
+
+
+def in_thread(fn):
+    """Run fn in a new thread (its own tid), return what it returned or raise."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # reported to the caller
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def ids(c):
+    return sorted(r["id"] for r in c.list()["reservations"])
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def check_status(path):
+    c = Client(path)
+    r = c.status()
+    expect(r.get("v") == V and r.get("result") == "status", r)
+    expect("rt_cpus" in r["status"], r)
+
+
+def error_case(path, line, code):
+    """One bad line: one error with `code`, and nothing changed."""
+    c = Client(path)
+    before = ids(c)
+    c.send_raw(line + "\n")
+    r = c.recv_line()
+    expect(r.get("result") == "error" and r.get("code") == code, "%r -> %r" % (line, r))
+    expect(isinstance(r.get("message"), str) and r["message"], r)
+    expect(ids(c) == before, "a bad line changed the reservations")
+    # The connection still serves the next request.
+    expect(c.list()["result"] == "list", "connection unusable after an error")
+
+
+def check_malformed(path):
+    error_case(path, '{"v":1,"op":"reserve",', "bad_json")
+
+
+def check_version(path):
+    error_case(path, '{"v":99,"op":"list"}', "unsupported_version")
+
+
+def check_unknown_op(path):
+    error_case(path, '{"v":1,"op":"grant_me_everything"}', "unknown_op")
+
+
+def check_unknown_field(path):
+    error_case(path, '{"v":1,"op":"reserve","period_ns":10000000,"budget_ns":1000000,"colour":"blue"}', "bad_request")
+
+
+def refused_unchanged(path, ask, want_result, want_code):
+    def body():
+        c = Client(path)
+        before = ids(c)
+        tid = threading.get_native_id()
+        pol = policy_of(tid)
+        r = ask(c)
+        key = "code" if want_result == "error" else "reason"
+        expect(r.get("result") == want_result and r.get(key) == want_code, r)
+        expect(ids(c) == before, "a refused request changed the reservations")
+        expect(policy_of(tid) == pol, "a refused request changed the thread's policy")
+
+    in_thread(body)
+
+
+def check_unknown_class(path):
+    refused_unchanged(path, lambda c: c.reserve(10 * MS, 1 * MS, cls="rt7"), "error", "invalid_request")
+
+
+def check_budget_over_period(path):
+    refused_unchanged(path, lambda c: c.reserve(10 * MS, 20 * MS, cls="rt1:20"), "error", "invalid_request")
+
+
+def check_over_capacity(path):
+    # 95 % of a CPU, above any admission cap.
+    refused_unchanged(path, lambda c: c.reserve(10 * MS, 9_500_000, cls="rt1:20"), "refused", "admission")
+
+
+def check_not_my_thread(path):
+    refused_unchanged(path, lambda c: c.reserve(10 * MS, 1 * MS, cls="rt1:20", threads=[1]), "refused", "permission")
+
+
+def check_release_unknown(path):
+    c = Client(path)
+    r = c.release(2**53)
+    expect(r.get("result") == "error" and r.get("code") == "not_found", r)
+
+
+def grant_and_release(path, cls, want_policy, budget_ns=1 * MS):
+    """This thread reserves for itself, asleep in recv() meanwhile; it is
+    listed, runs at the policy; release gives SCHED_OTHER back."""
+
+    def body():
+        c = Client(path)
+        tid = threading.get_native_id()
+        r = c.reserve(10 * MS, budget_ns, cls=cls)
+        expect(r.get("result") == "granted", r)
+        res = r["reservation"]
+        expect(res["threads"] == [tid] or len(res["threads"]) == 1, res)
+        expect(policy_of(tid) == want_policy, "policy %d after the grant" % policy_of(tid))
+        expect(res["id"] in ids(c), "granted but not listed")
+        time.sleep(0.02)  # sleep while granted, as a periodic thread does
+        r = c.release(res["id"])
+        expect(r == {"v": V, "result": "released", "id": res["id"]}, r)
+        expect(res["id"] not in ids(c), "released but still listed")
+        expect(policy_of(tid) == os.SCHED_OTHER, "policy %d after release" % policy_of(tid))
+
+    in_thread(body)
+
+
+def check_soft_sleeping(path):
+    grant_and_release(path, "rt1:20", os.SCHED_FIFO)
+
+
+SCHED_DEADLINE = 6
+
+
+def check_hard_sleeping(path):
+    grant_and_release(path, "rt0", SCHED_DEADLINE)
+
+
+def check_concurrent_soft(path):
+    """16 threads at once, each asleep in recv() for its own grant."""
+    errors = []
+
+    def one():
+        try:
+            grant_and_release(path, "rt1:20", os.SCHED_FIFO, budget_ns=200_000)
+        except BaseException as e:
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=one) for _ in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    expect(not errors, "; ".join(errors[:3]))
+
+
+CHECKS = [
+    ("status", check_status),
+    ("malformed_line", check_malformed),
+    ("unsupported_version", check_version),
+    ("unknown_op", check_unknown_op),
+    ("unknown_field", check_unknown_field),
+    ("unknown_class", check_unknown_class),
+    ("budget_over_period", check_budget_over_period),
+    ("over_capacity", check_over_capacity),
+    ("not_my_thread", check_not_my_thread),
+    ("release_unknown", check_release_unknown),
+    ("soft_sleeping", check_soft_sleeping),
+    ("concurrent_soft", check_concurrent_soft),
+    ("hard_sleeping", check_hard_sleeping),
+]
+
+
+def conformance(args):
+    only = set(filter(None, (args.only or "").split(",")))
+    skip = set(filter(None, (args.skip or "").split(",")))
+    results = {}
+    for name, fn in CHECKS:
+        if (only and name not in only) or name in skip:
+            continue
+        try:
+            fn(args.socket)
+            results[name] = "ok"
+        except Exception as e:  # one line per failed check
+            results[name] = "FAILED: %s" % e
+        print("%-20s %s" % (name, results[name]), flush=True)
+    print(json.dumps({"version": 1, "checks": results}))
+    return 0 if all(v == "ok" for v in results.values()) else 1
+
+
+# --- bench: round trips --------------------------------------------------
+
+
+def bench_client(path, cls, spin, n, period_ns, budget_ns, start_at, w):
+    """One client process: n reserve/release round trips, one JSON line out."""
+    out = {"reserve_ns": [], "release_ns": [], "failures": []}
+    try:
+        c = Client(path)
+        while time.monotonic() < start_at:
+            pass
+        for _ in range(n):
+            t0 = time.monotonic_ns()
+            r = c.reserve(period_ns, budget_ns, cls=cls, spin=spin)
+            t1 = time.monotonic_ns()
+            if r.get("result") != "granted":
+                out["failures"].append(r.get("message") or r.get("code") or r.get("reason"))
+                continue
+            out["reserve_ns"].append(t1 - t0)
+            t2 = time.monotonic_ns()
+            # Blocking for this answer: a thread spinning at SCHED_FIFO
+            # would run into RLIMIT_RTTIME (SIGXCPU).
+            rr = c.release(r["reservation"]["id"])
+            t3 = time.monotonic_ns()
+            if rr.get("result") == "released":
+                out["release_ns"].append(t3 - t2)
+            else:
+                out["failures"].append("release: %s" % rr)
+    except Exception as e:
+        out["failures"].append(repr(e))
+    os.write(w, (json.dumps(out) + "\n").encode())
+
+
+def bench(args):
+    """N client processes (no shared GIL), started together."""
+    per = max(1, -(-args.requests // args.clients))
+    cls = "rt0" if args.cls == "rt0" else "rt1:20"
+    spin = args.state == "running"
+    r, w = os.pipe()
+    start_at = time.monotonic() + 0.2 + 0.005 * args.clients
+    kids = []
+    for _ in range(args.clients):
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                bench_client(args.socket, cls, spin, per, args.period_ns, args.budget_ns, start_at, w)
+            finally:
+                os._exit(0)
+        kids.append(pid)
+    os.close(w)
+    data = b""
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    cell = {"clients": args.clients, "class": args.cls, "state": args.state, "requests": per * args.clients,
+            "reserve_ns": [], "release_ns": [], "failures": []}
+    for pid in kids:
+        _, st = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(st):
+            cell["failures"].append("client process killed by signal %d" % os.WTERMSIG(st))
+    for line in data.decode().splitlines():
+        one = json.loads(line)
+        for k in ("reserve_ns", "release_ns", "failures"):
+            cell[k] += one[k]
+    cell["reserve"] = summary(cell["reserve_ns"])
+    cell["release"] = summary(cell["release_ns"])
+    emit(cell, args.out)
+    return 0
+
+
+def summary(xs):
+    if not xs:
+        return {"n": 0}
+    s = sorted(xs)
+
+    def q(p):
+        return s[min(len(s) - 1, int(p * len(s)))]
+
+    return {"n": len(s), "p50_ns": q(0.50), "p99_ns": q(0.99), "max_ns": s[-1]}
+
+
+def emit(obj, out):
+    text = json.dumps(obj)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
+# --- floor: the kernel steps alone ---------------------------------------
+
+# x86_64 and aarch64 system call numbers.
+SYSCALLS = {
+    "x86_64": {"sched_setattr": 314, "ioprio_set": 251, "ioprio_get": 252},
+    "aarch64": {"sched_setattr": 274, "ioprio_set": 30, "ioprio_get": 31},
+}
+
+
+class SchedAttr(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
+                ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
+                ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64)]
+
+
+def floor(args):
+    """Each kernel step a grant makes, timed on a throwaway thread of this
+    process that sleeps (as the clients above do): a cgroup v1 cpuset attach
+    into the RT CPU's cpuset and back, sched_setscheduler (FIFO and back),
+    sched_setattr (DEADLINE and back, after the thread ran on its RT CPU),
+    prlimit (RLIMIT_RTTIME) and ioprio_set. Everything is put back."""
+    nr = SYSCALLS.get(platform.machine())
+    libc = ctypes.CDLL(None, use_errno=True)
+    wake = threading.Event()
+    stop = threading.Event()
+    tid_box = []
+
+    def sleeper():
+        tid_box.append(threading.get_native_id())
+        while not stop.is_set():
+            wake.wait()
+            wake.clear()
+
+    t = threading.Thread(target=sleeper)
+    t.start()
+    while not tid_box:
+        time.sleep(0.001)
+    tid = tid_box[0]
+    steps = {k: [] for k in ("cpuset_attach", "sched_setscheduler", "sched_setattr", "prlimit", "ioprio_set")}
+    errors = {}
+
+    def timed(name, fn):
+        t0 = time.monotonic_ns()
+        try:
+            fn()
+        except OSError as e:
+            errors[name] = errors.get(name, 0) + 1
+            errors[name + "_last"] = str(e)
+            return
+        steps[name].append(time.monotonic_ns() - t0)
+
+    def write(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+
+    def setattr_(policy, runtime=0, deadline=0, period=0):
+        a = SchedAttr(ctypes.sizeof(SchedAttr), policy, 0, 0, 0, runtime, deadline, period)
+        if libc.syscall(nr["sched_setattr"], tid, ctypes.byref(a), 0) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+
+    def ioprio_set(raw):
+        if libc.syscall(nr["ioprio_set"], 1, tid, raw) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+
+    old_io = libc.syscall(nr["ioprio_get"], 1, tid) if nr else -1
+    old_rt = resource.prlimit(os.getpid(), resource.RLIMIT_RTTIME)
+    try:
+        for _ in range(args.requests):
+            timed("cpuset_attach", lambda: write(os.path.join(args.cpuset_dir, "tasks"), str(tid)))
+            wake.set()  # let it run once on its RT CPU
+            time.sleep(0.002)
+            timed("sched_setscheduler", lambda: os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(20)))
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            if nr:
+                timed("sched_setattr", lambda: setattr_(SCHED_DEADLINE, 100_000, 10 * MS, 10 * MS))
+                setattr_(os.SCHED_OTHER)
+            timed("prlimit", lambda: resource.prlimit(os.getpid(), resource.RLIMIT_RTTIME, (200_000, old_rt[1])))
+            resource.prlimit(os.getpid(), resource.RLIMIT_RTTIME, old_rt)
+            if nr:
+                timed("ioprio_set", lambda: ioprio_set((1 << 13) | 4))
+                ioprio_set(old_io if old_io >= 0 else 0)
+            write(os.path.join(args.back_dir, "tasks"), str(tid))
+            time.sleep(0.005)
+    finally:
+        try:
+            setattr_(os.SCHED_OTHER) if nr else None
+        except OSError:
+            pass
+        resource.prlimit(os.getpid(), resource.RLIMIT_RTTIME, old_rt)
+        try:
+            write(os.path.join(args.back_dir, "tasks"), str(tid))
+        except OSError:
+            pass
+        stop.set()
+        wake.set()
+        t.join()
+    out = {"steps": {k: summary(v) | {"samples_ns": v} for k, v in steps.items()}, "errors": errors}
+    emit(out, args.out)
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--socket", default=os.environ.get("RTMGR_SOCKET", "/run/rtmgr/rtmgr.sock"))
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("conformance")
+    c.add_argument("--only")
+    c.add_argument("--skip")
+    b = sub.add_parser("bench")
+    b.add_argument("--clients", type=int, default=1)
+    b.add_argument("--class", dest="cls", choices=["rt0", "rt1"], default="rt1")
+    b.add_argument("--state", choices=["sleeping", "running"], default="sleeping")
+    b.add_argument("--requests", type=int, default=50)
+    b.add_argument("--period-ns", type=int, default=10 * MS)
+    b.add_argument("--budget-ns", type=int, default=100_000)
+    b.add_argument("--out")
+    f = sub.add_parser("floor")
+    f.add_argument("--cpuset-dir", required=True)
+    f.add_argument("--back-dir", required=True)
+    f.add_argument("--requests", type=int, default=50)
+    f.add_argument("--out")
+    a = p.parse_args()
+    return {"conformance": conformance, "bench": bench, "floor": floor}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
