@@ -50,7 +50,17 @@ pub struct StealReading {
     pub start_ns: u64,
     pub end_ns: u64,
     pub steal_ticks: u64,
+    /// The same CPU's steal in ns where the kernel shows it (issue 28: the
+    /// run queue's `.clock − .clock_task` of debugfs `sched/debug`, updated
+    /// whenever the CPU's scheduler clock is, e.g. at a wake-up there: no
+    /// tick to wait for). None where only /proc/stat was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_ns: Option<u64>,
 }
+
+/// With steal in ns, a late wake-up is the host's when the steal across it
+/// is at least this share of its lateness (the host took most of the delay).
+pub const STEAL_SHARE_OF_LATENESS: f64 = 0.5;
 
 /// Why a late wake-up is counted as the host's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,21 +80,40 @@ impl HostLabel {
     }
 }
 
-/// Label each late wake-up `Steal` when the CPU's steal counter advanced
-/// between the last reading finished before its release and the first reading
-/// started at least `tick_ns` after its wake-up (steal is accounted at the
-/// CPU's next scheduler tick), else `Guest`. A wake-up with no reading on
-/// either side stays `Guest`: host is never the default. `steal` must be in
-/// time order.
+/// Label each late wake-up `Steal` on the evidence of the CPU's steal
+/// readings (in time order), else `Guest`; a wake-up with no reading on
+/// either side stays `Guest`: host is never the default.
+///
+/// - With steal in ns (`StealReading::steal_ns`) on both sides: the steal
+///   between the last reading finished before its release and the first
+///   started after its wake-up is at least `STEAL_SHARE_OF_LATENESS` of its
+///   lateness.
+/// - Else (/proc/stat ticks): the counter advanced between the last reading
+///   finished before its release and the first reading started at least
+///   `tick_ns` after its wake-up (ticks are accounted at the CPU's next
+///   scheduler tick).
 pub fn label_host(events: &[LateWake], steal: &[StealReading], tick_ns: u64) -> Vec<HostLabel> {
     events
         .iter()
         .map(|e| {
             let before = steal.partition_point(|r| r.end_ns <= e.release_ns);
+            let Some(b) = before.checked_sub(1).map(|i| steal[i]) else {
+                return HostLabel::Guest;
+            };
+            let after_wake = steal.partition_point(|r| r.start_ns < e.wake_ns);
+            if let (Some(x), Some(y)) = (b.steal_ns, steal.get(after_wake).and_then(|a| a.steal_ns))
+            {
+                let share = y.saturating_sub(x) as f64 / e.latency_ns().max(1) as f64;
+                return if share >= STEAL_SHARE_OF_LATENESS {
+                    HostLabel::Steal
+                } else {
+                    HostLabel::Guest
+                };
+            }
             let after_from = e.wake_ns.saturating_add(tick_ns);
             let after = steal.partition_point(|r| r.start_ns < after_from);
-            match (before.checked_sub(1).map(|i| steal[i]), steal.get(after)) {
-                (Some(b), Some(a)) if a.steal_ticks > b.steal_ticks => HostLabel::Steal,
+            match steal.get(after) {
+                Some(a) if a.steal_ticks > b.steal_ticks => HostLabel::Steal,
                 _ => HostLabel::Guest,
             }
         })
@@ -126,6 +155,7 @@ mod tests {
                 start_ns: i as u64 * 5 * MS,
                 end_ns: i as u64 * 5 * MS + 100_000,
                 steal_ticks: t,
+                steal_ns: None,
             })
             .collect()
     }
@@ -179,11 +209,13 @@ mod tests {
                 start_ns: 9 * MS,
                 end_ns: 10 * MS,
                 steal_ticks: 0,
+                steal_ns: None,
             },
             StealReading {
                 start_ns: 16 * MS,
                 end_ns: 17 * MS,
                 steal_ticks: 1,
+                steal_ns: None,
             },
         ];
         assert_eq!(label_host(&[wake(10, 12)], &s, TICK), [HostLabel::Steal]);
@@ -203,6 +235,60 @@ mod tests {
         // A release before the first reading has no "before": guest.
         assert_eq!(label_host(&[wake(5, 8)], &s, TICK), [HostLabel::Guest]);
         assert_eq!(label_host(&[wake(5, 8)], &[], TICK), [HostLabel::Guest]);
+    }
+
+    /// Readings every 5 ms with steal in ns (and ticks that never move).
+    fn ns_series(ns: &[u64]) -> Vec<StealReading> {
+        series(&vec![0; ns.len()])
+            .into_iter()
+            .zip(ns)
+            .map(|(r, &v)| StealReading {
+                steal_ns: Some(v),
+                ..r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steal_in_ns_labels_a_short_stall_ticks_cannot_see() {
+        // Release at 11 ms, wake at 12.2 ms (1.2 ms late); 1 ms of steal
+        // between the readings at 10 and 15 ms: no tick moved, the ns did.
+        let e = LateWake {
+            release_ns: 11 * MS,
+            wake_ns: 12 * MS + 200_000,
+            missed: 4,
+        };
+        let s = ns_series(&[0, 0, 0, MS, MS, MS]);
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Steal]);
+        // No tick wait with ns: the reading at 15 ms is the "after" one.
+        let s = ns_series(&[0, 0, 0, MS, 2 * MS, 2 * MS]);
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Steal]);
+        // Steal under half the lateness: guest (e.g. a guest delay with a
+        // little steal around it); steal only after the "after" reading: guest.
+        let little = ns_series(&[0, 0, 0, 500_000, MS, MS]);
+        assert_eq!(label_host(&[e], &little, TICK), [HostLabel::Guest]);
+        let later = ns_series(&[0, 0, 0, 0, MS, MS]);
+        assert_eq!(label_host(&[e], &later, TICK), [HostLabel::Guest]);
+        // Steal before the release is not this wake-up's.
+        let before = ns_series(&[0, 0, MS, MS, MS, MS]);
+        assert_eq!(label_host(&[e], &before, TICK), [HostLabel::Guest]);
+    }
+
+    #[test]
+    fn without_ns_on_both_sides_the_ticks_decide() {
+        let e = wake(11, 14);
+        let mut s = ns_series(&[0, 0, 0, 0, 0, 0]);
+        s[4].steal_ticks = 1;
+        s[5].steal_ticks = 1;
+        // ns flat on both sides: guest, even though a tick moved later.
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Guest]);
+        // The "after" reading without ns: the tick rule, which sees it.
+        s[3].steal_ns = None;
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Steal]);
+        // Old readings without the field still parse.
+        let old: StealReading =
+            serde_json::from_str(r#"{"start_ns":1,"end_ns":2,"steal_ticks":3}"#).unwrap();
+        assert_eq!(old.steal_ns, None);
     }
 
     #[test]
