@@ -192,8 +192,8 @@ mod tests {
     #[test]
     fn a_host_that_gives_one_cpu_adds_nothing_with_the_second() {
         // Two spinners each at half the speed of one alone.
-        let c = assess_capacity(&[1, 0], 200_000_000, &phases(2, 3, |k| 1000 / u64::from(k)))
-            .unwrap();
+        let c =
+            assess_capacity(&[1, 0], 200_000_000, &phases(2, 3, |k| 1000 / u64::from(k))).unwrap();
         assert!((c.effective_cpus - 1.0).abs() < 1e-9, "{c:?}");
         assert!(c.marginal.abs() < 1e-9);
         assert_eq!(c.levels.len(), 2);
@@ -225,7 +225,11 @@ mod tests {
         )
         .unwrap();
         assert!((three.marginal - 0.5).abs() < 0.01, "{three:?}");
-        assert!(three.finding.contains("adds 0.50 of a CPU"), "{}", three.finding);
+        assert!(
+            three.finding.contains("adds 0.50 of a CPU"),
+            "{}",
+            three.finding
+        );
         // Steal that accounts for the loss is not called hidden.
         let mut stolen = phases(2, 2, |k| 1000 / u64::from(k));
         for p in stolen.iter_mut().filter(|p| p.work.len() == 2) {

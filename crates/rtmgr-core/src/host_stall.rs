@@ -5,6 +5,7 @@
 //! probe (measure, evaluate, ablate) and callable by the live balancer's guard.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Late wake-ups at or above this are kept one by one (below it, only in a
 /// histogram): the floor of "late" for host labelling.
@@ -61,6 +62,72 @@ pub struct StealReading {
 /// With steal in ns, a late wake-up is the host's when the steal across it
 /// is at least this share of its lateness (the host took most of the delay).
 pub const STEAL_SHARE_OF_LATENESS: f64 = 0.5;
+
+/// Each CPU's `.clock − .clock_task` in ns from debugfs `sched/debug` (or the
+/// part of it read: the CPUs whose `.clock_task` line is in `text`). The
+/// run queue's task clock leaves out steal (CONFIG_PARAVIRT_TIME_ACCOUNTING)
+/// and interrupt time (CONFIG_IRQ_TIME_ACCOUNTING): see `ns_steal_usable`.
+/// The values are ms with six decimals ("262584.709516").
+pub fn sched_debug_steal_ns(text: &str) -> BTreeMap<u32, u64> {
+    let ns = |v: &str| -> Option<u64> {
+        let (ms, frac) = v.trim().split_once('.').unwrap_or((v.trim(), "0"));
+        let frac = format!("{frac:0<6}");
+        Some(ms.parse::<u64>().ok()? * 1_000_000 + frac.get(..6)?.parse::<u64>().ok()?)
+    };
+    let mut out = BTreeMap::new();
+    let (mut cpu, mut clock) = (None, None);
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("cpu#") {
+            cpu = rest
+                .split(',')
+                .next()
+                .and_then(|c| c.trim().parse::<u32>().ok());
+            clock = None;
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match (key.trim(), cpu) {
+            (".clock", Some(_)) => clock = ns(value),
+            (".clock_task", Some(c)) => {
+                if let (Some(all), Some(task)) = (clock, ns(value)) {
+                    out.insert(c, all.saturating_sub(task));
+                }
+                cpu = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `.clock − .clock_task` is this kernel's steal, from its build
+/// configuration (None: unreadable): Ok, or why not (then /proc/stat's
+/// 10 ms ticks are the only steal evidence).
+pub fn ns_steal_usable(config: Option<&str>) -> Result<(), String> {
+    let Some(config) = config else {
+        return Err(
+            "the kernel configuration is unreadable (no /proc/config.gz or /boot/config-*): \
+             sched/debug's clocks cannot be told to be steal"
+                .into(),
+        );
+    };
+    let on = |k: &str| config.lines().any(|l| l.trim() == format!("{k}=y"));
+    if !on("CONFIG_PARAVIRT_TIME_ACCOUNTING") {
+        return Err(
+            "CONFIG_PARAVIRT_TIME_ACCOUNTING is off: the scheduler clock does not leave steal out"
+                .into(),
+        );
+    }
+    if on("CONFIG_IRQ_TIME_ACCOUNTING") {
+        return Err(
+            "CONFIG_IRQ_TIME_ACCOUNTING=y: sched/debug's .clock − .clock_task mixes interrupt time (the guest's) into steal"
+                .into(),
+        );
+    }
+    Ok(())
+}
 
 /// Why a late wake-up is counted as the host's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -289,6 +356,39 @@ mod tests {
         let old: StealReading =
             serde_json::from_str(r#"{"start_ns":1,"end_ns":2,"steal_ticks":3}"#).unwrap();
         assert_eq!(old.steal_ns, None);
+    }
+
+    #[test]
+    fn sched_debug_clocks_give_steal_per_cpu() {
+        let text = "Sched Debug Version: v0.11, 6.18.44\nktime : 262585.1\n\n\
+                    cpu#0, 2100.000 MHz\n  .nr_running : 2\n  .clock : 262584.709516\n  \
+                    .clock_task : 262439.984135\n  .avg_idle : 913875\n\ncfs_rq[0]:/\n  \
+                    .clock_task : 1.0\n\ncpu#1, 2100.000 MHz\n  .clock : 262585.85\n  \
+                    .clock_task : 262423.322762\n";
+        let s = sched_debug_steal_ns(text);
+        assert_eq!(s.get(&0), Some(&144_725_381));
+        assert_eq!(s.get(&1), Some(&162_527_238));
+        assert_eq!(s.len(), 2);
+        // A cut-off read: only the CPUs whose clock_task line came.
+        assert_eq!(
+            sched_debug_steal_ns(&text[..text.find("cpu#1").unwrap() + 30]).len(),
+            1
+        );
+        assert!(sched_debug_steal_ns("").is_empty());
+        assert!(sched_debug_steal_ns("cpu#x, 1 MHz\n  .clock : a\n  .clock_task : b\n").is_empty());
+    }
+
+    #[test]
+    fn ns_steal_only_where_the_task_clock_leaves_out_steal_alone() {
+        let ok = "CONFIG_PARAVIRT_TIME_ACCOUNTING=y\n# CONFIG_IRQ_TIME_ACCOUNTING is not set\n";
+        assert_eq!(ns_steal_usable(Some(ok)), Ok(()));
+        let irq = "CONFIG_PARAVIRT_TIME_ACCOUNTING=y\nCONFIG_IRQ_TIME_ACCOUNTING=y\n";
+        assert!(ns_steal_usable(Some(irq))
+            .unwrap_err()
+            .contains("interrupt time"));
+        let off = "# CONFIG_PARAVIRT_TIME_ACCOUNTING is not set\n";
+        assert!(ns_steal_usable(Some(off)).unwrap_err().contains("PARAVIRT"));
+        assert!(ns_steal_usable(None).unwrap_err().contains("unreadable"));
     }
 
     #[test]

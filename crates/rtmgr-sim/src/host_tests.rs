@@ -179,17 +179,21 @@ fn on_a_host_that_gives_one_cpu_the_controller_lends_nothing_and_loses_nothing()
     let cpu1 = &rtmgr.host.as_ref().unwrap().lending[0];
     assert_eq!((cpu1.lending, cpu1.lends), (false, 0), "{cpu1:?}");
     assert!(
-        cpu1.reason.as_deref().unwrap().contains("lending adds no capacity"),
+        cpu1.reason
+            .as_deref()
+            .unwrap()
+            .contains("lending adds no capacity"),
         "{cpu1:?}"
     );
-    // What blind lending would have bought there: little throughput, for
-    // host slices in the RT CPU's tail.
+    // What blind lending buys there: no throughput (the shield's NRT vCPU
+    // already had the one CPU), where without the factor it nearly halves
+    // the completion time (`without_host_stalls_lending_continues_and_pays`).
     let (mut blind, tasks) = probe_config(BalancerKind::Rtmgr, Some(host), 4);
     blind.policy.lending.enabled = false;
     let blind = run(&blind, &tasks).unwrap();
     let b = compare(&shield, &blind);
-    assert!(b.throughput < 1.15, "blind lending ×{}", b.throughput);
-    assert!(b.p999_ratio > 10.0, "blind p99.9 ×{}", b.p999_ratio);
+    assert!(b.throughput < 1.1, "blind lending ×{}", b.throughput);
+    assert!(blind.host.as_ref().unwrap().stalls > 0);
     // With the capacity of two CPUs the same prior lets it lend.
     let full = HostModel::capacity_only(2.0).unwrap();
     assert_eq!(full.sharing_rate(2), 0.0);
@@ -199,8 +203,9 @@ fn on_a_host_that_gives_one_cpu_the_controller_lends_nothing_and_loses_nothing()
 #[test]
 fn the_capacity_factor_is_a_stalled_share_and_bad_factors_fail_clearly() {
     let host = HostModel::capacity_only(1.5).unwrap();
-    // Stalled share = rate × slice = 1 − F/N.
-    assert!((host.sharing_rate(2) * 0.010 - 0.25).abs() < 1e-9);
+    // Stalled share rS / (1 + rS) = 1 − F/N.
+    let rs = host.sharing_rate(2) * 0.010;
+    assert!((rs / (1.0 + rs) - 0.25).abs() < 1e-9);
     assert_eq!(host.sharing_rate(1), 0.0, "one vCPU: F ≥ N");
     for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         let e = HostModel::capacity_only(bad).unwrap_err().to_string();

@@ -83,10 +83,11 @@ pub struct HostModel {
     pub busy_vcpus: u32,
     /// The host's capacity for this VM, in CPUs (`rtmgr lb --host-capacity
     /// F`; None: as many as the vCPUs). With all N vCPUs busy and F < N, the
-    /// host time-slices them onto F CPUs: each busy vCPU is further stalled
-    /// for `slice_ns` at a rate that leaves it running F/N of the time (the
-    /// stalled share of a Poisson stream of slices is rate × slice), so N
-    /// busy vCPUs do F CPUs' worth of work. Fewer busy vCPUs run at full speed.
+    /// host time-slices them onto F CPUs: each busy vCPU not already in such
+    /// a slice is stalled for `slice_ns` at a rate that leaves it running
+    /// F/N of the time (a Poisson stream of slices at rate r, those arriving
+    /// during a slice dropped, stalls a share rS/(1 + rS)), so N busy vCPUs
+    /// do F CPUs' worth of work. Fewer busy vCPUs run at full speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<f64>,
 }
@@ -139,11 +140,15 @@ impl HostModel {
     }
 
     /// The extra stall attempts per second and vCPU that give `cpus` busy
-    /// vCPUs the capacity of `capacity` CPUs (0 without a capacity below `cpus`).
+    /// vCPUs the capacity of `capacity` CPUs (0 without a capacity below
+    /// `cpus`): the stalled share p = 1 − F/N needs r = p / ((1 − p) S).
     pub fn sharing_rate(&self, cpus: u32) -> f64 {
         let n = f64::from(cpus.max(1));
         match self.capacity {
-            Some(f) if f < n => (1.0 - f / n) / (self.slice_ns as f64 / 1e9),
+            Some(f) if f < n => {
+                let p = 1.0 - f / n;
+                p / ((1.0 - p) * (self.slice_ns as f64 / 1e9))
+            }
             _ => 0.0,
         }
     }
@@ -169,7 +174,9 @@ impl HostModel {
             && self.rate_per_s <= 1e6
             && self.slice_ns > 0
             && self.slice_ns <= 10_000_000_000
-            && self.capacity.is_none_or(|f| f.is_finite() && f > 0.0 && f <= 1e6);
+            && self
+                .capacity
+                .is_none_or(|f| f.is_finite() && f > 0.0 && f <= 1e6);
         if ok {
             Ok(())
         } else {
@@ -331,7 +338,9 @@ pub enum SimError {
         "host model {0:?}: want RATE,SLICE_MS[,BUSY_VCPUS] with 0 < RATE ≤ 1e6 per s and 0 < SLICE ≤ 10 s"
     )]
     HostModel(String),
-    #[error("host capacity {0:?}: want F CPUs with 0 < F (e.g. 1.0: two busy vCPUs do one CPU's work)")]
+    #[error(
+        "host capacity {0:?}: want F CPUs with 0 < F (e.g. 1.0: two busy vCPUs do one CPU's work)"
+    )]
     HostCapacity(String),
 }
 

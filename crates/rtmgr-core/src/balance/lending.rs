@@ -145,9 +145,9 @@ impl LendingPrior {
             ));
         }
         if let (true, Some(m)) = (self.adds_no_capacity(cfg), self.marginal_capacity) {
-            let all = self
-                .effective_cpus
-                .map_or(String::new(), |e| format!("all busy vCPUs did {e:.1}× the work of one, "));
+            let all = self.effective_cpus.map_or(String::new(), |e| {
+                format!("all busy vCPUs did {e:.1}× the work of one, ")
+            });
             why.push(format!(
                 "lending adds no capacity ({all}the last added {m:.2} of a CPU, below {:.2}; \
                  measured before the start): lending that buys no throughput only risks latency",

@@ -490,7 +490,10 @@ fn a_host_that_gives_one_cpu_for_two_keeps_the_shield_and_says_so() {
     let mut hp = host_test(0, 0);
     hp.cpu_capacity = assess_capacity(&[1, 0], 1, &[phase(1), phase(2)]);
     let (steal, fact) = from_host_test(&hp);
-    assert!(fact.capacity.as_ref().is_some_and(|c| c.marginal.abs() < 1e-9));
+    assert!(fact
+        .capacity
+        .as_ref()
+        .is_some_and(|c| c.marginal.abs() < 1e-9));
     let mut f = measured();
     f.hypervisor = Some("kvm".into());
     f.steal = steal;

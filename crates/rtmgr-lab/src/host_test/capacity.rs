@@ -45,8 +45,8 @@ fn phase(s: &Session, order: &[u32], k: usize, phase: Duration) -> Result<Capaci
     let specs = busy
         .iter()
         .map(|&c| {
-            let prepare = prepare_for(&s.host, s.applied.as_ref(), &CpuSet::single(c))
-                .or_else(bad_input)?;
+            let prepare =
+                prepare_for(&s.host, s.applied.as_ref(), &CpuSet::single(c)).or_else(bad_input)?;
             Ok(SpinnerSpec {
                 cpu: c,
                 policy: Policy::Other { nice: 0 },
@@ -90,11 +90,7 @@ pub fn measure_capacity(
         }
         out.push(phase(s, &order, k as usize, phase_len)?);
     }
-    Ok(assess_capacity(
-        &order,
-        phase_len.as_nanos() as u64,
-        &out,
-    ))
+    Ok(assess_capacity(&order, phase_len.as_nanos() as u64, &out))
 }
 
 #[cfg(test)]

@@ -190,12 +190,8 @@ pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<Host
             phases.push(phase(s, cfg, cpu, i % 2 == 1)?);
         }
     }
-    let cpu_capacity = capacity::measure_capacity(
-        s,
-        &cfg.cpus,
-        cfg.capacity_duration,
-        cfg.capacity_phase,
-    )?;
+    let cpu_capacity =
+        capacity::measure_capacity(s, &cfg.cpus, cfg.capacity_duration, cfg.capacity_phase)?;
     let boot_id = rtmgr_linux::host_preemption::boot_id(&s.host);
     let setup = TestSetup {
         interval_ns: cfg.interval_ns,

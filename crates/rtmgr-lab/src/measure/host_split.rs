@@ -128,6 +128,7 @@ mod tests {
                     start_ns: t * MS,
                     end_ns: t * MS,
                     steal_ticks: v,
+                    steal_ns: None,
                 })
                 .collect(),
         );

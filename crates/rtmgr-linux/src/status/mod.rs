@@ -328,7 +328,12 @@ mod tests {
         );
         std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
         std::fs::write(host.path(crate::host_preemption::BOOT_ID_PATH), "b\n").unwrap();
-        let setup = TestSetup::new(CpuSet::single(0), CpuSet::single(1), "b", crate::now_unix_s());
+        let setup = TestSetup::new(
+            CpuSet::single(0),
+            CpuSet::single(1),
+            "b",
+            crate::now_unix_s(),
+        );
         // Two busy vCPUs each at half the speed of one alone.
         let phase = |k: usize| CapacityPhase {
             elapsed_ns: 1_000_000_000,
@@ -355,10 +360,16 @@ mod tests {
         // A cache written before the capacity measurement existed still reads.
         let mut old = serde_json::to_value(&r).unwrap();
         old.as_object_mut().unwrap().remove("cpu_capacity");
-        std::fs::write(host.path(crate::host_preemption::CACHE_PATH), old.to_string()).unwrap();
+        std::fs::write(
+            host.path(crate::host_preemption::CACHE_PATH),
+            old.to_string(),
+        )
+        .unwrap();
         let shown = status_of(&m);
         assert!(shown.host_preemption.is_some());
-        assert!(find(&shown, "cpu_capacity").value.contains("no capacity measurement"));
+        assert!(find(&shown, "cpu_capacity")
+            .value
+            .contains("no capacity measurement"));
     }
 
     #[test]

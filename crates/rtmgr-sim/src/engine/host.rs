@@ -30,7 +30,10 @@ impl Machine {
         } else {
             host.busy_vcpus
         };
-        if busy >= needed && self.cpus[cpu as usize].running.is_some() {
+        let c = &self.cpus[cpu as usize];
+        // A time slice of the capacity factor is not stacked on one under way.
+        let free = !sharing_attempt || c.stall_until <= self.now;
+        if busy >= needed && c.running.is_some() && free {
             self.stall(cpu, host.slice_ns);
         }
         let dt = self.host_gap(host);
