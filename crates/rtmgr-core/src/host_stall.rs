@@ -139,6 +139,10 @@ pub enum HostLabel {
     Steal,
     /// The CPU was busy yet no event came for longer than a tick (tracing).
     Silence,
+    /// The CPU was idle, nothing ran and no interrupt came before the
+    /// timer's own, yet the wake-up was late (tracing, issue 28): the
+    /// halted vCPU was not woken on time.
+    IdleLate,
 }
 
 impl HostLabel {

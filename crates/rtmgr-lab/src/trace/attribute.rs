@@ -96,11 +96,14 @@ pub struct Attribution {
 
 impl Attribution {
     /// The wake-up is the host's on evidence: its no-event time (user mode
-    /// without events, no event at all) is the host's too.
+    /// without events, no event at all, an idle CPU woken late) is the host's too.
     pub fn name_silence_host(&mut self) {
         let mut host = 0;
         self.parts.retain(|(c, ns)| {
-            let silence = matches!(c, Cause::Stalled { .. } | Cause::Unexplained | Cause::Host);
+            let silence = matches!(
+                c,
+                Cause::Stalled { .. } | Cause::Unexplained | Cause::Host | Cause::IdleWakeup
+            );
             if silence {
                 host += ns;
             }
