@@ -79,7 +79,7 @@ impl fmt::Display for Cause {
             Cause::Switch => f.write_str("switch to the probe"),
             Cause::Unexplained => f.write_str("no event (unexplained)"),
             Cause::Host => {
-                f.write_str("host: the vCPU did not run (steal, or no tick on a busy CPU)")
+                f.write_str("host: the vCPU did not run (steal, no tick on a busy CPU, or an idle vCPU woken late)")
             }
             Cause::TraceLost => f.write_str("unknown: the tracer lost these events"),
         }
