@@ -160,6 +160,10 @@ pub struct HostPreemption {
     /// The longest stall with a spinner on a preempted CPU: what lending costs at max.
     pub stall_max_ns: Option<i64>,
     pub verdict: String,
+    /// What each further busy CPU adds (issue 28; absent in results cached
+    /// before it, and when the test could not compare levels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_capacity: Option<crate::capacity::CpuCapacity>,
 }
 
 fn side(phases: &[&Phase]) -> Side {
@@ -262,6 +266,7 @@ pub fn assess(setup: TestSetup, phases: &[Phase]) -> HostPreemption {
         stall_max_ns,
         per_cpu,
         verdict,
+        cpu_capacity: None,
     }
 }
 

@@ -5,6 +5,7 @@
 //! probe (measure, evaluate, ablate) and callable by the live balancer's guard.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Late wake-ups at or above this are kept one by one (below it, only in a
 /// histogram): the floor of "late" for host labelling.
@@ -50,6 +51,82 @@ pub struct StealReading {
     pub start_ns: u64,
     pub end_ns: u64,
     pub steal_ticks: u64,
+    /// The same CPU's steal in ns where the kernel shows it (issue 28: the
+    /// run queue's `.clock − .clock_task` of debugfs `sched/debug`, updated
+    /// whenever the CPU's scheduler clock is, e.g. at a wake-up there: no
+    /// tick to wait for). None where only /proc/stat was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_ns: Option<u64>,
+}
+
+/// With steal in ns, a late wake-up is the host's when the steal across it
+/// is at least this share of its lateness (the host took most of the delay).
+pub const STEAL_SHARE_OF_LATENESS: f64 = 0.5;
+
+/// Each CPU's `.clock − .clock_task` in ns from debugfs `sched/debug` (or the
+/// part of it read: the CPUs whose `.clock_task` line is in `text`). The
+/// run queue's task clock leaves out steal (CONFIG_PARAVIRT_TIME_ACCOUNTING)
+/// and interrupt time (CONFIG_IRQ_TIME_ACCOUNTING): see `ns_steal_usable`.
+/// The values are ms with six decimals ("262584.709516").
+pub fn sched_debug_steal_ns(text: &str) -> BTreeMap<u32, u64> {
+    let ns = |v: &str| -> Option<u64> {
+        let (ms, frac) = v.trim().split_once('.').unwrap_or((v.trim(), "0"));
+        let frac = format!("{frac:0<6}");
+        Some(ms.parse::<u64>().ok()? * 1_000_000 + frac.get(..6)?.parse::<u64>().ok()?)
+    };
+    let mut out = BTreeMap::new();
+    let (mut cpu, mut clock) = (None, None);
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("cpu#") {
+            cpu = rest
+                .split(',')
+                .next()
+                .and_then(|c| c.trim().parse::<u32>().ok());
+            clock = None;
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match (key.trim(), cpu) {
+            (".clock", Some(_)) => clock = ns(value),
+            (".clock_task", Some(c)) => {
+                if let (Some(all), Some(task)) = (clock, ns(value)) {
+                    out.insert(c, all.saturating_sub(task));
+                }
+                cpu = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `.clock − .clock_task` is this kernel's steal, from its build
+/// configuration (None: unreadable): Ok, or why not (then /proc/stat's
+/// 10 ms ticks are the only steal evidence).
+pub fn ns_steal_usable(config: Option<&str>) -> Result<(), String> {
+    let Some(config) = config else {
+        return Err(
+            "the kernel configuration is unreadable (no /proc/config.gz or /boot/config-*): \
+             sched/debug's clocks cannot be told to be steal"
+                .into(),
+        );
+    };
+    let on = |k: &str| config.lines().any(|l| l.trim() == format!("{k}=y"));
+    if !on("CONFIG_PARAVIRT_TIME_ACCOUNTING") {
+        return Err(
+            "CONFIG_PARAVIRT_TIME_ACCOUNTING is off: the scheduler clock does not leave steal out"
+                .into(),
+        );
+    }
+    if on("CONFIG_IRQ_TIME_ACCOUNTING") {
+        return Err(
+            "CONFIG_IRQ_TIME_ACCOUNTING=y: sched/debug's .clock − .clock_task mixes interrupt time (the guest's) into steal"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Why a late wake-up is counted as the host's.
@@ -62,6 +139,10 @@ pub enum HostLabel {
     Steal,
     /// The CPU was busy yet no event came for longer than a tick (tracing).
     Silence,
+    /// The CPU was idle, nothing ran and no interrupt came before the
+    /// timer's own, yet the wake-up was late (tracing, issue 28): the
+    /// halted vCPU was not woken on time.
+    IdleLate,
 }
 
 impl HostLabel {
@@ -70,21 +151,40 @@ impl HostLabel {
     }
 }
 
-/// Label each late wake-up `Steal` when the CPU's steal counter advanced
-/// between the last reading finished before its release and the first reading
-/// started at least `tick_ns` after its wake-up (steal is accounted at the
-/// CPU's next scheduler tick), else `Guest`. A wake-up with no reading on
-/// either side stays `Guest`: host is never the default. `steal` must be in
-/// time order.
+/// Label each late wake-up `Steal` on the evidence of the CPU's steal
+/// readings (in time order), else `Guest`; a wake-up with no reading on
+/// either side stays `Guest`: host is never the default.
+///
+/// - With steal in ns (`StealReading::steal_ns`) on both sides: the steal
+///   between the last reading finished before its release and the first
+///   started after its wake-up is at least `STEAL_SHARE_OF_LATENESS` of its
+///   lateness.
+/// - Else (/proc/stat ticks): the counter advanced between the last reading
+///   finished before its release and the first reading started at least
+///   `tick_ns` after its wake-up (ticks are accounted at the CPU's next
+///   scheduler tick).
 pub fn label_host(events: &[LateWake], steal: &[StealReading], tick_ns: u64) -> Vec<HostLabel> {
     events
         .iter()
         .map(|e| {
             let before = steal.partition_point(|r| r.end_ns <= e.release_ns);
+            let Some(b) = before.checked_sub(1).map(|i| steal[i]) else {
+                return HostLabel::Guest;
+            };
+            let after_wake = steal.partition_point(|r| r.start_ns < e.wake_ns);
+            if let (Some(x), Some(y)) = (b.steal_ns, steal.get(after_wake).and_then(|a| a.steal_ns))
+            {
+                let share = y.saturating_sub(x) as f64 / e.latency_ns().max(1) as f64;
+                return if share >= STEAL_SHARE_OF_LATENESS {
+                    HostLabel::Steal
+                } else {
+                    HostLabel::Guest
+                };
+            }
             let after_from = e.wake_ns.saturating_add(tick_ns);
             let after = steal.partition_point(|r| r.start_ns < after_from);
-            match (before.checked_sub(1).map(|i| steal[i]), steal.get(after)) {
-                (Some(b), Some(a)) if a.steal_ticks > b.steal_ticks => HostLabel::Steal,
+            match steal.get(after) {
+                Some(a) if a.steal_ticks > b.steal_ticks => HostLabel::Steal,
                 _ => HostLabel::Guest,
             }
         })
@@ -126,6 +226,7 @@ mod tests {
                 start_ns: i as u64 * 5 * MS,
                 end_ns: i as u64 * 5 * MS + 100_000,
                 steal_ticks: t,
+                steal_ns: None,
             })
             .collect()
     }
@@ -179,11 +280,13 @@ mod tests {
                 start_ns: 9 * MS,
                 end_ns: 10 * MS,
                 steal_ticks: 0,
+                steal_ns: None,
             },
             StealReading {
                 start_ns: 16 * MS,
                 end_ns: 17 * MS,
                 steal_ticks: 1,
+                steal_ns: None,
             },
         ];
         assert_eq!(label_host(&[wake(10, 12)], &s, TICK), [HostLabel::Steal]);
@@ -203,6 +306,93 @@ mod tests {
         // A release before the first reading has no "before": guest.
         assert_eq!(label_host(&[wake(5, 8)], &s, TICK), [HostLabel::Guest]);
         assert_eq!(label_host(&[wake(5, 8)], &[], TICK), [HostLabel::Guest]);
+    }
+
+    /// Readings every 5 ms with steal in ns (and ticks that never move).
+    fn ns_series(ns: &[u64]) -> Vec<StealReading> {
+        series(&vec![0; ns.len()])
+            .into_iter()
+            .zip(ns)
+            .map(|(r, &v)| StealReading {
+                steal_ns: Some(v),
+                ..r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steal_in_ns_labels_a_short_stall_ticks_cannot_see() {
+        // Release at 11 ms, wake at 12.2 ms (1.2 ms late); 1 ms of steal
+        // between the readings at 10 and 15 ms: no tick moved, the ns did.
+        let e = LateWake {
+            release_ns: 11 * MS,
+            wake_ns: 12 * MS + 200_000,
+            missed: 4,
+        };
+        let s = ns_series(&[0, 0, 0, MS, MS, MS]);
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Steal]);
+        // No tick wait with ns: the reading at 15 ms is the "after" one.
+        let s = ns_series(&[0, 0, 0, MS, 2 * MS, 2 * MS]);
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Steal]);
+        // Steal under half the lateness: guest (e.g. a guest delay with a
+        // little steal around it); steal only after the "after" reading: guest.
+        let little = ns_series(&[0, 0, 0, 500_000, MS, MS]);
+        assert_eq!(label_host(&[e], &little, TICK), [HostLabel::Guest]);
+        let later = ns_series(&[0, 0, 0, 0, MS, MS]);
+        assert_eq!(label_host(&[e], &later, TICK), [HostLabel::Guest]);
+        // Steal before the release is not this wake-up's.
+        let before = ns_series(&[0, 0, MS, MS, MS, MS]);
+        assert_eq!(label_host(&[e], &before, TICK), [HostLabel::Guest]);
+    }
+
+    #[test]
+    fn without_ns_on_both_sides_the_ticks_decide() {
+        let e = wake(11, 14);
+        let mut s = ns_series(&[0, 0, 0, 0, 0, 0]);
+        s[4].steal_ticks = 1;
+        s[5].steal_ticks = 1;
+        // ns flat on both sides: guest, even though a tick moved later.
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Guest]);
+        // The "after" reading without ns: the tick rule, which sees it.
+        s[3].steal_ns = None;
+        assert_eq!(label_host(&[e], &s, TICK), [HostLabel::Steal]);
+        // Old readings without the field still parse.
+        let old: StealReading =
+            serde_json::from_str(r#"{"start_ns":1,"end_ns":2,"steal_ticks":3}"#).unwrap();
+        assert_eq!(old.steal_ns, None);
+    }
+
+    #[test]
+    fn sched_debug_clocks_give_steal_per_cpu() {
+        let text = "Sched Debug Version: v0.11, 6.18.44\nktime : 262585.1\n\n\
+                    cpu#0, 2100.000 MHz\n  .nr_running : 2\n  .clock : 262584.709516\n  \
+                    .clock_task : 262439.984135\n  .avg_idle : 913875\n\ncfs_rq[0]:/\n  \
+                    .clock_task : 1.0\n\ncpu#1, 2100.000 MHz\n  .clock : 262585.85\n  \
+                    .clock_task : 262423.322762\n";
+        let s = sched_debug_steal_ns(text);
+        assert_eq!(s.get(&0), Some(&144_725_381));
+        assert_eq!(s.get(&1), Some(&162_527_238));
+        assert_eq!(s.len(), 2);
+        // A cut-off read: only the CPUs whose clock_task line came.
+        assert_eq!(
+            sched_debug_steal_ns(&text[..text.find("cpu#1").unwrap() + 30]).len(),
+            1
+        );
+        assert!(sched_debug_steal_ns("").is_empty());
+        assert!(sched_debug_steal_ns("cpu#x, 1 MHz\n  .clock : a\n  .clock_task : b\n").is_empty());
+    }
+
+    #[test]
+    fn ns_steal_only_where_the_task_clock_leaves_out_steal_alone() {
+        let ok = "CONFIG_PARAVIRT_TIME_ACCOUNTING=y\n# CONFIG_IRQ_TIME_ACCOUNTING is not set\n";
+        assert_eq!(ns_steal_usable(Some(ok)), Ok(()));
+        let irq = "CONFIG_PARAVIRT_TIME_ACCOUNTING=y\nCONFIG_IRQ_TIME_ACCOUNTING=y\n";
+        assert!(ns_steal_usable(Some(irq))
+            .unwrap_err()
+            .contains("interrupt time"));
+        let off = "# CONFIG_PARAVIRT_TIME_ACCOUNTING is not set\n";
+        assert!(ns_steal_usable(Some(off)).unwrap_err().contains("PARAVIRT"));
+        assert!(ns_steal_usable(None).unwrap_err().contains("unreadable"));
     }
 
     #[test]

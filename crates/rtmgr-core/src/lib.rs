@@ -26,6 +26,7 @@
 pub mod admission;
 pub mod balance;
 pub mod budget;
+pub mod capacity;
 pub mod cgroupfs;
 pub mod class;
 pub mod cpuset;

@@ -123,6 +123,7 @@ fn a_host_that_preempts_busy_vcpus_gets_no_lends() {
         host_preempts_busy_vcpus: true,
         stall_ns: 9_000_000,
         measured_at_unix_s: now_s,
+        ..Default::default()
     });
     let stop = AtomicBool::new(false);
     let report = run_balancer(&host, &applied, &cfg, &stop, |_, _| {}).unwrap();

@@ -37,6 +37,7 @@ const THIS_VM: HostModel = HostModel {
     rate_per_s: 4.0,
     slice_ns: 9 * MS,
     busy_vcpus: 0,
+    capacity: None,
 };
 
 struct Figures {
@@ -144,6 +145,7 @@ fn a_prior_keeps_a_short_run_from_lending_at_all() {
         host_preempts_busy_vcpus: true,
         stall_ns: THIS_VM.slice_ns,
         measured_at_unix_s: 0,
+        ..Default::default()
     };
     let (mut cfg, tasks) = probe_config(BalancerKind::Rtmgr, Some(THIS_VM), 4);
     cfg.lending_prior = Some(prior);
@@ -159,6 +161,56 @@ fn a_prior_keeps_a_short_run_from_lending_at_all() {
         .as_deref()
         .unwrap()
         .contains("the host preempts busy vCPUs"));
+}
+
+#[test]
+fn on_a_host_that_gives_one_cpu_the_controller_lends_nothing_and_loses_nothing() {
+    // Two vCPUs, the capacity of one: lending the RT CPU adds no work.
+    let host = HostModel::capacity_only(1.0).unwrap();
+    let prior = host.capacity_prior(2).unwrap();
+    assert_eq!(prior.marginal_capacity, Some(0.0));
+    let (mut cfg, tasks) = probe_config(BalancerKind::Rtmgr, Some(host), 4);
+    cfg.lending_prior = Some(prior);
+    let rtmgr = run(&cfg, &tasks).unwrap();
+    let shield = probe_machine(BalancerKind::Shield, Some(host), 4);
+    let f = compare(&shield, &rtmgr);
+    assert!(f.throughput >= 1.0, "throughput ×{}", f.throughput);
+    assert!(f.p999_ratio <= 1.2, "p99.9 ×{}", f.p999_ratio);
+    let cpu1 = &rtmgr.host.as_ref().unwrap().lending[0];
+    assert_eq!((cpu1.lending, cpu1.lends), (false, 0), "{cpu1:?}");
+    assert!(
+        cpu1.reason
+            .as_deref()
+            .unwrap()
+            .contains("lending adds no capacity"),
+        "{cpu1:?}"
+    );
+    // What blind lending buys there: no throughput (the shield's NRT vCPU
+    // already had the one CPU), where without the factor it nearly halves
+    // the completion time (`without_host_stalls_lending_continues_and_pays`).
+    let (mut blind, tasks) = probe_config(BalancerKind::Rtmgr, Some(host), 4);
+    blind.policy.lending.enabled = false;
+    let blind = run(&blind, &tasks).unwrap();
+    let b = compare(&shield, &blind);
+    assert!(b.throughput < 1.1, "blind lending ×{}", b.throughput);
+    assert!(blind.host.as_ref().unwrap().stalls > 0);
+    // With the capacity of two CPUs the same prior lets it lend.
+    let full = HostModel::capacity_only(2.0).unwrap();
+    assert_eq!(full.sharing_rate(2), 0.0);
+    assert_eq!(full.capacity_prior(2).unwrap().marginal_capacity, Some(1.0));
+}
+
+#[test]
+fn the_capacity_factor_is_a_stalled_share_and_bad_factors_fail_clearly() {
+    let host = HostModel::capacity_only(1.5).unwrap();
+    // Stalled share rS / (1 + rS) = 1 − F/N.
+    let rs = host.sharing_rate(2) * 0.010;
+    assert!((rs / (1.0 + rs) - 0.25).abs() < 1e-9);
+    assert_eq!(host.sharing_rate(1), 0.0, "one vCPU: F ≥ N");
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let e = HostModel::capacity_only(bad).unwrap_err().to_string();
+        assert!(e.contains("host capacity"), "{e}");
+    }
 }
 
 #[test]
@@ -191,7 +243,8 @@ fn host_model_specs_parse_or_fail_clearly() {
         HostModel {
             rate_per_s: 4.0,
             slice_ns: 9 * MS,
-            busy_vcpus: 0
+            busy_vcpus: 0,
+            capacity: None,
         }
     );
     assert_eq!(HostModel::parse("0.5, 2.5, 1").unwrap().slice_ns, 2_500_000);

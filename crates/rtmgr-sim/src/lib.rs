@@ -81,6 +81,15 @@ pub struct HostModel {
     /// than the machine has: never).
     #[serde(default)]
     pub busy_vcpus: u32,
+    /// The host's capacity for this VM, in CPUs (`rtmgr lb --host-capacity
+    /// F`; None: as many as the vCPUs). With all N vCPUs busy and F < N, the
+    /// host time-slices them onto F CPUs: each busy vCPU not already in such
+    /// a slice is stalled for `slice_ns` at a rate that leaves it running
+    /// F/N of the time (a Poisson stream of slices at rate r, those arriving
+    /// during a slice dropped, stalls a share rS/(1 + rS)), so N busy vCPUs
+    /// do F CPUs' worth of work. Fewer busy vCPUs run at full speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<f64>,
 }
 
 impl HostModel {
@@ -101,17 +110,73 @@ impl HostModel {
             rate_per_s: rate,
             slice_ns: (slice_ms * 1e6) as u64,
             busy_vcpus,
+            capacity: None,
         };
         h.check()?;
         Ok(h)
     }
 
+    /// Only the capacity factor `f` (`--host-capacity` without
+    /// `--host-preempt`): no random preemption, 10 ms host slices.
+    pub fn capacity_only(f: f64) -> Result<HostModel, SimError> {
+        HostModel {
+            rate_per_s: 0.0,
+            slice_ns: 10_000_000,
+            busy_vcpus: 0,
+            capacity: None,
+        }
+        .with_capacity(f)
+    }
+
+    /// This model with the host's capacity `f` CPUs (`f` > 0, finite).
+    pub fn with_capacity(self, f: f64) -> Result<HostModel, SimError> {
+        if !(f.is_finite() && f > 0.0 && f <= 1e6) {
+            return Err(SimError::HostCapacity(f.to_string()));
+        }
+        Ok(HostModel {
+            capacity: Some(f),
+            ..self
+        })
+    }
+
+    /// The extra stall attempts per second and vCPU that give `cpus` busy
+    /// vCPUs the capacity of `capacity` CPUs (0 without a capacity below
+    /// `cpus`): the stalled share p = 1 − F/N needs r = p / ((1 − p) S).
+    pub fn sharing_rate(&self, cpus: u32) -> f64 {
+        let n = f64::from(cpus.max(1));
+        match self.capacity {
+            Some(f) if f < n => {
+                let p = 1.0 - f / n;
+                p / ((1.0 - p) * (self.slice_ns as f64 / 1e9))
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// What the host test (`rtmgr status --host-test`, its capacity part)
+    /// would find on `cpus` vCPUs of this host, as the lending prior: N
+    /// busy vCPUs do min(F, N) CPUs' work, N − 1 do min(F, N − 1). None
+    /// without a capacity factor.
+    pub fn capacity_prior(&self, cpus: u32) -> Option<LendingPrior> {
+        let f = self.capacity?;
+        let n = f64::from(cpus.max(1));
+        let all = f.min(n);
+        Some(LendingPrior {
+            marginal_capacity: Some(all - f.min(n - 1.0)),
+            effective_cpus: Some(all),
+            ..Default::default()
+        })
+    }
+
     fn check(&self) -> Result<(), SimError> {
         let ok = self.rate_per_s.is_finite()
-            && self.rate_per_s > 0.0
+            && (self.rate_per_s > 0.0 || (self.rate_per_s == 0.0 && self.capacity.is_some()))
             && self.rate_per_s <= 1e6
             && self.slice_ns > 0
-            && self.slice_ns <= 10_000_000_000;
+            && self.slice_ns <= 10_000_000_000
+            && self
+                .capacity
+                .is_none_or(|f| f.is_finite() && f > 0.0 && f <= 1e6);
         if ok {
             Ok(())
         } else {
@@ -273,6 +338,10 @@ pub enum SimError {
         "host model {0:?}: want RATE,SLICE_MS[,BUSY_VCPUS] with 0 < RATE ≤ 1e6 per s and 0 < SLICE ≤ 10 s"
     )]
     HostModel(String),
+    #[error(
+        "host capacity {0:?}: want F CPUs with 0 < F (e.g. 1.0: two busy vCPUs do one CPU's work)"
+    )]
+    HostCapacity(String),
 }
 
 #[cfg(test)]

@@ -93,6 +93,29 @@ fn host_test_caches_a_result_status_shows_and_restores() {
         "{verdict}"
     );
     assert_eq!(r["preempts"].as_bool(), Some(r["stall_max_ns"].is_i64()));
+    // The capacity part (issue 28): 1…N spinners, the tested CPU added last.
+    let cap = &status["cpu_capacity"];
+    assert_eq!(cap, &r["cpu_capacity"]);
+    assert_eq!(
+        cap["cpus"].as_array().unwrap().last(),
+        Some(&0.into()),
+        "{cap}"
+    );
+    let levels = cap["levels"].as_array().unwrap();
+    assert!(levels.len() >= 2, "{cap}");
+    assert!(
+        levels
+            .iter()
+            .all(|l| l["total_rate"].as_f64().unwrap() > 0.0),
+        "{cap}"
+    );
+    let item = status["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "cpu_capacity")
+        .expect("cpu_capacity item");
+    assert_eq!(item["value"], cap["finding"]);
     let cached = json(Path::new(CACHE));
     assert_eq!(&cached, r);
     // The spinners are threads of rtmgr: gone with it.

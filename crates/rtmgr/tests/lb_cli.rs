@@ -95,6 +95,53 @@ fn host_model_flag_is_checked_and_reported() {
 }
 
 #[test]
+fn a_host_capacity_of_one_cpu_keeps_lending_off_and_bad_factors_fail_clearly() {
+    let f = scenario(
+        "cpus = 2\nrt_cpus = 1\n{\n instances = 3\n loop = 1000000\n}\n{\n cpu_mask = 0x2\n sched = FIFO\n priority = 99\n loop = 10000000\n sloop = 5\n sleep = 245\n periodic = 1\n}\n",
+    );
+    for bad in ["0", "-1", "x"] {
+        let out = Command::new(BIN)
+            .args(["lb", "--sim", &format!("--host-capacity={bad}")])
+            .arg(f.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("host-capacity"), "{bad}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = Command::new(BIN)
+        .args([
+            "lb",
+            "--sim",
+            "--json",
+            "--balancer",
+            "rtmgr",
+            "--host-capacity",
+            "1",
+        ])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cpu1 = &v["runs"][0]["report"]["host"]["lending"][0];
+    assert_eq!(
+        (cpu1["lending"].as_bool(), cpu1["lends"].as_u64()),
+        (Some(false), Some(0)),
+        "{cpu1}"
+    );
+    assert!(cpu1["reason"]
+        .as_str()
+        .unwrap()
+        .contains("lending adds no capacity"));
+}
+
+#[test]
 fn simulated_ab_run_is_json_and_deterministic() {
     let f = scenario(
         "cpus = 2\nrt_cpus = 1\n{\n instances = 3\n loop = 100000\n}\n{\n cpu_mask = 0x2\n sched = FIFO\n priority = 99\n loop = 10000000\n sloop = 900\n sleep = 100\n}\n",

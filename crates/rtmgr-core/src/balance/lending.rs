@@ -39,6 +39,11 @@ pub struct LendingConfig {
     pub max_guests: u32,
     /// A host-preemption prior older than this is not used.
     pub prior_max_age_s: u64,
+    /// Lending starts off when the host test's capacity measurement found
+    /// that the last busy vCPU adds less than this share of one CPU's work
+    /// (`rtmgr status` item `cpu_capacity`): lending that buys no throughput
+    /// only risks latency. 0 turns the rule off; at most 1.
+    pub min_marginal_capacity: f64,
 }
 
 impl Default for LendingConfig {
@@ -54,6 +59,7 @@ impl Default for LendingConfig {
             forgive_after_ns: 120_000_000_000,
             max_guests: 0,
             prior_max_age_s: 7 * 24 * 3600,
+            min_marginal_capacity: 0.25,
         }
     }
 }
@@ -89,6 +95,12 @@ impl LendingConfig {
                 self.late_tolerance
             ));
         }
+        if !(0.0..=1.0).contains(&self.min_marginal_capacity) {
+            return bad(format!(
+                "min_marginal_capacity must be 0..=1 (got {})",
+                self.min_marginal_capacity
+            ));
+        }
         if self.retry_initial_ns == 0 || self.retry_max_ns < self.retry_initial_ns {
             return bad(format!(
                 "need 0 < retry_initial_ns ({}) ≤ retry_max_ns ({})",
@@ -100,13 +112,50 @@ impl LendingConfig {
 }
 
 /// What a host-preemption test found before the balancer started (`rtmgr
-/// status`, item `host_preemption`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// status`, items `host_preemption` and `cpu_capacity`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LendingPrior {
     pub host_preempts_busy_vcpus: bool,
     /// Typical stall of a busy vCPU (the host's time slice), ns.
     pub stall_ns: u64,
     pub measured_at_unix_s: u64,
+    /// What the last busy vCPU (the RT CPU, lent) added, in CPUs' worth of
+    /// work (`CpuCapacity::marginal`); None when not measured.
+    #[serde(default)]
+    pub marginal_capacity: Option<f64>,
+    /// How many CPUs' worth of work all busy vCPUs did (`effective_cpus`).
+    #[serde(default)]
+    pub effective_cpus: Option<f64>,
+}
+
+impl LendingPrior {
+    /// Lending adds less than `cfg.min_marginal_capacity` of a CPU.
+    pub fn adds_no_capacity(&self, cfg: &LendingConfig) -> bool {
+        self.marginal_capacity
+            .is_some_and(|m| m < cfg.min_marginal_capacity)
+    }
+
+    /// Why lending starts off under this prior (None: it starts on).
+    pub fn off_cause(&self, cfg: &LendingConfig) -> Option<String> {
+        let mut why = Vec::new();
+        if self.host_preempts_busy_vcpus {
+            why.push(format!(
+                "the host preempts busy vCPUs (stalls of {}, measured before the start)",
+                ms(self.stall_ns)
+            ));
+        }
+        if let (true, Some(m)) = (self.adds_no_capacity(cfg), self.marginal_capacity) {
+            let all = self.effective_cpus.map_or(String::new(), |e| {
+                format!("all busy vCPUs did {e:.1}× the work of one, ")
+            });
+            why.push(format!(
+                "lending adds no capacity ({all}the last added {m:.2} of a CPU, below {:.2}; \
+                 measured before the start): lending that buys no throughput only risks latency",
+                cfg.min_marginal_capacity
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
 }
 
 /// A time lending was off on one CPU, and why.
@@ -192,11 +241,13 @@ impl LendingControl {
 
     /// What a host test found before the start; an RT CPU first seen after
     /// this starts with lending off (for the longest back-off) if the prior
-    /// says the host preempts busy vCPUs and is younger than
+    /// says the host preempts busy vCPUs, or that lending adds less than
+    /// `min_marginal_capacity` of a CPU, and is younger than
     /// `prior_max_age_s` at `now_unix_s`. Returns whether it was used.
     pub fn set_prior(&mut self, prior: LendingPrior, now_unix_s: u64) -> bool {
         let fresh = now_unix_s.saturating_sub(prior.measured_at_unix_s) <= self.cfg.prior_max_age_s;
-        self.prior = (fresh && prior.host_preempts_busy_vcpus).then_some(prior);
+        let off = prior.off_cause(&self.cfg).is_some();
+        self.prior = (fresh && off).then_some(prior);
         self.prior.is_some()
     }
 
@@ -285,15 +336,9 @@ impl CpuLending {
             stalled_steal_ns: 0,
             off_periods: Vec::new(),
         };
-        if let Some(p) = prior {
+        if let Some(cause) = prior.and_then(|p| p.off_cause(cfg)) {
             c.next_backoff_ns = cfg.retry_max_ns;
-            c.stop(
-                now,
-                format!(
-                    "the host preempts busy vCPUs (stalls of {}, measured before the start)",
-                    ms(p.stall_ns)
-                ),
-            );
+            c.stop(now, cause);
         }
         c
     }

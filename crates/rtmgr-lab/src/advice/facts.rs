@@ -87,6 +87,19 @@ pub struct HostTestFact {
     pub stall_max_ns: Option<i64>,
     pub verdict: String,
     pub measured_at_unix_s: u64,
+    /// Its capacity measurement (status item `cpu_capacity`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityFact>,
+}
+
+/// What 1…N busy vCPUs did in the host test (issue 28).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityFact {
+    /// CPUs' worth of work with every candidate CPU busy.
+    pub effective_cpus: f64,
+    /// What the last busy CPU (the RT CPU, were it lent) added, in CPUs.
+    pub marginal: f64,
+    pub finding: String,
 }
 
 /// The steal of the `stock` configuration of an evaluate run (the RT CPU
@@ -132,6 +145,11 @@ pub fn from_host_test(r: &HostPreemption) -> (Option<StealFact>, HostTestFact) {
         stall_max_ns: r.stall_max_ns,
         verdict: r.verdict.clone(),
         measured_at_unix_s: r.setup.measured_at_unix_s,
+        capacity: r.cpu_capacity.as_ref().map(|c| CapacityFact {
+            effective_cpus: c.effective_cpus,
+            marginal: c.marginal,
+            finding: c.finding.clone(),
+        }),
     };
     (steal, fact)
 }

@@ -222,7 +222,16 @@ fn virtualization(f: &Facts) -> Reason {
     let host_test = f
         .host_test
         .as_ref()
-        .map(|h| format!("; host test: {}", h.verdict))
+        .map(|h| {
+            let capacity = h.capacity.as_ref().map_or(String::new(), |c| {
+                format!(
+                    "; cpu_capacity: {} ({}, `rtmgr status --host-test`)",
+                    c.finding,
+                    rtmgr_linux::host_preemption::CACHE_PATH
+                )
+            });
+            format!("; host test: {}{capacity}", h.verdict)
+        })
         .unwrap_or_default();
     let (finding, fast) = match &f.hypervisor {
         None => ("bare metal (no hypervisor flag)".to_string(), false),
@@ -456,10 +465,18 @@ fn setup(w: &Workload, f: &Facts, best: Option<&str>) -> Setup {
             budget_ns: ((c * slow * BUDGET_HEADROOM).ceil() * 1e3).min(p * 1e3) as u64,
         };
     }
-    // Lending costs a host slice where the host preempts busy vCPUs.
+    // Lending costs a host slice where the host preempts busy vCPUs, and
+    // buys nothing where a further busy vCPU adds no work (the lending
+    // controller's own rule and default threshold).
     let host_preempts = f.host_test.as_ref().is_some_and(|h| h.preempts);
+    let min = rtmgr_core::balance::LendingConfig::default().min_marginal_capacity;
+    let no_capacity = f
+        .host_test
+        .as_ref()
+        .and_then(|h| h.capacity.as_ref())
+        .is_some_and(|c| c.marginal < min);
     match best {
-        Some("balanced") if !host_preempts => Setup::Balanced,
+        Some("balanced") if !host_preempts && !no_capacity => Setup::Balanced,
         _ => Setup::Shield,
     }
 }

@@ -478,3 +478,47 @@ fn the_cached_host_test_gives_steal_under_load_and_stops_lending_where_the_host_
     f.host_test = Some(fact);
     assert_eq!(advise(&w, &f).setup, Some(Setup::Balanced));
 }
+
+#[test]
+fn a_host_that_gives_one_cpu_for_two_keeps_the_shield_and_says_so() {
+    use rtmgr_core::capacity::{assess_capacity, CapacityPhase};
+    let phase = |k: usize| CapacityPhase {
+        elapsed_ns: 1_000_000_000,
+        work: vec![1000 / k as u64; k],
+        steal_ticks: 0,
+    };
+    let mut hp = host_test(0, 0);
+    hp.cpu_capacity = assess_capacity(&[1, 0], 1, &[phase(1), phase(2)]);
+    let (steal, fact) = from_host_test(&hp);
+    assert!(fact
+        .capacity
+        .as_ref()
+        .is_some_and(|c| c.marginal.abs() < 1e-9));
+    let mut f = measured();
+    f.hypervisor = Some("kvm".into());
+    f.steal = steal;
+    f.host_test = Some(fact);
+    let w = Workload {
+        deadline_us: Some(300.0),
+        ..tight()
+    };
+    let a = advise(&w, &f);
+    // Balanced would meet the deadline, but lending buys nothing here.
+    assert_eq!(a.setup, Some(Setup::Shield));
+    let r = &a.reasons[3];
+    assert!(
+        r.finding.contains(
+            "cpu_capacity: 2 busy vCPUs do 1.0× the work of one: the host gives this VM about one CPU now"
+        ) && r.finding.contains("/run/rtmgr/host-preemption.json"),
+        "{}",
+        r.finding
+    );
+    // A second CPU that adds work keeps balanced.
+    let full = |k: usize| CapacityPhase {
+        work: vec![1000; k],
+        ..phase(k)
+    };
+    hp.cpu_capacity = assess_capacity(&[1, 0], 1, &[full(1), full(2)]);
+    f.host_test = Some(from_host_test(&hp).1);
+    assert_eq!(advise(&w, &f).setup, Some(Setup::Balanced));
+}

@@ -3,7 +3,9 @@
 //! tested CPU, with every other CPU busy, the FIFO 99 latency probe runs in
 //! short phases alternately with and without a SCHED_IDLE user-mode spinner
 //! beside it; steal is read per phase. `rtmgr_core::host_preemption` judges.
+//! Then the machine's capacity (issue 28): `capacity`.
 
+pub mod capacity;
 pub mod spinner;
 
 use crate::experiment::session::{check_cpus, Session};
@@ -37,6 +39,9 @@ pub struct HostTestConfig {
     pub duration: Duration,
     pub phase: Duration,
     pub interval_ns: u64,
+    /// The capacity measurement's length (zero: skipped) and phase.
+    pub capacity_duration: Duration,
+    pub capacity_phase: Duration,
 }
 
 impl HostTestConfig {
@@ -46,6 +51,8 @@ impl HostTestConfig {
             duration: DEFAULT_DURATION,
             phase: DEFAULT_PHASE,
             interval_ns: DEFAULT_INTERVAL_NS,
+            capacity_duration: capacity::DEFAULT_CAPACITY_DURATION,
+            capacity_phase: capacity::DEFAULT_CAPACITY_PHASE,
         }
     }
 
@@ -146,8 +153,9 @@ fn phase(s: &Session, cfg: &HostTestConfig, cpu: u32, spinner: bool) -> Result<P
     })
 }
 
-/// Run the test on `cfg.cpus` (spinners stopped on return, on error and on
-/// SIGINT/SIGTERM through the session's stop flag; a stopped test is partial).
+/// Run the test on `cfg.cpus`, then its capacity measurement (spinners
+/// stopped on return, on error and on SIGINT/SIGTERM through the session's
+/// stop flag; a stopped test is partial).
 pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<HostPreemption> {
     check_cpus("host test CPUs", &cfg.cpus, &s.online)?;
     if cfg.phase.is_zero() || cfg.interval_ns == 0 || cfg.duration < cfg.phase * 2 {
@@ -182,6 +190,8 @@ pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<Host
             phases.push(phase(s, cfg, cpu, i % 2 == 1)?);
         }
     }
+    let cpu_capacity =
+        capacity::measure_capacity(s, &cfg.cpus, cfg.capacity_duration, cfg.capacity_phase)?;
     let boot_id = rtmgr_linux::host_preemption::boot_id(&s.host);
     let setup = TestSetup {
         interval_ns: cfg.interval_ns,
@@ -189,7 +199,10 @@ pub fn measure_host_preemption(s: &Session, cfg: &HostTestConfig) -> Result<Host
         partial: s.partial(),
         ..TestSetup::new(cfg.cpus.clone(), busy_cpus, &boot_id, unix_now_s())
     };
-    Ok(assess(setup, &phases))
+    Ok(HostPreemption {
+        cpu_capacity,
+        ..assess(setup, &phases)
+    })
 }
 
 #[cfg(test)]

@@ -60,6 +60,22 @@ fn silent(a: &Attribution) -> bool {
     a.parts.iter().any(|(c, ns)| *c == Cause::Host && *ns > 0)
 }
 
+/// Was the CPU idle until the late wake-up with nothing in between but the
+/// timer's own interrupt and the switch to the probe (issue 28)? Then the
+/// halted vCPU was woken late: the host's, whether it accounted steal or not.
+fn idle_late(a: &Attribution) -> bool {
+    let idle = a
+        .parts
+        .iter()
+        .any(|(c, ns)| *c == Cause::IdleWakeup && *ns > 0);
+    let only_timer = a.parts.iter().all(|(c, _)| match c {
+        Cause::IdleWakeup | Cause::Switch => true,
+        Cause::Vector { name } => name == "local_timer",
+        _ => false,
+    });
+    idle && only_timer
+}
+
 /// Label every thread's late wake-ups: steal evidence from `steal`, silence
 /// evidence from the trace's `attributions` (matched by CPU, release and
 /// wake-up). Then the trace's "no event" time of a wake-up labelled host is
@@ -81,6 +97,8 @@ pub fn label_threads(
             let Some(a) = traced else { continue };
             if *label == HostLabel::Guest && silent(a) {
                 *label = HostLabel::Silence;
+            } else if *label == HostLabel::Guest && idle_late(a) {
+                *label = HostLabel::IdleLate;
             }
             if label.is_host() {
                 a.name_silence_host();
@@ -128,6 +146,7 @@ mod tests {
                     start_ns: t * MS,
                     end_ns: t * MS,
                     steal_ticks: v,
+                    steal_ns: None,
                 })
                 .collect(),
         );
@@ -223,5 +242,57 @@ mod tests {
             [(stalled, 5 * MS)],
             "no evidence: unchanged"
         );
+    }
+
+    #[test]
+    fn an_idle_cpu_woken_late_with_only_its_timer_is_the_hosts() {
+        let w = |r: u64, k: u64| LateWake {
+            release_ns: r * MS,
+            wake_ns: k * MS,
+            missed: 0,
+        };
+        let late = vec![w(10, 13), w(40, 43), w(70, 73)];
+        let mut t = [outcome(late, &[], 0)];
+        let timer = Cause::Vector {
+            name: "local_timer".into(),
+        };
+        let other = Cause::Irq {
+            name: "virtio0".into(),
+        };
+        let mut attrs = [
+            attribution(
+                10 * MS,
+                13 * MS,
+                vec![
+                    (Cause::IdleWakeup, 2_900_000),
+                    (timer.clone(), 50_000),
+                    (Cause::Switch, 50_000),
+                ],
+            ),
+            // Another interrupt came first: the guest's, not the host's.
+            attribution(
+                40 * MS,
+                43 * MS,
+                vec![(Cause::IdleWakeup, 2 * MS), (other.clone(), MS)],
+            ),
+            // A task ran: not idle.
+            attribution(
+                70 * MS,
+                73 * MS,
+                vec![(Cause::Kernel { comm: "k".into() }, 3 * MS)],
+            ),
+        ];
+        label_threads(&mut t, &StealSeries::default(), &mut attrs, 4 * MS);
+        assert_eq!(
+            t[0].labels,
+            [HostLabel::IdleLate, HostLabel::Guest, HostLabel::Guest]
+        );
+        assert!(
+            attrs[0].parts.contains(&(Cause::Host, 2_900_000)),
+            "{:?}",
+            attrs[0].parts
+        );
+        assert!(attrs[1].parts.contains(&(other, MS)));
+        assert_eq!(HostSplit::of(&t).host_samples, 1);
     }
 }

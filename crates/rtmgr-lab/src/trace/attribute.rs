@@ -79,7 +79,7 @@ impl fmt::Display for Cause {
             Cause::Switch => f.write_str("switch to the probe"),
             Cause::Unexplained => f.write_str("no event (unexplained)"),
             Cause::Host => {
-                f.write_str("host: the vCPU did not run (steal, or no tick on a busy CPU)")
+                f.write_str("host: the vCPU did not run (steal, no tick on a busy CPU, or an idle vCPU woken late)")
             }
             Cause::TraceLost => f.write_str("unknown: the tracer lost these events"),
         }
@@ -96,11 +96,14 @@ pub struct Attribution {
 
 impl Attribution {
     /// The wake-up is the host's on evidence: its no-event time (user mode
-    /// without events, no event at all) is the host's too.
+    /// without events, no event at all, an idle CPU woken late) is the host's too.
     pub fn name_silence_host(&mut self) {
         let mut host = 0;
         self.parts.retain(|(c, ns)| {
-            let silence = matches!(c, Cause::Stalled { .. } | Cause::Unexplained | Cause::Host);
+            let silence = matches!(
+                c,
+                Cause::Stalled { .. } | Cause::Unexplained | Cause::Host | Cause::IdleWakeup
+            );
             if silence {
                 host += ns;
             }

@@ -356,26 +356,31 @@ fn apply_host_prior(policy: &mut Balancer, cfg: &LiveConfig, report: &mut LiveRe
         None => None,
     };
     if let Some(p) = prior {
-        let preempts = p.host_preempts_busy_vcpus;
+        let cause = p.off_cause(&cfg.policy.lending);
         if policy.set_lending_prior(p, crate::now_unix_s()) {
+            let cause = cause.unwrap_or_default();
+            report.notes.push(format!(
+                "the host test found that {cause}: lending starts off"
+            ));
+        } else if cause.is_none() {
             report.notes.push(
-                "the host-preemption test found that this host preempts busy vCPUs: lending starts off"
+                "the host test saw no host preemption and capacity that lending adds: lending starts on"
                     .into(),
             );
-        } else if !preempts {
-            report
-                .notes
-                .push("the host-preemption test saw no host preemption: lending starts on".into());
         }
     }
 }
 
-/// The controller's prior from a host-preemption test result.
+/// The controller's prior from a host-preemption test result (with its
+/// capacity measurement, when it has one).
 pub fn lending_prior(hp: &rtmgr_core::host_preemption::HostPreemption) -> LendingPrior {
+    let cap = hp.cpu_capacity.as_ref();
     LendingPrior {
         host_preempts_busy_vcpus: hp.preempts,
         stall_ns: hp.stall_max_ns.unwrap_or(0).max(0) as u64,
         measured_at_unix_s: hp.setup.measured_at_unix_s,
+        marginal_capacity: cap.map(|c| c.marginal),
+        effective_cpus: cap.map(|c| c.effective_cpus),
     }
 }
 

@@ -352,6 +352,15 @@ impl Kernel for FakeKernel {
         ))
     }
 
+    /// As `read_debugfs`: a fake tree's debugfs files are opened directly.
+    fn open_debugfs(&self, rel: &str) -> Result<std::fs::File> {
+        Err(io_err(
+            "open",
+            &Path::new("/sys/kernel/debug").join(rel),
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        ))
+    }
+
     fn write_debugfs(&self, rel: &str, _value: &str) -> Result<()> {
         self.read_debugfs(rel).map(|_| ())
     }

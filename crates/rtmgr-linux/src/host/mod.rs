@@ -95,6 +95,9 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     /// A debugfs file read in a private mount namespace (debugfs is never
     /// mounted for others).
     fn read_debugfs(&self, rel: &str) -> Result<String>;
+    /// A debugfs file opened the same way: the descriptor stays readable
+    /// after the private mount is gone (e.g. to read `sched/debug` often).
+    fn open_debugfs(&self, rel: &str) -> Result<std::fs::File>;
     /// A debugfs file written the same way.
     fn write_debugfs(&self, rel: &str, value: &str) -> Result<()>;
     /// Can a thread take SCHED_DEADLINE? None when it cannot be tried here.
@@ -269,6 +272,17 @@ impl Host {
             return self.read(&abs);
         }
         self.kernel.read_debugfs(rel)
+    }
+
+    /// Open a debugfs file for reading (e.g. "sched/debug"), in a private
+    /// mount namespace when debugfs is not mounted here: nothing is mounted
+    /// for others, so nothing is left to unmount.
+    pub fn open_debugfs(&self, rel: &str) -> Result<std::fs::File> {
+        let abs = Path::new("/sys/kernel/debug").join(rel);
+        if self.exists(&abs) {
+            return std::fs::File::open(self.path(&abs)).map_err(|e| io_err("open", &abs, e));
+        }
+        self.kernel.open_debugfs(rel)
     }
 
     /// Write a debugfs file (e.g. "sched/preempt"), in a private mount

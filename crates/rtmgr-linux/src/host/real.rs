@@ -91,6 +91,10 @@ impl Kernel for RealKernel {
         in_private_debugfs(rel, |p| std::fs::read_to_string(p))
     }
 
+    fn open_debugfs(&self, rel: &str) -> Result<std::fs::File> {
+        in_private_debugfs(rel, |p| std::fs::File::open(p))
+    }
+
     fn write_debugfs(&self, rel: &str, value: &str) -> Result<()> {
         in_private_debugfs(rel, |p| {
             std::fs::OpenOptions::new()

@@ -8,6 +8,7 @@
 //! cache allocation (resctrl).
 
 mod cache;
+mod cpu_capacity;
 mod host_preemption;
 mod irqs;
 mod kernel;
@@ -70,6 +71,9 @@ pub struct StatusReport {
     /// The cached host-preemption test (`rtmgr status --host-test`), if recent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_preemption: Option<rtmgr_core::host_preemption::HostPreemption>,
+    /// What 1…N busy vCPUs did (from the cached host test), if measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_capacity: Option<rtmgr_core::capacity::CpuCapacity>,
     /// resctrl, the L3's CLOS and ways, and the daemon's cache split here.
     pub cache_allocation: CacheAllocation,
 }
@@ -107,6 +111,8 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(machine::virt_item(host));
     let (preemption_item, host_preemption) = host_preemption::host_preemption_item(host);
     items.push(preemption_item);
+    let (capacity_item, cpu_capacity) = cpu_capacity::cpu_capacity_item(host_preemption.as_ref());
+    items.push(capacity_item);
     items.push(kernel::deadline_item(host));
     items.push(rt_permission::rt_permission_item(host));
     items.push(machine::dma_latency_item(host));
@@ -136,6 +142,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
         unmovable_irqs: facts.hits,
         rt_choice: rt.and_then(|r| r.choice),
         host_preemption,
+        cpu_capacity,
         cache_allocation,
     }
 }
@@ -245,6 +252,7 @@ mod tests {
             "clocksource",
             "virtualization",
             "host_preemption",
+            "cpu_capacity",
             "sched_deadline",
             "rt_permission",
             "cpu_dma_latency",
@@ -301,6 +309,67 @@ mod tests {
             "{i:?}"
         );
         assert!(shown.host_preemption.as_ref().is_some_and(|h| h.preempts));
+        let c = find(&shown, "cpu_capacity");
+        assert!(c.value.contains("no capacity measurement"), "{c:?}");
+        assert!(shown.cpu_capacity.is_none());
+    }
+
+    #[test]
+    fn cpu_capacity_shows_the_cached_measurement_or_how_to_get_it() {
+        use rtmgr_core::capacity::{assess_capacity, CapacityPhase};
+        use rtmgr_core::host_preemption::{assess, TestSetup};
+        let m = FakeMachine::new(2).typical_tasks().build();
+        let host = m.host();
+        let missing = status_of(&m);
+        let i = find(&missing, "cpu_capacity");
+        assert!(
+            i.value.starts_with("not measured") && i.value.contains("rtmgr status --host-test"),
+            "{i:?}"
+        );
+        std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
+        std::fs::write(host.path(crate::host_preemption::BOOT_ID_PATH), "b\n").unwrap();
+        let setup = TestSetup::new(
+            CpuSet::single(0),
+            CpuSet::single(1),
+            "b",
+            crate::now_unix_s(),
+        );
+        // Two busy vCPUs each at half the speed of one alone.
+        let phase = |k: usize| CapacityPhase {
+            elapsed_ns: 1_000_000_000,
+            work: vec![1000 / k as u64; k],
+            steal_ticks: 0,
+        };
+        let cap = assess_capacity(&[1, 0], 1, &[phase(1), phase(2)]);
+        let r = rtmgr_core::host_preemption::HostPreemption {
+            cpu_capacity: cap,
+            ..assess(setup, &[])
+        };
+        crate::host_preemption::write_host_preemption(&host, &r).unwrap();
+        let shown = status_of(&m);
+        let i = find(&shown, "cpu_capacity");
+        assert_eq!(i.verdict, Verdict::Warn);
+        assert!(
+            i.value.starts_with(
+                "2 busy vCPUs do 1.0× the work of one: the host gives this VM about one CPU now"
+            ),
+            "{i:?}"
+        );
+        let json = serde_json::to_value(&shown).unwrap();
+        assert!((json["cpu_capacity"]["effective_cpus"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        // A cache written before the capacity measurement existed still reads.
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("cpu_capacity");
+        std::fs::write(
+            host.path(crate::host_preemption::CACHE_PATH),
+            old.to_string(),
+        )
+        .unwrap();
+        let shown = status_of(&m);
+        assert!(shown.host_preemption.is_some());
+        assert!(find(&shown, "cpu_capacity")
+            .value
+            .contains("no capacity measurement"));
     }
 
     #[test]

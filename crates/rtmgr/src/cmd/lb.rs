@@ -44,6 +44,12 @@ pub struct LbArgs {
     /// SLICE_MS while BUSY vCPUs (default all) are busy (docs/lending.md).
     #[arg(long, value_name = "RATE,SLICE_MS[,BUSY]", requires = "sim")]
     pub host_preempt: Option<String>,
+    /// Simulator: the host gives this VM the capacity of F CPUs: with all N
+    /// vCPUs busy each runs F/N of the time (time-sliced in the
+    /// --host-preempt slices, else 10 ms ones); the rtmgr policy starts
+    /// from what the host test would measure there (docs/lending.md).
+    #[arg(long, value_name = "F", requires = "sim")]
+    pub host_capacity: Option<f64>,
     /// Simulator: the rtmgr policy without its lending controller (what blind lending costs).
     #[arg(long, requires = "sim")]
     pub no_lending_control: bool,
@@ -132,6 +138,19 @@ pub fn sim_config(sc: &Scenario, args: &LbArgs, b: BalancerKind) -> anyhow::Resu
         match rtmgr_sim::HostModel::parse(spec) {
             Ok(h) => cfg.host = Some(h),
             Err(e) => return bad_input(format!("--host-preempt: {e}")),
+        }
+    }
+    if let Some(f) = args.host_capacity {
+        let model = match cfg.host {
+            Some(h) => h.with_capacity(f),
+            None => rtmgr_sim::HostModel::capacity_only(f),
+        };
+        match model {
+            Ok(h) => {
+                cfg.lending_prior = h.capacity_prior(cpus);
+                cfg.host = Some(h);
+            }
+            Err(e) => return bad_input(format!("--host-capacity: {e}")),
         }
     }
     cfg.policy.lending.enabled = !args.no_lending_control;

@@ -38,6 +38,10 @@ pub struct StatusArgs {
     /// without a spinner beside the probe).
     #[arg(long, default_value = "4s", value_parser = parse_duration, requires = "host_test")]
     pub host_test_duration: Duration,
+    /// Then how long the capacity measurement runs (1…N spinners, one per
+    /// CPU, in interleaved phases; status item `cpu_capacity`); 0 skips it.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, requires = "host_test")]
+    pub host_test_capacity_duration: Duration,
 }
 
 /// Run the host test and cache a complete result (an interrupted one is only
@@ -50,9 +54,11 @@ fn host_test(a: &StatusArgs) -> anyhow::Result<bool> {
     };
     let mut cfg = HostTestConfig::new(cpus.clone());
     cfg.duration = a.host_test_duration;
+    cfg.capacity_duration = a.host_test_capacity_duration;
     eprintln!(
-        "rtmgr: host test on CPU {cpus}: every other CPU busy for {:.1} s",
-        cfg.duration.as_secs_f64()
+        "rtmgr: host test on CPU {cpus}: every other CPU busy for {:.1} s, then 1…N spinners for {:.1} s",
+        cfg.duration.as_secs_f64(),
+        cfg.capacity_duration.as_secs_f64()
     );
     let r = measure_host_preemption(&s, &cfg)?;
     if let Some(why) = &r.setup.partial {

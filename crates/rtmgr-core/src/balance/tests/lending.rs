@@ -154,6 +154,7 @@ fn a_prior_saying_the_host_preempts_starts_with_lending_off() {
         host_preempts_busy_vcpus: true,
         stall_ns: 9 * MS,
         measured_at_unix_s: 1_000,
+        ..Default::default()
     };
     let mut c = LendingControl::new(LendingConfig::default());
     assert!(c.set_prior(prior.clone(), 1_060));
@@ -181,6 +182,56 @@ fn a_prior_saying_the_host_preempts_starts_with_lending_off() {
 }
 
 #[test]
+fn a_prior_saying_lending_adds_no_capacity_starts_with_lending_off() {
+    let flat = LendingPrior {
+        measured_at_unix_s: 1_000,
+        marginal_capacity: Some(0.05),
+        effective_cpus: Some(1.04),
+        ..Default::default()
+    };
+    let mut c = LendingControl::new(LendingConfig::default());
+    assert!(c.set_prior(flat.clone(), 1_060));
+    c.observe(5 * S, &[rt1(0, 0, 0, false)], one_guest);
+    assert!(!c.allows(1, 5 * S));
+    let reason = c.status(5 * S)[0].reason.clone().unwrap();
+    assert_eq!(
+        reason,
+        "lending off on CPU 1: lending adds no capacity (all busy vCPUs did 1.0× the work of \
+         one, the last added 0.05 of a CPU, below 0.25; measured before the start): lending \
+         that buys no throughput only risks latency; retry in 64 s"
+    );
+    // Both causes are told.
+    let both = LendingPrior {
+        host_preempts_busy_vcpus: true,
+        stall_ns: 9 * MS,
+        ..flat.clone()
+    };
+    let mut c = LendingControl::new(LendingConfig::default());
+    assert!(c.set_prior(both, 1_060));
+    c.observe(5 * S, &[rt1(0, 0, 0, false)], one_guest);
+    let reason = c.status(5 * S)[0].reason.clone().unwrap();
+    assert!(
+        reason.contains("preempts busy vCPUs") && reason.contains("adds no capacity"),
+        "{reason}"
+    );
+    // A CPU that adds capacity, no measurement, or the rule off: lending starts on.
+    for (m, min) in [(Some(0.6), 0.25), (None, 0.25), (Some(0.05), 0.0)] {
+        let cfg = LendingConfig {
+            min_marginal_capacity: min,
+            ..Default::default()
+        };
+        let mut c = LendingControl::new(cfg);
+        let p = LendingPrior {
+            marginal_capacity: m,
+            ..flat.clone()
+        };
+        assert!(!c.set_prior(p, 1_060), "{m:?} {min}");
+        c.observe(5 * S, &[rt1(0, 0, 0, false)], one_guest);
+        assert!(c.allows(1, 5 * S));
+    }
+}
+
+#[test]
 fn disabled_controller_never_stops() {
     let cfg = LendingConfig {
         enabled: false,
@@ -198,6 +249,10 @@ fn disabled_controller_never_stops() {
 #[test]
 fn malformed_configs_give_one_clear_error() {
     let bad = [
+        (
+            "[lending]\nmin_marginal_capacity = 1.5\n",
+            "min_marginal_capacity must be 0..=1",
+        ),
         (
             "[lending]\njudge_windows = 0\n",
             "judge_windows must be 1..=32",

@@ -28,8 +28,10 @@ pub(super) fn host_preemption_for(
         _ => {}
     }
     rep.note(&format!(
-        "host test on CPU {rt_cpu} (every other CPU busy for {} s; `rtmgr status --host-test` would cache it)",
-        crate::host_test::DEFAULT_DURATION.as_secs()
+        "host test on CPU {rt_cpu} (every other CPU busy for {} s, then 1…N spinners for {} s; \
+         `rtmgr status --host-test` would cache it)",
+        crate::host_test::DEFAULT_DURATION.as_secs(),
+        crate::host_test::capacity::DEFAULT_CAPACITY_DURATION.as_secs()
     ));
     let s = Session::open(host.clone(), "rtmgr evaluate (host test)")?;
     let hp = measure_host_preemption(&s, &HostTestConfig::new(CpuSet::single(rt_cpu)))?;
