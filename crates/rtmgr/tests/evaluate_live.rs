@@ -55,7 +55,7 @@ fn short_evaluate(engine: &str) {
     );
     let r = json(&tmp.path().join("ev/report.json"));
     assert_eq!(r["kind"], "evaluate");
-    assert_eq!(r["schema"], "rtmgr.report/2");
+    assert_eq!(r["schema"], "rtmgr.report/3");
     assert_eq!(r["load_engine"], engine);
     assert_eq!(r["partial"], false);
     assert_eq!(r["rounds_done"], 1);

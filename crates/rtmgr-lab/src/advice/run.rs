@@ -12,7 +12,7 @@ use crate::advice::{
 use crate::cost::{CostReport, COST_SCHEMA};
 use crate::experiment::{bad_input, Error, Result};
 use crate::host_test::spinner::{SpinnerSpec, Spinners};
-use crate::report::{Report, SCHEMA};
+use crate::report::{Report, SCHEMA, SCHEMAS_READ};
 use rtmgr_core::admission::DEFAULT_CAP;
 use rtmgr_linux::Host;
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ fn read_report(facts: &mut Facts, path: &PathBuf, ppm: u32) -> Result<()> {
                 .or_else(|e| bad_input(format!("--from {shown}: {e}")))?;
             facts.cost = Some(cost_from_report(&r, &shown));
         }
-        Some(s) if s == SCHEMA => {
+        Some(s) if SCHEMAS_READ.contains(&s) => {
             let r: Report = serde_json::from_value(value)
                 .or_else(|e| bad_input(format!("--from {shown}: {e}")))?;
             let Some(run) = evaluate_run(&r) else {

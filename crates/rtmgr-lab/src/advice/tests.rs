@@ -292,6 +292,7 @@ fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
         disturbance: Default::default(),
         tail_causes: None,
         balancer: None,
+        rounds: vec![],
     }
 }
 
@@ -311,6 +312,7 @@ fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::Evaluat
         rt_choice: None,
         skipped: vec![],
         host_preemption: None,
+        intervals: None,
     }
 }
 
