@@ -23,7 +23,7 @@ pub struct EvaluateArgs {
     #[arg(long)]
     pub quick: bool,
     /// Total measuring time, spread over all rounds and configurations
-    /// (default 40s, or 8s with --quick; each segment's load start and the
+    /// (default 36s, or 8s with --quick; each segment's load start and the
     /// partition's set-up add about a third).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,

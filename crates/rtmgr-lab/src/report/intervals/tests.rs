@@ -297,3 +297,27 @@ fn intervals_survive_json_and_show_in_the_table_and_html() {
         "{html}"
     );
 }
+
+#[test]
+fn round_histograms_are_written_compactly_and_read_back() {
+    let mut all = Hist::new();
+    all.record_n(12_000, 990);
+    all.record_n(3_000_000, 10);
+    let mut guest = Hist::new();
+    guest.record_n(12_000, 990);
+    // The guest's own round: the host's stall left out.
+    let r = RoundFigures::of(3, &all, 5, Some((&guest, 0)), vec![]);
+    assert!(r.guest_hist.is_some() && r.guest_max_ns == Some(12_000));
+    let v = serde_json::to_value(&r).unwrap();
+    let b = all.to_data().buckets;
+    let expect = format!("{}:990 {}:10", b[0].0, b[1].0);
+    assert_eq!(v["hist"]["buckets"], expect.as_str());
+    assert_eq!(serde_json::from_value::<RoundFigures>(v).unwrap(), r);
+    // A round the host did not touch keeps its histogram once.
+    let same = RoundFigures::of(4, &all, 5, Some((&all, 5)), vec![]);
+    assert!(same.guest_hist.is_none() && same.guest_max_ns.is_some());
+    let bad = serde_json::json!({"sigfig": 3, "n": 1, "min_ns": 1, "max_ns": 1, "sum_ns": 1, "buckets": "1-1"});
+    let mut v = serde_json::to_value(&same).unwrap();
+    v["hist"] = bad;
+    assert!(serde_json::from_value::<RoundFigures>(v).is_err());
+}
