@@ -118,8 +118,13 @@ pub struct AblationConfig {
     /// 95 % intervals of p99 and p99.9, ns.
     pub p99_ci_ns: Option<(i64, i64)>,
     pub p999_ci_ns: Option<(i64, i64)>,
-    /// Each round's samples (issue 28): what `change` is computed from.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Each round's samples (issue 28): what `change` is computed from
+    /// (buckets written as one string, as evaluate's rounds).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "crate::report::compact_vec"
+    )]
     pub rounds: Vec<HistData>,
     /// This step's p99 and p99.9 against the step before it, with 95 %
     /// intervals (paired bootstrap over rounds); None for stock and in older reports.
@@ -339,6 +344,12 @@ mod tests {
         assert!(same.p99.unwrap().contains(1.0));
         let t = ablation_table(&configs);
         assert!(t.contains("lower") && t.contains("vs previous"), "{t}");
+        let json = serde_json::to_string(&configs[1]).unwrap();
+        assert!(json.contains("\"buckets\":\""), "compact buckets");
+        assert_eq!(
+            serde_json::from_str::<AblationConfig>(&json).unwrap(),
+            configs[1]
+        );
         // Too few rounds: said, not claimed.
         let mut short = vec![mk("stock", 2, 2), mk("cpusets", 1, 2)];
         set_changes(&mut short);

@@ -65,7 +65,7 @@ pub struct RoundFigures {
 /// A HistData with its buckets as one string, `"value:count value:count …"`
 /// (ascending, as `HistData::buckets`), so a report with per-round
 /// histograms stays a few hundred kB instead of ten MB of pretty-printed pairs.
-mod compact_hist {
+pub(crate) mod compact_hist {
     use rtmgr_core::stats::HistData;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -111,6 +111,26 @@ mod compact_hist {
             sum_ns: c.sum_ns,
             buckets,
         })
+    }
+}
+
+/// `compact_hist` for a list of histograms (`evaluate --ablate`'s rounds).
+pub(crate) mod compact_vec {
+    use rtmgr_core::stats::HistData;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    #[derive(serde::Serialize, Deserialize)]
+    struct Wrap(#[serde(with = "super::compact_hist")] HistData);
+
+    pub fn serialize<S: Serializer>(hs: &[HistData], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(hs.iter().map(|h| Wrap(h.clone())))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HistData>, D::Error> {
+        Ok(Vec::<Wrap>::deserialize(d)?
+            .into_iter()
+            .map(|w| w.0)
+            .collect())
     }
 }
 

@@ -111,7 +111,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
 
 fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
     println!(
-        "RT CPU {} latency under the {} load ({} engine; {} of {} rounds, {:.1} s per configuration per round, probe every {} µs{}{}):\n",
+        "RT CPU {} latency under the {} load ({} engine; {} of {} rounds, {:.2} s per configuration per round, probe every {} µs{}{}):\n",
         run.rt_cpus,
         run.load,
         run.load_engine,
