@@ -176,6 +176,10 @@ pub fn weighted_mean(values: &[Option<f64>], w: &[u32]) -> Option<f64> {
     (k > 0).then(|| s / f64::from(k))
 }
 
+/// One round's histogram as `RoundHists` takes it: its buckets (`(value,
+/// count)` ascending, as `HistData::buckets`) and its exact maximum.
+pub type RoundBuckets<'a> = (&'a [(i64, u64)], Option<i64>);
+
 /// Per-round histograms of one configuration on a common value grid, so a
 /// resample's merged histogram is a weighted sum of count vectors and its
 /// percentile a scan: the tail of the merged samples, not a mean of per-round
@@ -191,9 +195,8 @@ pub struct RoundHists {
 }
 
 impl RoundHists {
-    /// From each round's buckets (`(value, count)`, as `HistData::buckets`)
-    /// and exact maximum.
-    pub fn new(rounds: &[(&[(i64, u64)], Option<i64>)]) -> RoundHists {
+    /// From each round's buckets and exact maximum.
+    pub fn new(rounds: &[RoundBuckets<'_>]) -> RoundHists {
         let mut grid: Vec<i64> = rounds
             .iter()
             .flat_map(|(b, _)| b.iter().map(|(v, _)| *v))

@@ -6,7 +6,8 @@
 
 use super::AblationConfig;
 use rtmgr_core::stats::bootstrap::{
-    direction, ratio_interval, Direction, Interval, Replicates, Resampling, RoundHists,
+    direction, ratio_interval, Direction, Interval, Replicates, Resampling, RoundBuckets,
+    RoundHists,
 };
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +40,7 @@ pub fn set_changes(configs: &mut [AblationConfig]) {
         .iter()
         .map(|c| {
             let r = r.as_ref().ok()?;
-            let data: Vec<(&[(i64, u64)], Option<i64>)> = c.rounds[..rounds]
+            let data: Vec<RoundBuckets<'_>> = c.rounds[..rounds]
                 .iter()
                 .map(|h| (h.buckets.as_slice(), h.max_ns))
                 .collect();

@@ -10,7 +10,7 @@ use super::{config_name, ConfigResult, EvaluateRun};
 use crate::load::ComponentMetrics;
 use rtmgr_core::stats::bootstrap::{
     direction, ratio_interval, weighted_mean, weighted_sum, Direction, Floor, Interval, NoInterval,
-    Replicates, Resampling, RoundHists, LEVEL, RESAMPLES, SEED,
+    Replicates, Resampling, RoundBuckets, RoundHists, LEVEL, RESAMPLES, SEED,
 };
 use rtmgr_core::stats::{Hist, HistData};
 use serde::{Deserialize, Serialize};
@@ -285,7 +285,7 @@ const PPMS: [u32; 2] = [990_000, 999_000];
 fn figures(c: &ConfigResult, r: &Resampling) -> Figures {
     let rounds = &c.rounds[..r.rounds()];
     let hists = |guest: bool| {
-        let data: Vec<(&[(i64, u64)], Option<i64>)> = rounds
+        let data: Vec<RoundBuckets<'_>> = rounds
             .iter()
             .map(|x| {
                 let h = if guest {

@@ -14,7 +14,7 @@ mod text;
 pub use balancer::BalancerSummary;
 pub use evaluate::*;
 pub use intervals::*;
-pub(crate) use intervals::{compact_hist, compact_vec};
+pub(crate) use intervals::compact_vec;
 pub use text::*;
 
 use crate::load::{ComponentMetrics, LoadEngine};
