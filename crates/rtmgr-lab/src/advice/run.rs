@@ -148,3 +148,54 @@ fn steal_under_load(host: &Host, window: Duration) -> Option<StealFact> {
         )),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Body, Header, HostInfo};
+
+    fn evaluate_report(schema: &str) -> String {
+        let run = crate::advice::tests::evaluate(vec![
+            crate::advice::tests::config("stock", 2000, 50_000),
+            crate::advice::tests::config("shield", 2000, 10_000),
+        ]);
+        let rep = Report {
+            header: Header {
+                schema: schema.into(),
+                rtmgr_version: "0".into(),
+                command: vec![],
+                started_unix_s: 0,
+                host: HostInfo {
+                    hostname: "h".into(),
+                    kernel: "6.18".into(),
+                    cpus_online: "0-1".parse().unwrap(),
+                    hypervisor: None,
+                },
+                partial: false,
+                partial_reason: None,
+            },
+            body: Body::Evaluate(run),
+        };
+        serde_json::to_string(&rep).unwrap()
+    }
+
+    /// Issue 28 bumped the report to /3: an evaluate report of /2 is still
+    /// read; an unknown version is bad input and leaves the facts as they were.
+    #[test]
+    fn evaluate_reports_of_both_schemas_are_read_and_others_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for schema in SCHEMAS_READ {
+            let path = dir.path().join("r.json");
+            std::fs::write(&path, evaluate_report(schema)).unwrap();
+            let mut facts = Facts::default();
+            read_report(&mut facts, &path, 990_000).unwrap();
+            assert!(facts.tail.is_some(), "{schema}");
+        }
+        let path = dir.path().join("future.json");
+        std::fs::write(&path, evaluate_report("rtmgr.report/9")).unwrap();
+        let mut facts = Facts::default();
+        let err = read_report(&mut facts, &path, 990_000).unwrap_err();
+        assert!(err.to_string().contains("rtmgr.report/9"), "{err}");
+        assert_eq!(facts, Facts::default());
+    }
+}

@@ -271,7 +271,7 @@ fn advice_round_trips_through_json() {
     assert_eq!(back.schema, ADVICE_SCHEMA);
 }
 
-fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
+pub(crate) fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
     let mut h = rtmgr_core::stats::Hist::new();
     for i in 0..samples {
         h.record(base + i as i64);
@@ -296,7 +296,7 @@ fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
     }
 }
 
-fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::EvaluateRun {
+pub(crate) fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::EvaluateRun {
     crate::report::EvaluateRun {
         rt_cpus: "1".parse().unwrap(),
         nrt_cpus: "0".parse().unwrap(),

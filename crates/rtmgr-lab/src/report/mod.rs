@@ -13,8 +13,8 @@ mod text;
 
 pub use balancer::BalancerSummary;
 pub use evaluate::*;
-pub use intervals::*;
 pub(crate) use intervals::compact_vec;
+pub use intervals::*;
 pub use text::*;
 
 use crate::load::{ComponentMetrics, LoadEngine};
