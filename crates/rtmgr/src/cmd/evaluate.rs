@@ -19,7 +19,7 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct EvaluateArgs {
-    /// About 20 s instead of about 60 s (CI, smoke tests).
+    /// About 25 s instead of about 60 s (CI, smoke tests).
     #[arg(long)]
     pub quick: bool,
     /// Total measuring time, spread over all rounds and configurations

@@ -73,7 +73,7 @@ impl EvaluateConfig {
     /// The defaults: 36 s over 8 rounds, or 8 s over 4 with `quick` — many
     /// short rounds, the units the intervals resample (issue 28); with the
     /// control's sixth segment and each segment's load start the run takes
-    /// about 60 s (about 20 s with `quick`).
+    /// about 60 s (about 25 s with `quick`).
     pub fn new(quick: bool, load_engine: EngineChoice) -> Self {
         EvaluateConfig {
             total: Duration::from_secs(if quick { 8 } else { 36 }),
