@@ -123,7 +123,7 @@ pub struct AblationConfig {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        with = "crate::report::compact_vec"
+        with = "crate::report::compact::list"
     )]
     pub rounds: Vec<HistData>,
     /// This step's p99 and p99.9 against the step before it, with 95 %

@@ -52,106 +52,18 @@ pub struct RoundFigures {
     /// Ops/s per load component in this segment (empty for idle).
     pub throughput: Vec<ComponentMetrics>,
     /// This round's samples: the tail intervals merge resampled rounds'
-    /// histograms. Written compactly (`compact_hist`): a round's histogram
+    /// histograms. Written compactly (`super::compact`): a round's histogram
     /// has a thousand buckets or more.
-    #[serde(with = "compact_hist")]
+    #[serde(with = "super::compact::hist")]
     pub hist: HistData,
     /// The guest's samples when they differ from `hist` (absent: the same,
     /// or not labelled — then `guest_max_ns` is absent too).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "compact_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::compact::opt"
+    )]
     pub guest_hist: Option<HistData>,
-}
-
-/// A HistData with its buckets as one string, `"value:count value:count …"`
-/// (ascending, as `HistData::buckets`), so a report with per-round
-/// histograms stays a few hundred kB instead of ten MB of pretty-printed pairs.
-pub(crate) mod compact_hist {
-    use rtmgr_core::stats::HistData;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    #[derive(Serialize, Deserialize)]
-    struct Compact {
-        sigfig: u8,
-        n: u64,
-        min_ns: Option<i64>,
-        max_ns: Option<i64>,
-        sum_ns: i64,
-        buckets: String,
-    }
-
-    pub fn serialize<S: Serializer>(h: &HistData, s: S) -> Result<S::Ok, S::Error> {
-        let buckets: Vec<String> = h.buckets.iter().map(|(v, c)| format!("{v}:{c}")).collect();
-        Compact {
-            sigfig: h.sigfig,
-            n: h.n,
-            min_ns: h.min_ns,
-            max_ns: h.max_ns,
-            sum_ns: h.sum_ns,
-            buckets: buckets.join(" "),
-        }
-        .serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HistData, D::Error> {
-        let c = Compact::deserialize(d)?;
-        let buckets = c
-            .buckets
-            .split_whitespace()
-            .map(|p| {
-                let (v, n) = p.split_once(':')?;
-                Some((v.parse().ok()?, n.parse().ok()?))
-            })
-            .collect::<Option<Vec<(i64, u64)>>>()
-            .ok_or_else(|| serde::de::Error::custom("buckets: expected \"value:count …\""))?;
-        Ok(HistData {
-            sigfig: c.sigfig,
-            n: c.n,
-            min_ns: c.min_ns,
-            max_ns: c.max_ns,
-            sum_ns: c.sum_ns,
-            buckets,
-        })
-    }
-}
-
-/// `compact_hist` for a list of histograms (`evaluate --ablate`'s rounds).
-pub(crate) mod compact_vec {
-    use rtmgr_core::stats::HistData;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    #[derive(serde::Serialize, Deserialize)]
-    struct Wrap(#[serde(with = "super::compact_hist")] HistData);
-
-    pub fn serialize<S: Serializer>(hs: &[HistData], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(hs.iter().map(|h| Wrap(h.clone())))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HistData>, D::Error> {
-        Ok(Vec::<Wrap>::deserialize(d)?
-            .into_iter()
-            .map(|w| w.0)
-            .collect())
-    }
-}
-
-/// `compact_hist` for an optional histogram.
-mod compact_opt {
-    use rtmgr_core::stats::HistData;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    #[derive(serde::Serialize, Deserialize)]
-    struct Wrap(#[serde(with = "super::compact_hist")] HistData);
-
-    pub fn serialize<S: Serializer>(h: &Option<HistData>, s: S) -> Result<S::Ok, S::Error> {
-        match h {
-            Some(h) => s.serialize_some(&Wrap(h.clone())),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<HistData>, D::Error> {
-        Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
-    }
 }
 
 impl RoundFigures {

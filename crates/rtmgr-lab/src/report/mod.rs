@@ -7,13 +7,13 @@
 //! schema in `budget`.
 
 mod balancer;
+pub(crate) mod compact;
 mod evaluate;
 mod intervals;
 mod text;
 
 pub use balancer::BalancerSummary;
 pub use evaluate::*;
-pub(crate) use intervals::compact_vec;
 pub use intervals::*;
 pub use text::*;
 
