@@ -61,13 +61,17 @@ fi
 PATH="$tmp/bin" TMPDIR="$tmp/tmp" cargo run --release -p rtmgr -- evaluate --quick --out "$tmp/ev"
 report="$tmp/ev/report.json"
 fail() { echo "evaluate-without-stress-ng: $*" >&2; exit 1; }
-grep -q '"schema": "rtmgr.report/2"' "$report" || fail "not a rtmgr.report/2 report"
+grep -q '"schema": "rtmgr.report/3"' "$report" || fail "not a rtmgr.report/3 report"
 grep -q '"load_engine": "builtin"' "$report" || fail "the built-in load engine did not run"
 grep -q '"partial": false' "$report" || fail "the run was cut short"
-grep -q '"rounds_done": 2' "$report" || fail "not every round ran"
+grep -q '"rounds_done": 4' "$report" || fail "not every round ran"
+grep -q '"intervals"' "$report" || fail "no intervals in the report"
+grep -q '"name": "shield-twin"' "$report" || fail "no A/A control (shield-twin)"
+# 5 loaded configurations (stock, shield, idle-guests, balanced, shield-twin),
+# each with its throughput and that of each of its 4 rounds.
 for c in int-float write-fsync tcp-loopback futex-mutex file-lock cache-walk; do
   n=$(grep -c "\"component\": \"$c\"" "$report" || true)
-  [ "$n" = 4 ] || fail "component $c has throughput in $n of the 4 loaded configurations"
+  [ "$n" = 25 ] || fail "component $c has throughput $n times; expected 5 loaded configurations x (1 + 4 rounds)"
 done
 [ -z "$(ls -A "$tmp/tmp")" ] || fail "load directories left behind: $(ls "$tmp/tmp")"
 if grep -lsz -- "$tmp/tmp/[r]tmgr-load" /proc/[0-9]*/cmdline >/dev/null; then

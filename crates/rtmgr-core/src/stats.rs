@@ -366,6 +366,8 @@ pub fn ratio(a: Option<i64>, b: Option<i64>) -> Option<f64> {
     }
 }
 
+pub mod bootstrap;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,8 +64,14 @@ fn short_ablation_reports_every_step_and_gates_exit_3() {
     assert_eq!(names[1], "cpusets");
     assert!(names.iter().any(|n| n.starts_with("full (")), "{names:?}");
     assert_eq!(*names.last().unwrap(), "+balancer");
-    for c in r["configs"].as_array().unwrap() {
+    for (i, c) in r["configs"].as_array().unwrap().iter().enumerate() {
         assert!(c["result"]["summary"]["n"].as_u64().unwrap() > 0, "{c}");
+        // The round's histogram, kept for the intervals; one round gives none, and says so.
+        assert_eq!(c["rounds"].as_array().unwrap().len(), 1, "{}", c["name"]);
+        if i > 0 {
+            let why = c["change"]["none"].as_str().unwrap_or_default();
+            assert!(why.starts_with("not enough rounds"), "{}", c["change"]);
+        }
     }
     let gates = r["gates"].as_array().unwrap();
     assert_eq!(gates.len(), 2);

@@ -55,7 +55,7 @@ fn short_evaluate(engine: &str) {
     );
     let r = json(&tmp.path().join("ev/report.json"));
     assert_eq!(r["kind"], "evaluate");
-    assert_eq!(r["schema"], "rtmgr.report/2");
+    assert_eq!(r["schema"], "rtmgr.report/3");
     assert_eq!(r["load_engine"], engine);
     assert_eq!(r["partial"], false);
     assert_eq!(r["rounds_done"], 1);
@@ -76,7 +76,8 @@ fn short_evaluate(engine: &str) {
                 "preempt",
                 "shield",
                 "idle-guests",
-                "balanced"
+                "balanced",
+                "shield-twin"
             ]
         );
     } else {
@@ -86,7 +87,14 @@ fn short_evaluate(engine: &str) {
         );
         assert_eq!(
             names,
-            ["idle", "stock", "shield", "idle-guests", "balanced"]
+            [
+                "idle",
+                "stock",
+                "shield",
+                "idle-guests",
+                "balanced",
+                "shield-twin"
+            ]
         );
     }
     assert!(r["rt_choice"]
@@ -101,6 +109,9 @@ fn short_evaluate(engine: &str) {
             c["name"]
         );
         assert_eq!(c["segments"], 1);
+        // The round's own figures, kept for the intervals.
+        assert_eq!(c["rounds"].as_array().unwrap().len(), 1, "{}", c["name"]);
+        assert_eq!(c["rounds"][0]["n"].as_u64(), Some(n), "{}", c["name"]);
         let loaded = c["name"] != "idle";
         assert_eq!(
             !c["throughput"].as_array().unwrap().is_empty(),
@@ -110,6 +121,11 @@ fn short_evaluate(engine: &str) {
         );
     }
     assert!(!r["verdicts"].as_array().unwrap().is_empty());
+    // One round gives no interval, and the verdicts say why instead of claiming.
+    assert_eq!(r["intervals"]["rounds"], 1);
+    let verdicts = r["verdicts"].to_string();
+    assert!(verdicts.contains("A/A control"), "{verdicts}");
+    assert!(verdicts.contains("not enough rounds"), "{verdicts}");
     assert!(std::fs::read_to_string(tmp.path().join("ev/report.html"))
         .unwrap()
         .contains("<svg"));

@@ -87,7 +87,7 @@ fn latency_under_load_report_structure_and_counts() {
     assert_succeeded(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("missed"));
     let r = json(&tmp.path().join("r.json"));
-    assert_eq!(r["schema"], "rtmgr.report/2");
+    assert_eq!(r["schema"], "rtmgr.report/3");
     assert_eq!(
         r["overall"]["summary"]["p50_ns"],
         r["overall"]["summary"]["percentiles"][0]["value_ns"]

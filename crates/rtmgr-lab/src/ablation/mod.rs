@@ -5,13 +5,17 @@
 //! be shut down on a real-time CPU), each tail with a 95 % confidence
 //! interval, and exit-code gates for CI pipelines. Pure: steps, intervals,
 //! gates, the report (`rtmgr.ablation/1`) and its table; `run` measures the
-//! steps on the machine.
+//! steps on the machine; `change` each step against the one before, with a
+//! bootstrap interval over rounds (issue 28).
 
+mod change;
 pub mod run;
+
+pub use change::{change_cell, set_changes, StepChange};
 
 use crate::report::{render, us, CpuResult, Header};
 use rtmgr_core::partition::KnobId;
-use rtmgr_core::stats::{label, nearest_rank, Hist};
+use rtmgr_core::stats::{label, nearest_rank, Hist, HistData};
 use rtmgr_core::CpuSet;
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +118,18 @@ pub struct AblationConfig {
     /// 95 % intervals of p99 and p99.9, ns.
     pub p99_ci_ns: Option<(i64, i64)>,
     pub p999_ci_ns: Option<(i64, i64)>,
+    /// Each round's samples (issue 28): what `change` is computed from
+    /// (buckets written as one string, as evaluate's rounds).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "crate::report::compact::list"
+    )]
+    pub rounds: Vec<HistData>,
+    /// This step's p99 and p99.9 against the step before it, with 95 %
+    /// intervals (paired bootstrap over rounds); None for stock and in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<StepChange>,
 }
 
 /// A limit for CI pipelines: the percentile (None = max) of `config` must not exceed `limit_ns`.
@@ -187,6 +203,8 @@ pub fn ablation_table(configs: &[AblationConfig]) -> String {
         "p99.9 95% CI",
         "max",
         "missed",
+        "p99 vs previous",
+        "p99.9 vs previous",
     ]
     .map(String::from)
     .to_vec()];
@@ -201,10 +219,19 @@ pub fn ablation_table(configs: &[AblationConfig]) -> String {
             ci_cell(c.p999_ci_ns),
             us(s.max_ns),
             c.missed.to_string(),
+            c.change
+                .as_ref()
+                .map_or("-".into(), |x| match (&x.p99, &x.none) {
+                    (None, Some(why)) => why.clone(),
+                    _ => change_cell(x.p99.as_ref(), x.p99_direction),
+                }),
+            c.change.as_ref().map_or("-".into(), |x| {
+                change_cell(x.p99_9.as_ref(), x.p99_9_direction)
+            }),
         ]);
     }
     let mut out = render(&t);
-    out.push_str("(µs; steps are cumulative; intervals that do not overlap the previous step's mean the knob changed the tail)\n");
+    out.push_str("(µs; steps are cumulative; the 95% CI columns: the percentile's interval within the step's samples; \"vs previous\": the ratio to the step before with its 95 % interval by the paired bootstrap over rounds — \"lower\"/\"higher\" only where it excludes 1)\n");
     out
 }
 
@@ -274,7 +301,60 @@ mod tests {
             missed: 0,
             p99_ci_ns: quantile_ci(h, 990_000),
             p999_ci_ns: quantile_ci(h, 999_000),
+            rounds: vec![],
+            change: None,
         }
+    }
+
+    /// Stock, then a step whose tail is half of stock's in every round.
+    #[test]
+    fn a_step_that_halves_the_tail_is_lower_with_its_interval() {
+        let round = |scale: i64, r: i64| {
+            let mut h = Hist::new();
+            for v in 1..=12_000 {
+                h.record(scale * (v * 100 + r * 7_000));
+            }
+            h
+        };
+        let mk = |name: &str, scale: i64, rounds: i64| {
+            let hs: Vec<Hist> = (0..rounds).map(|r| round(scale, r)).collect();
+            let mut all = Hist::new();
+            hs.iter().for_each(|h| all.merge(h));
+            AblationConfig {
+                rounds: hs.iter().map(Hist::to_data).collect(),
+                ..config(name, &all)
+            }
+        };
+        let mut configs = vec![
+            mk("stock", 2, 5),
+            mk("cpusets", 1, 5),
+            mk("full (+irqs)", 1, 5),
+        ];
+        set_changes(&mut configs);
+        assert!(configs[0].change.is_none());
+        let c = configs[1].change.as_ref().unwrap();
+        assert_eq!(c.base, "stock");
+        let i = c.p99_9.unwrap();
+        assert!(i.high < 1.0 && (i.estimate - 0.5).abs() < 0.01, "{i:?}");
+        assert_eq!(
+            c.p99_9_direction,
+            Some(rtmgr_core::stats::bootstrap::Direction::Lower)
+        );
+        let same = configs[2].change.as_ref().unwrap();
+        assert!(same.p99.unwrap().contains(1.0));
+        let t = ablation_table(&configs);
+        assert!(t.contains("lower") && t.contains("vs previous"), "{t}");
+        let json = serde_json::to_string(&configs[1]).unwrap();
+        assert!(json.contains("\"buckets\":\""), "compact buckets");
+        assert_eq!(
+            serde_json::from_str::<AblationConfig>(&json).unwrap(),
+            configs[1]
+        );
+        // Too few rounds: said, not claimed.
+        let mut short = vec![mk("stock", 2, 2), mk("cpusets", 1, 2)];
+        set_changes(&mut short);
+        let c = short[1].change.as_ref().unwrap();
+        assert!(c.p99.is_none() && c.none.as_deref().unwrap().starts_with("not enough rounds"));
     }
 
     #[test]

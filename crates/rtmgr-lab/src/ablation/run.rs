@@ -7,7 +7,8 @@
 //! intervals, and the gates checked.
 
 use crate::ablation::{
-    check_gates, quantile_ci, steps, AblationConfig, AblationReport, Gate, Step, ABLATION_SCHEMA,
+    check_gates, quantile_ci, set_changes, steps, AblationConfig, AblationReport, Gate, Step,
+    ABLATION_SCHEMA,
 };
 use crate::experiment::evaluate::EvaluateConfig;
 use crate::experiment::own_partition;
@@ -123,6 +124,8 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
         .iter()
         .map(|_| (Hist::new(), 0, HostSplit::default()))
         .collect();
+    // Each step's rounds, for the bootstrap intervals (issue 28).
+    let mut per_round: Vec<Vec<rtmgr_core::stats::HistData>> = vec![Vec::new(); configs.len()];
     let t0 = Instant::now();
     let mut rounds_done = 0;
     let mut failure = None;
@@ -186,6 +189,7 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             })();
             match measured {
                 Ok((h, m, split)) => {
+                    per_round[i].push(h.to_data());
                     acc[i].0.merge(&h);
                     acc[i].1 += m;
                     acc[i].2.merge(&split);
@@ -200,10 +204,11 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             rounds_done += 1;
         }
     }
-    let results: Vec<AblationConfig> = configs
+    let mut results: Vec<AblationConfig> = configs
         .iter()
         .zip(&acc)
-        .map(|(c, (h, missed, split))| AblationConfig {
+        .zip(per_round)
+        .map(|((c, (h, missed, split)), rounds)| AblationConfig {
             name: name(c).into(),
             knobs: c.as_ref().map(|s| s.knobs.clone()).unwrap_or_default(),
             balancer: c.as_ref().is_some_and(|s| s.balancer),
@@ -211,8 +216,11 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             missed: *missed,
             p99_ci_ns: quantile_ci(h, 990_000),
             p999_ci_ns: quantile_ci(h, 999_000),
+            rounds,
+            change: None,
         })
         .collect();
+    set_changes(&mut results);
     let gates = check_gates(&results, &cfg.gates, &cfg.gate_config);
     let partial = match (&failure, stop.load(Ordering::Relaxed)) {
         (Some(e), _) => Some(format!("failed: {e}")),

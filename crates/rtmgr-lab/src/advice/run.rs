@@ -12,7 +12,7 @@ use crate::advice::{
 use crate::cost::{CostReport, COST_SCHEMA};
 use crate::experiment::{bad_input, Error, Result};
 use crate::host_test::spinner::{SpinnerSpec, Spinners};
-use crate::report::{Report, SCHEMA};
+use crate::report::{Report, SCHEMA, SCHEMAS_READ};
 use rtmgr_core::admission::DEFAULT_CAP;
 use rtmgr_linux::Host;
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ fn read_report(facts: &mut Facts, path: &PathBuf, ppm: u32) -> Result<()> {
                 .or_else(|e| bad_input(format!("--from {shown}: {e}")))?;
             facts.cost = Some(cost_from_report(&r, &shown));
         }
-        Some(s) if s == SCHEMA => {
+        Some(s) if SCHEMAS_READ.contains(&s) => {
             let r: Report = serde_json::from_value(value)
                 .or_else(|e| bad_input(format!("--from {shown}: {e}")))?;
             let Some(run) = evaluate_run(&r) else {
@@ -147,4 +147,55 @@ fn steal_under_load(host: &Host, window: Duration) -> Option<StealFact> {
             window.as_millis()
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Body, Header, HostInfo};
+
+    fn evaluate_report(schema: &str) -> String {
+        let run = crate::advice::tests::evaluate(vec![
+            crate::advice::tests::config("stock", 2000, 50_000),
+            crate::advice::tests::config("shield", 2000, 10_000),
+        ]);
+        let rep = Report {
+            header: Header {
+                schema: schema.into(),
+                rtmgr_version: "0".into(),
+                command: vec![],
+                started_unix_s: 0,
+                host: HostInfo {
+                    hostname: "h".into(),
+                    kernel: "6.18".into(),
+                    cpus_online: "0-1".parse().unwrap(),
+                    hypervisor: None,
+                },
+                partial: false,
+                partial_reason: None,
+            },
+            body: Body::Evaluate(run),
+        };
+        serde_json::to_string(&rep).unwrap()
+    }
+
+    /// Issue 28 bumped the report to /3: an evaluate report of /2 is still
+    /// read; an unknown version is bad input and leaves the facts as they were.
+    #[test]
+    fn evaluate_reports_of_both_schemas_are_read_and_others_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for schema in SCHEMAS_READ {
+            let path = dir.path().join("r.json");
+            std::fs::write(&path, evaluate_report(schema)).unwrap();
+            let mut facts = Facts::default();
+            read_report(&mut facts, &path, 990_000).unwrap();
+            assert!(facts.tail.is_some(), "{schema}");
+        }
+        let path = dir.path().join("future.json");
+        std::fs::write(&path, evaluate_report("rtmgr.report/9")).unwrap();
+        let mut facts = Facts::default();
+        let err = read_report(&mut facts, &path, 990_000).unwrap_err();
+        assert!(err.to_string().contains("rtmgr.report/9"), "{err}");
+        assert_eq!(facts, Facts::default());
+    }
 }

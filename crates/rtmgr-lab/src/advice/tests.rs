@@ -271,7 +271,7 @@ fn advice_round_trips_through_json() {
     assert_eq!(back.schema, ADVICE_SCHEMA);
 }
 
-fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
+pub(crate) fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
     let mut h = rtmgr_core::stats::Hist::new();
     for i in 0..samples {
         h.record(base + i as i64);
@@ -292,10 +292,11 @@ fn config(name: &str, samples: u64, base: i64) -> crate::report::ConfigResult {
         disturbance: Default::default(),
         tail_causes: None,
         balancer: None,
+        rounds: vec![],
     }
 }
 
-fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::EvaluateRun {
+pub(crate) fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::EvaluateRun {
     crate::report::EvaluateRun {
         rt_cpus: "1".parse().unwrap(),
         nrt_cpus: "0".parse().unwrap(),
@@ -311,6 +312,7 @@ fn evaluate(configs: Vec<crate::report::ConfigResult>) -> crate::report::Evaluat
         rt_choice: None,
         skipped: vec![],
         host_preemption: None,
+        intervals: None,
     }
 }
 

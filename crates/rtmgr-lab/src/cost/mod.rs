@@ -17,6 +17,7 @@ pub use text::{build_table, micro_table, sig3, sweep_table};
 
 use crate::report::Header;
 use rtmgr_core::cpuset::CpuSet;
+use rtmgr_core::stats::bootstrap::{ratio_interval, weighted_mean, Interval, Resampling};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; readers must check it.
@@ -80,6 +81,10 @@ pub struct Measured {
     pub stats: Option<MeanSd>,
     /// Against the stock configuration (see `slowdown`); 1 for stock itself.
     pub slowdown: Option<f64>,
+    /// The slowdown's 95 % interval (issue 28, `slowdown_interval`); None for
+    /// stock, with fewer than 4 rounds, and in reports before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown_ci: Option<Interval>,
 }
 
 impl Measured {
@@ -89,6 +94,7 @@ impl Measured {
             stats: mean_sd(&samples),
             samples,
             slowdown: None,
+            slowdown_ci: None,
         }
     }
 
@@ -97,15 +103,42 @@ impl Measured {
     }
 }
 
-/// Fill every row's slowdown against the row named `BASELINE`.
+/// Fill every row's slowdown against the row named `BASELINE`, with its interval.
 pub fn set_slowdowns(rows: &mut [Measured], better: Better) {
-    let base = rows
-        .iter()
-        .find(|m| m.config == BASELINE)
-        .and_then(Measured::mean);
+    let base = rows.iter().find(|m| m.config == BASELINE);
+    let (mean, samples) = (
+        base.and_then(Measured::mean),
+        base.map(|b| b.samples.clone()),
+    );
     for m in rows {
-        m.slowdown = slowdown(m.mean(), base, better);
+        m.slowdown = slowdown(m.mean(), mean, better);
+        m.slowdown_ci = match &samples {
+            Some(b) if m.config != BASELINE => slowdown_interval(&m.samples, b, better),
+            _ => None,
+        };
     }
+}
+
+/// The 95 % interval of the slowdown of per-round `values` against the
+/// baseline's of the same rounds: the paired bootstrap over rounds of the
+/// ratio of means (`rtmgr_core::stats::bootstrap`; docs/cost.md). None
+/// when the two have not one value per round each, or fewer than 4 rounds.
+pub fn slowdown_interval(values: &[f64], base: &[f64], better: Better) -> Option<Interval> {
+    if values.len() != base.len() || values.iter().chain(base).any(|x| !x.is_finite()) {
+        return None;
+    }
+    let r = Resampling::standard(values.len()).ok()?;
+    let opt = |xs: &[f64]| xs.iter().map(|x| Some(*x)).collect::<Vec<_>>();
+    let (v, b) = (opt(values), opt(base));
+    let (num, den) = match better {
+        Better::Lower => (&v, &b),
+        Better::Higher => (&b, &v),
+    };
+    ratio_interval(
+        &r.replicate(|w| weighted_mean(num, w)),
+        &r.replicate(|w| weighted_mean(den, w)),
+    )
+    .ok()
 }
 
 /// A configuration the work ran in.

@@ -46,6 +46,40 @@ fn slowdowns_are_against_stock_whatever_its_position() {
 }
 
 #[test]
+fn slowdown_intervals_are_paired_over_rounds() {
+    // Stock drifts from round to round; the shield is a steady 2x slower.
+    let stock = vec![10.0, 14.0, 9.0, 12.0, 11.0];
+    let shield: Vec<f64> = stock.iter().map(|x| 2.0 * x).collect();
+    let mut rows = vec![
+        Measured::new("stock", stock.clone()),
+        Measured::new("shield", shield.clone()),
+        Measured::new("twin", stock.clone()),
+    ];
+    set_slowdowns(&mut rows, Better::Lower);
+    assert_eq!(rows[0].slowdown_ci, None);
+    let i = rows[1].slowdown_ci.expect("5 rounds");
+    assert!(i.low > 1.5 && i.high < 2.5 && i.contains(2.0), "{i:?}");
+    assert!(rows[2].slowdown_ci.unwrap().contains(1.0));
+    // A rate: the slower configuration has the lower rate, the same slowdown.
+    let rate = slowdown_interval(&stock, &shield, Better::Higher).unwrap();
+    assert!(rate.contains(2.0) && rate.low > 1.0, "{rate:?}");
+    // Too few rounds, or unequal ones: no interval.
+    assert_eq!(
+        slowdown_interval(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0], Better::Lower),
+        None
+    );
+    assert_eq!(slowdown_interval(&shield, &stock[..4], Better::Lower), None);
+    let t = micro_table(&[MicroBench {
+        name: "null-syscall".into(),
+        what: String::new(),
+        unit: "ns/op".into(),
+        better: Better::Lower,
+        per_config: rows,
+    }]);
+    assert!(t.contains("(2.00x ["), "{t}");
+}
+
+#[test]
 fn levels_double_past_saturation() {
     assert_eq!(sweep_levels(2, None), vec![1, 2, 4, 8]);
     assert_eq!(sweep_levels(1, None), vec![1, 2, 4]);

@@ -27,11 +27,19 @@ fn mean_sd_cell(m: &Measured) -> String {
     }
 }
 
-/// "12.3 ± 0.40 (1.05x)": the stock row without a ratio.
+/// "12.3 ± 0.40 (1.05x [0.98, 1.12])": the stock row without a ratio, the
+/// interval where the run had the rounds for one.
 fn cell_with_ratio(m: &Measured) -> String {
-    match (m.config.as_str(), m.slowdown) {
-        (super::BASELINE, _) | (_, None) => mean_sd_cell(m),
-        (_, Some(r)) => format!("{} ({}x)", mean_sd_cell(m), ratio_text(r)),
+    match (m.config.as_str(), m.slowdown, m.slowdown_ci) {
+        (super::BASELINE, _, _) | (_, None, _) => mean_sd_cell(m),
+        (_, Some(r), None) => format!("{} ({}x)", mean_sd_cell(m), ratio_text(r)),
+        (_, Some(r), Some(i)) => format!(
+            "{} ({}x [{}, {}])",
+            mean_sd_cell(m),
+            ratio_text(r),
+            ratio_text(i.low),
+            ratio_text(i.high)
+        ),
     }
 }
 
@@ -57,7 +65,7 @@ pub fn micro_table(benches: &[MicroBench]) -> String {
         t.push(row);
     }
     let mut out = render(&t);
-    out.push_str("(mean ± sd over the rounds; (Nx) = slowdown against stock, > 1 is slower)\n");
+    out.push_str("(mean ± sd over the rounds; (Nx [low, high]) = slowdown against stock with its 95 % interval (paired bootstrap over rounds, from 4 rounds), > 1 is slower)\n");
     out
 }
 

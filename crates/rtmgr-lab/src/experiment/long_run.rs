@@ -63,6 +63,7 @@ mod tests {
             rt_choice: None,
             skipped: vec![],
             host_preemption: None,
+            intervals: None,
         });
         let r = report(body, &online, 0, Some("in progress".into()));
         write_checkpoint(&path, &r).unwrap();

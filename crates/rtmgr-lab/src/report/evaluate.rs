@@ -1,5 +1,7 @@
 //! `rtmgr evaluate`'s report: the RT CPU's latency per configuration
-//! (ARTiS §3.1 Table 1), its table with ratios, and plain verdicts.
+//! (ARTiS §3.1 Table 1), its table with ratios, and plain verdicts (with
+//! their intervals and the A/A floor from `intervals` when the report has
+//! per-round figures; the point ratios of older reports otherwise).
 
 use super::text::{ratio_cell, render, us};
 use super::{CpuResult, Disturbance};
@@ -33,6 +35,10 @@ pub struct EvaluateRun {
     /// The host-preemption test the balancer started from (issue 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_preemption: Option<rtmgr_core::host_preemption::HostPreemption>,
+    /// Every comparison's ratios with a 95 % interval, and the A/A control
+    /// (issue 28, `rtmgr.report/3`); None in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<super::Intervals>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +59,10 @@ pub struct ConfigResult {
     /// What the live balancer did ("balanced" only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balancer: Option<super::BalancerSummary>,
+    /// This configuration's figures round by round (issue 28, `rtmgr.report/3`):
+    /// what the intervals are computed from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<super::RoundFigures>,
 }
 
 /// The name evaluate gives a configuration today, for a name read from a
@@ -148,10 +158,18 @@ fn compared(r: f64, base: &str) -> String {
     }
 }
 
-/// Plain verdict lines for `rtmgr evaluate`, from the numbers of this run only.
+/// Plain verdict lines for `rtmgr evaluate`, from the numbers of this run
+/// only: with intervals (and the A/A floor) when the run has them, else the
+/// point ratios older reports were judged by.
 pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
     let find = |n: &str| e.configs.iter().find(|c| config_name(&c.name) == n);
     let mut v = Vec::new();
+    if let Some(iv) = &e.intervals {
+        v = super::interval_verdicts(iv);
+        recovered(e, &mut v);
+        bound_lines(e, &mut v);
+        return v;
+    }
     let pick = |c: &ConfigResult, ppm: Option<u32>| match ppm {
         Some(p) => c.result.summary.get(p),
         None => c.result.summary.max_ns,
@@ -190,25 +208,8 @@ pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
         }
         v.push(line);
     }
+    recovered(e, &mut v);
     if let Some(sh) = find("shield") {
-        for (name, what) in [
-            ("idle-guests", "idle-guests's SCHED_IDLE guests"),
-            ("balanced", "the balancer's guests"),
-        ] {
-            let Some(c) = find(name) else { continue };
-            if let (Some(ts), Some(tc)) = (
-                throughput_ratio(sh, Some(stock)),
-                throughput_ratio(c, Some(stock)),
-            ) {
-                if ts < 1.0 {
-                    let recovered = ((tc - ts) / (1.0 - ts)).clamp(-10.0, 10.0);
-                    v.push(format!(
-                        "{what} recovered {:.0}% of the throughput the shield gave up",
-                        recovered * 100.0
-                    ));
-                }
-            }
-        }
         // What a user of the balancer weighs: its tail and throughput against the shield's.
         if let Some(b) = find("balanced") {
             // p99.9 when both runs are long enough for it (--quick may not be), else p99.
@@ -227,12 +228,44 @@ pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
             v.push(line);
         }
     }
+    bound_lines(e, &mut v);
+    v
+}
+
+/// How much of the throughput the shield gave up the guests won back (point figures).
+fn recovered(e: &EvaluateRun, v: &mut Vec<String>) {
+    let find = |n: &str| e.configs.iter().find(|c| config_name(&c.name) == n);
+    let (Some(stock), Some(sh)) = (find("stock"), find("shield")) else {
+        return;
+    };
+    for (name, what) in [
+        ("idle-guests", "idle-guests's SCHED_IDLE guests"),
+        ("balanced", "the balancer's guests"),
+    ] {
+        let Some(c) = find(name) else { continue };
+        if let (Some(ts), Some(tc)) = (
+            throughput_ratio(sh, Some(stock)),
+            throughput_ratio(c, Some(stock)),
+        ) {
+            if ts < 1.0 {
+                let recovered = ((tc - ts) / (1.0 - ts)).clamp(-10.0, 10.0);
+                v.push(format!(
+                    "{what} recovered {:.0}% of the throughput the shield gave up",
+                    recovered * 100.0
+                ));
+            }
+        }
+    }
+}
+
+/// Each loaded configuration's maximum against the partition's latency bound.
+fn bound_lines(e: &EvaluateRun, v: &mut Vec<String>) {
     let bound_ns = e.latency_bound_us as i64 * 1000;
     for c in &e.configs {
         if c.name == "idle" {
             continue;
         }
-        if let Some(m) = pick(c, None) {
+        if let Some(m) = c.result.summary.max_ns {
             let over = c.result.summary.missed;
             v.push(format!(
                 "{}: max {} µs {} the {} µs bound{}",
@@ -248,7 +281,6 @@ pub fn evaluate_verdicts(e: &EvaluateRun) -> Vec<String> {
             ));
         }
     }
-    v
 }
 
 /// The one-page HTML report of `rtmgr evaluate`: the configurations, the
@@ -285,7 +317,9 @@ pub fn evaluate_html(
         } else {
             String::new()
         },
-        table = esc(&(evaluate_table(e) + &super::evaluate_tails(e).map_or(String::new(), |t| format!("\n{t}")))),
+        table = esc(&(evaluate_table(e)
+            + &super::evaluate_tails(e).map_or(String::new(), |t| format!("\n{t}"))
+            + &e.intervals.as_ref().map_or(String::new(), |iv| format!("\n{}", super::intervals_table(iv))))),
         schema = rep.header.schema,
     )
 }

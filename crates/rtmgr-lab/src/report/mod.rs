@@ -7,11 +7,14 @@
 //! schema in `budget`.
 
 mod balancer;
+pub(crate) mod compact;
 mod evaluate;
+mod intervals;
 mod text;
 
 pub use balancer::BalancerSummary;
 pub use evaluate::*;
+pub use intervals::*;
 pub use text::*;
 
 use crate::load::{ComponentMetrics, LoadEngine};
@@ -21,7 +24,12 @@ use rtmgr_core::stats::{HistData, Summary};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; readers must check it.
-pub const SCHEMA: &str = "rtmgr.report/2";
+/// `/3` (issue 28): evaluate's per-round figures and intervals.
+pub const SCHEMA: &str = "rtmgr.report/3";
+
+/// The schemas this rtmgr reads: today's, and `/2` (no per-round figures: its
+/// evaluate verdicts are the point ratios it was written with).
+pub const SCHEMAS_READ: [&str; 2] = [SCHEMA, "rtmgr.report/2"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {

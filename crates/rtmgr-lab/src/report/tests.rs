@@ -16,7 +16,7 @@ fn cpu_result(cpu: u32, vals: &[i64]) -> CpuResult {
     }
 }
 
-fn sample_latency_report() -> Report {
+pub(crate) fn sample_latency_report() -> Report {
     let r = cpu_result(1, &[1000, 2000, 3000, 50_000]);
     Report {
         header: Header {
@@ -145,6 +145,7 @@ fn sample_evaluate_run_of(n: i64) -> EvaluateRun {
         disturbance: Disturbance::default(),
         tail_causes: None,
         balancer: None,
+        rounds: vec![],
     };
     EvaluateRun {
         rt_cpus: "1".parse().unwrap(),
@@ -167,6 +168,7 @@ fn sample_evaluate_run_of(n: i64) -> EvaluateRun {
         rt_choice: None,
         skipped: vec![],
         host_preemption: None,
+        intervals: None,
     }
 }
 

@@ -19,16 +19,23 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct EvaluateArgs {
-    /// About 15 s instead of about 60 s (CI, smoke tests).
+    /// About 25 s instead of about 60 s (CI, smoke tests).
     #[arg(long)]
     pub quick: bool,
     /// Total measuring time, spread over all rounds and configurations
-    /// (default 48s, or 12s with --quick; set-up adds a few seconds).
+    /// (default 36s, or 8s with --quick; each segment's load start and the
+    /// partition's set-up add about a third).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Rounds (each runs every configuration once; default 4, or 2 with --quick).
+    /// Rounds (each runs every configuration once; default 8, or 4 with
+    /// --quick). The intervals resample rounds: fewer than 4 give none.
     #[arg(long)]
     pub rounds: Option<u32>,
+    /// Skip the A/A control (the shield measured twice per round as `shield`
+    /// and `shield-twin`, this run's noise floor): longer segments, but the
+    /// verdicts then test against 1 only.
+    #[arg(long)]
+    pub no_control: bool,
     /// The RT CPU (default: the CPU with the least unmovable work — kernel-managed
     /// interrupts by rate, per-CPU kernel threads, CPU 0's housekeeping — as
     /// `partition apply --rt-cpus auto` chooses it; the reason is printed and recorded).
@@ -56,7 +63,12 @@ pub struct EvaluateArgs {
 }
 
 pub fn run(args: EvaluateArgs) -> Result<Outcome> {
-    let defaults = EvaluateConfig::new(args.quick, engine_choice(args.load_engine)?);
+    let engine = engine_choice(args.load_engine)?;
+    let defaults = if args.ablation.ablate {
+        EvaluateConfig::ablation(args.quick, engine)
+    } else {
+        EvaluateConfig::new(args.quick, engine)
+    };
     let cfg = EvaluateConfig {
         total: args.duration.unwrap_or(defaults.total),
         rounds: args.rounds.unwrap_or(defaults.rounds),
@@ -64,6 +76,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
         load: args.load,
         interval: args.interval,
         trace: args.trace.map(|t| t.0),
+        control: !args.no_control,
         ..defaults
     };
     if args.ablation.ablate {
@@ -98,7 +111,7 @@ pub fn run(args: EvaluateArgs) -> Result<Outcome> {
 
 fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
     println!(
-        "RT CPU {} latency under the {} load ({} engine; {} of {} rounds, {:.1} s per configuration per round, probe every {} µs{}{}):\n",
+        "RT CPU {} latency under the {} load ({} engine; {} of {} rounds, {:.2} s per configuration per round, probe every {} µs{}{}):\n",
         run.rt_cpus,
         run.load,
         run.load_engine,
@@ -118,6 +131,10 @@ fn print_run(run: &EvaluateRun, mlocked: bool, dma: bool) {
     print!("{}", evaluate_table(run));
     if let Some(t) = rtmgr_lab::report::evaluate_tails(run) {
         print!("{t}");
+    }
+    if let Some(iv) = &run.intervals {
+        println!();
+        print!("{}", rtmgr_lab::report::intervals_table(iv));
     }
     println!();
     for v in &run.verdicts {

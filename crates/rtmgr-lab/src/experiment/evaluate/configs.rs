@@ -14,6 +14,9 @@ pub(super) enum Config {
     Idle,
     Stock,
     Shield,
+    /// The shield again, measured in every round as the A/A control (issue 28):
+    /// its ratios to the shield are this run's noise floor.
+    ShieldTwin,
     /// Partition + the load also as SCHED_IDLE guests on the RT CPU, no balancer (was "rtmgr").
     IdleGuests,
     /// Partition + the live balancer (`rtmgr balance`).
@@ -36,6 +39,7 @@ impl Config {
             Config::Idle => "idle",
             Config::Stock => "stock",
             Config::Shield => "shield",
+            Config::ShieldTwin => crate::report::CONTROL,
             Config::IdleGuests => "idle-guests",
             Config::Balanced => "balanced",
             Config::Preempt => "preempt",
@@ -46,13 +50,17 @@ impl Config {
             Config::Idle => "no partition, no load: the machine's floor",
             Config::Stock => "no partition, load on every CPU",
             Config::Shield => "partition applied, load confined to the NRT CPUs (cset/RedHawk-style shielding)",
+            Config::ShieldTwin => "the shield measured a second time in every round: the A/A control, this run's noise floor",
             Config::IdleGuests => "partition applied, load on the NRT CPUs and as SCHED_IDLE guests on the RT CPU, no balancer (ARTiS)",
             Config::Balanced => "partition applied, load on the NRT CPUs, the live balancer (`rtmgr balance`) lending the RT CPU to it under its latency guard",
             Config::Preempt => "no partition, load on every CPU, the kernel switched to full preemption (ARTiS Table 1: Linux with preemption)",
         }
     }
     pub(super) fn partitioned(self) -> bool {
-        matches!(self, Config::Shield | Config::IdleGuests | Config::Balanced)
+        matches!(
+            self,
+            Config::Shield | Config::ShieldTwin | Config::IdleGuests | Config::Balanced
+        )
     }
 
     pub(super) fn load_plan(
@@ -78,7 +86,7 @@ impl Config {
         let parts = match self {
             Config::Idle => return None,
             Config::Stock | Config::Preempt => vec![part(online, false, None)],
-            Config::Shield | Config::Balanced => {
+            Config::Shield | Config::ShieldTwin | Config::Balanced => {
                 vec![same_work(part(&plan.nrt, false, Some(Role::Nrt)))]
             }
             Config::IdleGuests => vec![
@@ -127,6 +135,7 @@ mod tests {
             Config::Stock,
             Config::Preempt,
             Config::Shield,
+            Config::ShieldTwin,
             Config::IdleGuests,
             Config::Balanced,
         ] {

@@ -6,6 +6,9 @@
 //! balancer lending the RT CPU, ARTiS §2.3), plus preempt (Table 1's "Linux
 //! with preemption") where the kernel can switch its preemption model. The RT
 //! CPU defaults to the one the kernel leaves most alone (`--rt-cpus auto`).
+//! The shield runs twice per round (`shield-twin`, the A/A control) and every
+//! round's figures are kept, so each comparison gets a bootstrap interval
+//! against this run's noise floor (issue 28, docs/evaluate.md "Intervals").
 //! Always resets the partition it applied.
 
 mod configs;
@@ -23,8 +26,8 @@ use crate::measure::segment::{
 };
 use crate::measure::{disturb, unix_now_s, DmaLatencyGuard};
 use crate::report::{
-    evaluate_verdicts, BalancerSummary, Body, ConfigResult, Disturbance, EvaluateRun, PolicySpec,
-    ProbeMode, Report,
+    evaluate_intervals, evaluate_verdicts, BalancerSummary, Body, ConfigResult, Disturbance,
+    EvaluateRun, PolicySpec, ProbeMode, Report, RoundFigures,
 };
 use crate::trace::{tail_of_run, Attribution};
 use configs::{Config, CONFIGS};
@@ -62,20 +65,37 @@ pub struct EvaluateConfig {
     /// `CHECKPOINT_EVERY` (a valid report marked partial), so a crash loses
     /// at most that much.
     pub checkpoint: Option<PathBuf>,
+    /// Measure the shield twice per round, the A/A control (`--no-control`: not).
+    pub control: bool,
 }
 
 impl EvaluateConfig {
-    /// The defaults: 48 s over 4 rounds, or 12 s over 2 with `quick`.
+    /// The defaults: 36 s over 8 rounds, or 8 s over 4 with `quick` — many
+    /// short rounds, the units the intervals resample (issue 28); with the
+    /// control's sixth segment and each segment's load start the run takes
+    /// about 60 s (about 25 s with `quick`).
     pub fn new(quick: bool, load_engine: EngineChoice) -> Self {
         EvaluateConfig {
-            total: Duration::from_secs(if quick { 12 } else { 48 }),
-            rounds: if quick { 2 } else { 4 },
+            total: Duration::from_secs(if quick { 8 } else { 36 }),
+            rounds: if quick { 4 } else { 8 },
             rt_cpu: None,
             load: LoadKind::All,
             load_engine,
             interval: Duration::from_micros(250),
             trace: None,
             checkpoint: None,
+            control: true,
+        }
+    }
+
+    /// `--ablate`'s defaults: 48 s over 4 rounds, or 12 s over 2 with
+    /// `quick` (its steps' partitions are applied per segment, and it has no
+    /// bootstrap intervals yet: more rounds would only cost set-up time).
+    pub fn ablation(quick: bool, load_engine: EngineChoice) -> Self {
+        EvaluateConfig {
+            total: Duration::from_secs(if quick { 12 } else { 48 }),
+            rounds: if quick { 2 } else { 4 },
+            ..Self::new(quick, load_engine)
         }
     }
 }
@@ -96,6 +116,8 @@ struct Acc {
     balancer: Option<BalancerSummary>,
     /// The samples the host did not stall, and what it took.
     host: HostSplit,
+    /// Each round's figures, for the intervals.
+    rounds: Vec<RoundFigures>,
 }
 
 /// Per-segment average of ops/s per load component.
@@ -163,6 +185,9 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
     }
     // ARTiS Table 1's "Linux with preemption" where the kernel can switch to it.
     let mut configs = CONFIGS.to_vec();
+    if cfg.control {
+        configs.push(Config::ShieldTwin);
+    }
     let mut skipped = Vec::new();
     match partition::preempt_switchable(host, PreemptMode::Full) {
         Ok(()) => configs.insert(2, Config::Preempt),
@@ -376,10 +401,20 @@ pub fn run(host: &Host, cfg: &EvaluateConfig, rep: &mut dyn Reporter) -> Result<
                 Ok(seg) => {
                     let a = &mut acc[i];
                     let (h, m) = merged(&seg.threads);
+                    let split = HostSplit::of(&seg.threads);
+                    if !seg.interrupted {
+                        a.rounds.push(RoundFigures::of(
+                            r + 1,
+                            &h,
+                            m,
+                            Some((&split.guest, split.guest_missed)),
+                            seg.metrics.clone(),
+                        ));
+                    }
                     a.hist.merge(&h);
                     a.wakeups.merge(&merged_wakeups(&seg.threads));
                     a.missed += m;
-                    a.host.merge(&HostSplit::of(&seg.threads));
+                    a.host.merge(&split);
                     if !seg.metrics.is_empty() {
                         a.metrics.push(seg.metrics);
                     }
@@ -475,6 +510,7 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
                 tail_of_run(&a.hist, &a.wakeups, &a.attributions, fixed, a.events_lost)
             }),
             balancer: a.balancer.clone(),
+            rounds: a.rounds.clone(),
         })
         .collect();
     let mut run = EvaluateRun {
@@ -492,7 +528,9 @@ fn build_report(sh: &Shape<'_>, acc: &[Acc], rounds_done: u32, partial: Option<S
         rt_choice: sh.rt_choice.clone(),
         skipped: sh.skipped.to_vec(),
         host_preemption: sh.host_test.clone(),
+        intervals: None,
     };
+    run.intervals = evaluate_intervals(&run);
     run.verdicts = evaluate_verdicts(&run);
     report(Body::Evaluate(run), sh.online, sh.started, partial)
 }

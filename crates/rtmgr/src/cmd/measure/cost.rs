@@ -15,8 +15,8 @@ use std::time::Duration;
 #[derive(clap::Args)]
 pub struct CostArgs {
     /// Rounds; each runs every configuration once, the order reversed every
-    /// other round (at least 3 for a standard deviation worth reading).
-    #[arg(long, default_value_t = 3)]
+    /// other round (at least 4 for the slowdowns' 95 % intervals).
+    #[arg(long, default_value_t = 4)]
     pub rounds: u32,
     /// The RT CPU of the shield and balanced configurations (default: the one
     /// the kernel leaves most alone).
@@ -26,10 +26,10 @@ pub struct CostArgs {
     #[arg(long, value_delimiter = ',', default_value = "micro,build,sweep", value_parser = ["micro", "build", "sweep"])]
     pub only: Vec<String>,
     /// Run time of each micro-benchmark per configuration and round.
-    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "225ms", value_parser = parse_duration)]
     pub micro_time: Duration,
     /// Run time of each load-sweep point per configuration and round.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1500ms", value_parser = parse_duration)]
     pub sweep_time: Duration,
     /// Most concurrent jobs of the load sweep (default: 4 × online CPUs).
     #[arg(long)]
