@@ -14,7 +14,7 @@ use std::path::Path;
 pub struct Cpuset;
 
 /// The cpuset a grant's threads join, if this step moves them.
-fn target<'g>(layout: &Layout, g: &'g Grant) -> Option<&'g Path> {
+pub(super) fn target<'g>(layout: &Layout, g: &'g Grant) -> Option<&'g Path> {
     match layout {
         Layout::V1(_) => g.cgroup.as_deref(),
         Layout::V2(_) => None,
@@ -98,6 +98,12 @@ impl GrantStep for Affinity {
     fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
         let one = CpuSet::single(g.cpu);
         for t in &g.threads {
+            // Pinned by the cpuset move already: setting it again would be
+            // refused (EBUSY) for a deadline thread still waiting on an NRT
+            // CPU's run queue (`sched::DeadlineWhereItWaits`).
+            if cx.host.get_affinity(t.tid).is_ok_and(|a| a == one) {
+                continue;
+            }
             cx.host.set_affinity(t.tid, &one)?;
         }
         Ok(())

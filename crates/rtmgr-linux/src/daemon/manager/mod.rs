@@ -10,6 +10,7 @@ use super::grant;
 use super::journal::{Grant, GrantJournal, Record};
 use super::peer::{thread_of, Client};
 use crate::partition::Applied;
+use crate::resources::grant::IoprioChange;
 use crate::{tasks, Host, HostError};
 use rtmgr_core::admission::policy::{Ask, ClientPolicy};
 use rtmgr_core::admission::rate::Burst;
@@ -61,6 +62,8 @@ pub struct Manager {
     pub(super) leaving: BTreeMap<u32, u64>,
     /// RT CPUs whose root domain may hold leaked deadline bandwidth (`dl_leak.rs`).
     pub(super) dl_leak: LeakWatch,
+    /// Hard grants' threads runnable without running (`stranded.rs`).
+    pub(super) stranded: super::stranded::StrandWatch,
     pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
@@ -109,6 +112,7 @@ impl Manager {
             deferred: Vec::new(),
             leaving: BTreeMap::new(),
             dl_leak: LeakWatch::default(),
+            stranded: Default::default(),
             journal,
             header,
             next_id: next_id.max(1),
@@ -244,6 +248,15 @@ impl Manager {
                     format!("thread {tid} is not a thread of process {pid}"),
                 ));
             }
+            // A zombie (or dead) thread will never run: nothing to grant.
+            if let Some(st @ ('Z' | 'X')) = tasks::state(&self.host, tid) {
+                return Err(Response::error(
+                    ErrorCode::Gone,
+                    format!(
+                        "thread {tid} has exited (state {st}): it will never run again, so it cannot be granted"
+                    ),
+                ));
+            }
             if let Some(g) = self
                 .grants
                 .values()
@@ -281,9 +294,10 @@ impl Manager {
             .values()
             .map(|g| g.resources.memlock_bytes)
             .sum();
-        let resources = self
+        let mut resources = self
             .resources
             .for_request(&self.host, v, &before, limits.1, held)?;
+        let io_target = self.resources.io_target(v);
         let placed = self.admission.check(&v.demand, count, v.cpu).map_err(|r| {
             Response::new(Reply::Refused {
                 reason: RefusalKind::Admission,
@@ -307,8 +321,13 @@ impl Manager {
         let mut fresh_tids = Vec::new();
         for &tid in &tids {
             // A thread still leaving an earlier grant keeps that grant's before-state.
-            let t = match self.take_deferred_thread(tid) {
-                Some(t) => t,
+            let t = match self.take_deferred_thread(tid, io_target.is_some()) {
+                Some((t, io)) => {
+                    if let (Some(io), Some(new)) = (io, io_target) {
+                        carry_ioprio(&mut resources.ioprio, io, new);
+                    }
+                    t
+                }
                 None => {
                     fresh_tids.push(tid);
                     grant::new_thread(&self.host, pid, tid).map_err(gone)?
@@ -388,7 +407,16 @@ impl Manager {
         }
         self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, client.start_time);
-        let info = info_of(&g);
+        let mut info = info_of(&g);
+        // What each thread was doing: a sleeping or stopped one runs under
+        // its policy when it next wakes (docs/protocol.md).
+        for t in &g.threads {
+            match tasks::state(&self.host, t.tid) {
+                Some('S' | 'D' | 'I') => info.asleep.push(t.tid),
+                Some('T' | 't') => info.stopped.push(t.tid),
+                _ => {}
+            }
+        }
         self.grants.insert(g.id, g);
         Ok(Response::new(Reply::Granted {
             reservation: Box::new(info),
@@ -433,6 +461,17 @@ impl Manager {
             )));
         }
         Ok(Some(n))
+    }
+}
+
+/// A thread taken over from a grant still being revoked: its I/O priority
+/// now is the earlier grant's, so the new grant's change starts from the
+/// earlier grant's `old` (the thread's priority before rtmgr), and none is
+/// recorded when that already is `new`.
+fn carry_ioprio(changes: &mut Vec<IoprioChange>, earlier: IoprioChange, new: u16) {
+    changes.retain(|c| c.tid != earlier.tid);
+    if earlier.old != new {
+        changes.push(IoprioChange { new, ..earlier });
     }
 }
 

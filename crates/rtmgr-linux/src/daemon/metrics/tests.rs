@@ -30,6 +30,8 @@ fn granted(cpu: u32) -> Response {
             memlock_reserved: None,
             io_class: None,
             cache: None,
+            asleep: Vec::new(),
+            stopped: Vec::new(),
         }),
     })
 }
