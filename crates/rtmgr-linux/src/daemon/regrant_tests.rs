@@ -2,6 +2,7 @@
 //! on a fake machine: the new grant takes over the thread's before-state
 //! from the grant still being revoked, I/O priority included, and the old
 //! grant's second half (`finish_deferred`) does not undo the new grant.
+//! And a zombie thread is refused before anything changes.
 
 use super::*;
 use crate::daemon::peer::Client;
@@ -131,4 +132,33 @@ fn a_thread_granted_again_within_a_period_keeps_the_right_io_priority() {
             "{second}: the thread did not get its own priority back"
         );
     }
+}
+
+/// A thread in state Z (exited, its process alive) will never run: refused
+/// as gone, with why, and nothing reserved.
+#[test]
+fn a_zombie_thread_is_refused_as_gone() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let stat = host.read(format!("/proc/{PID}/stat")).unwrap();
+    host.write(
+        format!("/proc/{PID}/stat"),
+        &stat.replacen(") S ", ") Z ", 1),
+    )
+    .unwrap();
+    let mut d = manager(&m);
+    let c = client(&m);
+    let resp = d.handle(
+        &c,
+        Request {
+            v: 1,
+            op: Op::Reserve(ReserveRequest::new(10_000_000, 1_000_000)),
+        },
+    );
+    let line = resp.to_line();
+    assert!(
+        line.contains("\"gone\"") && line.contains("will never run again"),
+        "{line}"
+    );
+    assert!(d.grants.is_empty());
 }

@@ -4,7 +4,7 @@
 
 use super::{live, note, Cx, Draft, GrantStep};
 use crate::cgroup::{self, Layout};
-use crate::daemon::journal::Grant;
+use crate::daemon::journal::{Grant, ThreadBefore};
 use crate::host::HostError;
 use rtmgr_core::CpuSet;
 use std::path::Path;
@@ -65,19 +65,33 @@ impl GrantStep for Cpuset {
             return problems;
         }
         for t in live(cx.host, g) {
-            let back = t
-                .cgroup
-                .as_deref()
-                .map(|rel| cx.layout.dir(rel))
-                .filter(|d| cx.host.exists(d))
-                .unwrap_or_else(|| cx.layout.mount().to_path_buf());
-            let r = cgroup::attach(cx.host, cx.layout, &back, t.tid);
-            note(&mut problems, format!("thread {} cpuset", t.tid), r);
-            let r = cx.host.set_affinity(t.tid, &t.affinity);
-            note(&mut problems, format!("thread {} affinity", t.tid), r);
+            put_back(cx, t, &mut problems);
         }
         problems
     }
+}
+
+/// One thread back into its old cpuset (the mount when that is gone), then
+/// its own affinity.
+pub(super) fn put_back(cx: &Cx, t: &ThreadBefore, problems: &mut Vec<String>) {
+    let back = t
+        .cgroup
+        .as_deref()
+        .map(|rel| cx.layout.dir(rel))
+        .filter(|d| cx.host.exists(d))
+        .unwrap_or_else(|| cx.layout.mount().to_path_buf());
+    let r = cgroup::attach(cx.host, cx.layout, &back, t.tid);
+    note(problems, format!("thread {} cpuset", t.tid), r);
+    let r = cx.host.set_affinity(t.tid, &t.affinity);
+    note(problems, format!("thread {} affinity", t.tid), r);
+}
+
+/// Is the thread in the grant's cpuset already (a thread taken over from a
+/// grant still being revoked)?
+pub(super) fn in_target(cx: &Cx, g: &Grant, tid: u32) -> bool {
+    target(cx.layout, g).is_some_and(|dir| {
+        cgroup::task_cgroup(cx.host, cx.layout, tid) == Some(cgroup::rel_path(cx.layout, dir))
+    })
 }
 
 /// Affinity: each thread pinned to the grant's RT CPU.
@@ -122,13 +136,7 @@ impl GrantStep for Affinity {
     /// the old CPUs may lie outside the RT cpuset, and the kernel refuses them).
     fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         let mut problems = Vec::new();
-        let in_rt_set = |tid| {
-            target(cx.layout, g).is_some_and(|dir| {
-                cgroup::task_cgroup(cx.host, cx.layout, tid)
-                    == Some(cgroup::rel_path(cx.layout, dir))
-            })
-        };
-        for t in live(cx.host, g).filter(|t| !in_rt_set(t.tid)) {
+        for t in live(cx.host, g).filter(|t| !in_target(cx, g, t.tid)) {
             let r = cx.host.set_affinity(t.tid, &t.affinity);
             note(&mut problems, format!("thread {} affinity", t.tid), r);
         }

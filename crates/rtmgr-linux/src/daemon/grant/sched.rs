@@ -145,6 +145,18 @@ impl GrantStep for DeadlineWhereItWaits {
                 Some(_) if has(cx.host, t.tid, &attr) => continue,
                 Some(_) => {}
             }
+            // Taken over from a grant being revoked without having run
+            // since: pinned to its RT CPU but waiting on another, where the
+            // kernel admits it only with an affinity covering that CPU's
+            // root domain. Back to its own cpuset and affinity first; the
+            // cpuset step moves it again.
+            if placement::in_target(cx, g, t.tid) {
+                let mut problems = Vec::new();
+                placement::put_back(cx, t, &mut problems);
+                if !problems.is_empty() {
+                    tracing::debug!("reservation {}: {problems:?}", g.id);
+                }
+            }
             match cx.host.set_attr(t.tid, &attr) {
                 Err(e) if e.is_gone() => return Err(e),
                 // After the move, then (`SchedAttrs`).
