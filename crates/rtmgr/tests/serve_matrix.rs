@@ -188,7 +188,10 @@ fn cell(live: &Live, route: (&str, Route), pid: u32, (what, tid): (&str, u32), c
             state_of(tid),
             route.0
         );
-        let id = (route.1)(live, pid, tid, class).unwrap_or_else(|e| panic!("{at}: {e}"));
+        let id = (route.1)(live, pid, tid, class).unwrap_or_else(|e| {
+            let log = std::fs::read_to_string(live.dir.path().join("serve.log"));
+            panic!("{at}: {e}\ndaemon log:\n{}", log.unwrap_or_default())
+        });
         assert_eq!(policy_of(tid), Some(policy), "{at}");
         assert_eq!(affinity_of(tid), rt, "{at}");
         release(live, id);
@@ -313,4 +316,67 @@ fn the_rust_client_grants_its_own_sleeping_thread() {
     drop(d);
     h.join().unwrap();
     live.assert_restored("after the client's own thread");
+}
+
+/// CPU `cpu`'s root-domain deadline bandwidth (`dl_bw->total_bw` of
+/// /sys/kernel/debug/sched/debug, read in a private mount namespace), or
+/// None without debugfs.
+fn total_bw(cpu: u32) -> Option<u64> {
+    let text = rtmgr_linux::Host::real().read_debugfs("sched/debug")?;
+    let head = format!("dl_rq[{cpu}]:");
+    let from = text.find(&head)?;
+    text[from..]
+        .lines()
+        .find(|l| l.contains("dl_bw->total_bw"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A hard grant of a thread asleep on its NRT CPU, then of one stopped
+/// there: the kernel holds the grant's bandwidth in the RT CPU's root
+/// domain, as admission booked it, and none more in the NRT CPU's; after
+/// the release it is back where it was.
+#[test]
+fn a_sleeping_or_stopped_thread_s_bandwidth_is_booked_on_its_rt_cpu() {
+    let Some(live) = Live::new() else { return };
+    if total_bw(live.rt_cpu).is_none() {
+        eprintln!("skip: no debugfs sched/debug");
+        return;
+    }
+    let Some(mut w) = waiters() else { return };
+    let d = live.start(UNLIMITED);
+    let pid = w.child.id();
+    let (_, sleeper) = w
+        .threads
+        .iter()
+        .find(|(n, _)| n == "nanosleep")
+        .cloned()
+        .unwrap();
+    // 500 µs every 10 ms, as the kernel rounds it (BW_SHIFT 20).
+    let bw = (500_000u64 << 20) / 10_000_000;
+    let nrt = 0;
+    for stopped in [false, true] {
+        if stopped {
+            rtmgr_sys::process::kill(pid as i32, libc::SIGSTOP).unwrap();
+            eventually("stopped", || state_of(sleeper) == 'T');
+        }
+        let (rt0, nrt0) = (total_bw(live.rt_cpu).unwrap(), total_bw(nrt).unwrap());
+        let id = rust_client(&live, pid, sleeper, "rt0").unwrap();
+        let (rt1, nrt1) = (total_bw(live.rt_cpu).unwrap(), total_bw(nrt).unwrap());
+        assert_eq!(rt1, rt0 + bw, "stopped {stopped}: the RT CPU's root domain");
+        assert_eq!(nrt1, nrt0, "stopped {stopped}: the NRT CPUs' root domain");
+        assert!(matches!(state_of(sleeper), 'S' | 'T'), "it has not run");
+        release(&live, id);
+        eventually("the bandwidth given back", || {
+            total_bw(live.rt_cpu) == Some(rt0)
+        });
+    }
+    rtmgr_sys::process::kill(pid as i32, libc::SIGCONT).unwrap();
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
+    assert!(d.stop().success());
+    live.assert_restored("after the bandwidth checks");
 }

@@ -105,11 +105,12 @@ fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> H
     }
     let on =
         tasks::run_queue_cpu(host, tid).map_or("an unknown CPU".into(), |c| format!("CPU {c}"));
-    HostError::Parse {
-        path: format!("thread {tid}"),
-        msg: format!(
-            "the kernel refused SCHED_DEADLINE (EPERM): the thread waits on {on}'s run queue, and its affinity does not cover that CPU's root domain, neither before nor after its move to CPU {cpu} (pinned by its program to fewer CPUs than its cpuset, or on cgroup v2, where rtmgr makes no per-CPU root domains; see docs/protocol.md \"When the policy takes effect\")"
+    HostError::Io {
+        op: "sched_setattr",
+        path: format!(
+            "thread {tid} (SCHED_DEADLINE: the thread waits on {on}'s run queue, and the kernel admits it only with an affinity covering that CPU's root domain, which it had neither before nor after its move to CPU {cpu}: pinned by its program to fewer CPUs than its cpuset, refused there, or on cgroup v2, where rtmgr makes no per-CPU root domains; see docs/protocol.md \"When the policy takes effect\")"
         ),
+        source: std::io::Error::from_raw_os_error(libc::EPERM),
     }
 }
 
@@ -160,7 +161,13 @@ impl GrantStep for DeadlineWhereItWaits {
             match cx.host.set_attr(t.tid, &attr) {
                 Err(e) if e.is_gone() => return Err(e),
                 // After the move, then (`SchedAttrs`).
-                Err(_) | Ok(()) => {}
+                Err(e) => tracing::info!(
+                    "reservation {}: thread {} waiting on CPU {:?}: SCHED_DEADLINE before the move refused ({e}); after the move, then",
+                    g.id,
+                    t.tid,
+                    tasks::run_queue_cpu(cx.host, t.tid)
+                ),
+                Ok(()) => {}
             }
         }
         Ok(())

@@ -383,6 +383,20 @@ impl Manager {
         {
             applied = grant::apply(&cx, &g);
         }
+        // SCHED_DEADLINE refused where the thread waits (EBUSY in that root
+        // domain, seen after root-domain rebuilds on 6.18) and so after the
+        // move (EPERM): everything was undone; rebuild the root domains'
+        // deadline accounting once and try again.
+        if g.demand.is_hard()
+            && applied
+                .as_ref()
+                .is_err_and(|e| e.errno() == Some(libc::EPERM))
+            && self.dl_leak.quiet_from(g.cpu) <= mono_ns()
+        {
+            tracing::info!("reservation {}: SCHED_DEADLINE refused where a thread waits; root domains rebuilt, trying again", g.id);
+            self.dl_leak.rebuild(&self.host, &self.domains, g.cpu);
+            applied = grant::apply(&cx, &g);
+        }
         if let Err(e) = applied {
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
