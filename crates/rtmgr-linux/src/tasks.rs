@@ -118,6 +118,35 @@ pub fn runnable(host: &Host, tid: u32) -> bool {
         == Some('R')
 }
 
+/// The task's state letter in /proc/<tid>/stat (R running or queued, S/D
+/// asleep, T/t stopped, Z zombie, X dead); None when it is gone.
+pub fn state(host: &Host, tid: u32) -> Option<char> {
+    host.read_opt(format!("/proc/{tid}/stat"))
+        .and_then(|t| state_of(&t))
+}
+
+/// The CPU whose run queue holds the task now (field 39 of
+/// /proc/<tid>/stat, `task_cpu`): a sleeping or stopped task stays on the
+/// CPU it last ran on until it next wakes.
+pub fn run_queue_cpu(host: &Host, tid: u32) -> Option<u32> {
+    let text = host.read_opt(format!("/proc/{tid}/stat"))?;
+    let rest: Vec<&str> = text
+        .get(text.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    rest.get(39 - 3)?.parse().ok()
+}
+
+/// The task's CPU time so far, ns (the first field of /proc/<tid>/schedstat:
+/// `sum_exec_runtime`, exact, unlike the tick-based times of stat).
+pub fn exec_ns(host: &Host, tid: u32) -> Option<u64> {
+    host.read_opt(format!("/proc/{tid}/schedstat"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The state letter of a /proc/<tid>/stat line (after the comm's last ')').
 fn state_of(stat: &str) -> Option<char> {
     stat.get(stat.rfind(')')? + 1..)?
@@ -167,6 +196,30 @@ mod tests {
         let host = Host::real();
         assert!(runnable(&host, rtmgr_sys::sched::gettid()));
         assert!(!runnable(&host, u32::MAX));
+    }
+
+    #[test]
+    fn reads_the_run_queue_cpu_and_the_cpu_time() {
+        let m = crate::fake::FakeMachine::new(2).build();
+        let host = m.host();
+        let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 99 1 0 0 0";
+        std::fs::create_dir_all(host.path("/proc/42")).unwrap();
+        host.write("/proc/42/stat", line).unwrap();
+        host.write("/proc/42/schedstat", "123456 7 8\n").unwrap();
+        assert_eq!(run_queue_cpu(&host, 42), Some(1));
+        assert_eq!(state(&host, 42), Some('S'));
+        assert_eq!(exec_ns(&host, 42), Some(123_456));
+        assert_eq!(run_queue_cpu(&host, 43), None);
+        assert_eq!(exec_ns(&host, 43), None);
+        // This thread runs, so its CPU time grows.
+        let real = Host::real();
+        let me = rtmgr_sys::sched::gettid();
+        let before = exec_ns(&real, me).unwrap();
+        let t = std::time::Instant::now();
+        while exec_ns(&real, me).unwrap() == before {
+            assert!(t.elapsed().as_secs() < 10, "CPU time did not grow");
+        }
+        assert!(run_queue_cpu(&real, me).is_some());
     }
 
     #[test]

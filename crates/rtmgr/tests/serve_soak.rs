@@ -86,7 +86,8 @@ fn rescue_stranded() -> u64 {
 }
 
 /// The soak's watchdog for a kernel stall seen on 6.18, also before issue 19
-/// (docs/serve.md, "Known limit"): a client thread made SCHED_DEADLINE on the
+/// (docs/serve.md, "Stranded threads"; the daemon now repairs it itself, and
+/// the soak fails if the watchdog had anything to do): a client thread made SCHED_DEADLINE on the
 /// RT CPU left runnable (state R, dl_rq nr_running 1) while the CPU's run
 /// queue counted nothing and stayed idle. When no cycle finishes for STALL_S,
 /// it names the threads and puts such a stranded thread back to SCHED_OTHER
@@ -263,7 +264,7 @@ fn soak(cycles: u64) {
         .expect("the daemon keeps its grants journal");
     let journal_left = journal.all().len();
     eprintln!(
-        "soak: {} cycles ({} from {workers} client threads, {} child clients of which {} SIGKILLed); daemon: {} granted, {} refused, {} errors; fds {fds0} -> {fds1}, threads {threads0} -> {threads1}, VmRSS {rss_warm} KiB after warm-up -> {rss_end} KiB; grants left in the journal {journal_left} ({journal_records} records); cgroups leaked {leaked_cgroups:?}; threads left in the RT cpusets {threads_in_cgroups}; stranded threads put back {}",
+        "soak: {} cycles ({} from {workers} client threads, {} child clients of which {} SIGKILLed); daemon: {} granted, {} refused, {} errors; fds {fds0} -> {fds1}, threads {threads0} -> {threads1}, VmRSS {rss_warm} KiB after warm-up -> {rss_end} KiB; grants left in the journal {journal_left} ({journal_records} records); cgroups leaked {leaked_cgroups:?}; threads left in the RT cpusets {threads_in_cgroups}; stranded threads repaired by the daemon {}; the watchdog acted {} time(s)",
         done.load(Ordering::Relaxed),
         thread_cycles * workers,
         child_cycles,
@@ -271,7 +272,16 @@ fn soak(cycles: u64) {
         status.granted,
         status.refused,
         status.errors,
+        status.stranded_repaired,
         rescued.load(Ordering::Relaxed)
+    );
+    // The daemon repairs a stranded thread itself (docs/serve.md "Stranded
+    // threads"), within a fraction of the watchdog's wait: the watchdog
+    // must have had nothing to do.
+    assert_eq!(
+        rescued.load(Ordering::Relaxed),
+        0,
+        "the soak's watchdog put back stranded threads the daemon did not repair"
     );
     assert_eq!(fds1, fds0, "descriptors leaked");
     assert_eq!(threads1, threads0, "threads leaked");

@@ -155,6 +155,17 @@ pub struct ReservationInfo {
     /// Its cache: the L3 ways it shares, or why it has none ("not available: …").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<String>,
+    /// In a `granted` reply: the threads that were asleep (`S`, `D`) when
+    /// granted. Their policy and bandwidth are in place already; each first
+    /// runs under it, on its RT CPU, when it wakes (docs/protocol.md "When
+    /// the policy takes effect"). Absent: none (and in `list`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asleep: Vec<u32>,
+    /// In a `granted` reply: the threads that were stopped (`T`, `t`, e.g.
+    /// SIGSTOP) when granted: granted as the sleeping ones, they run when
+    /// continued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<u32>,
 }
 
 /// One RT CPU in `status`.
@@ -189,6 +200,11 @@ pub struct StatusInfo {
     pub balancer: String,
     /// Drift repaired since start: name → count.
     pub drift: std::collections::BTreeMap<String, u64>,
+    /// Hard grants' threads found runnable without running for several
+    /// periods and put back by setting their policy again, since start
+    /// (docs/serve.md "Stranded threads"; absent from older daemons: 0).
+    #[serde(default)]
+    pub stranded_repaired: u64,
     /// Memory, I/O, cache and the starvation guard: resource → what is in
     /// place, or "not available: why" (issue 13).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -36,6 +36,7 @@ pub mod rtkit;
 pub mod server;
 pub mod startup;
 pub mod starvation;
+mod stranded;
 
 pub use config::ServeConfig;
 pub use manager::Manager;

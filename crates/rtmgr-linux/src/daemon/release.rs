@@ -12,6 +12,7 @@
 use super::grant;
 use super::journal::{Grant, ThreadBefore};
 use super::manager::{Deferred, Manager};
+use crate::resources::grant::IoprioChange;
 use rtmgr_sys::time::mono_ns;
 
 /// Margin after the period for the kernel's inactive timer.
@@ -50,10 +51,23 @@ impl Manager {
 
     /// A new grant for a thread still leaving an earlier one: it takes over
     /// the thread's before-state, and the earlier grant no longer moves it.
-    pub(super) fn take_deferred_thread(&mut self, tid: u32) -> Option<ThreadBefore> {
+    /// With `takes_io` (the new grant sets an I/O priority) the thread's I/O
+    /// change goes along too: its `old` is the priority from before the
+    /// earlier grant, and the earlier grant's second half no longer restores
+    /// it over the new grant's.
+    pub(super) fn take_deferred_thread(
+        &mut self,
+        tid: u32,
+        takes_io: bool,
+    ) -> Option<(ThreadBefore, Option<IoprioChange>)> {
         for d in &mut self.deferred {
             if let Some(i) = d.grant.threads.iter().position(|t| t.tid == tid) {
-                return Some(d.grant.threads.remove(i));
+                let io = &mut d.grant.resources.ioprio;
+                let change = match io.iter().position(|c| c.tid == tid) {
+                    Some(j) if takes_io => Some(io.remove(j)),
+                    _ => None,
+                };
+                return Some((d.grant.threads.remove(i), change));
             }
         }
         None
@@ -97,3 +111,7 @@ impl Manager {
         problems
     }
 }
+
+#[cfg(test)]
+#[path = "regrant_tests.rs"]
+mod regrant_tests;

@@ -88,6 +88,7 @@ pub fn run_with(
             }
         }
         m.finish_deferred();
+        m.repair_stranded(mono_ns());
         for (c, r) in conns.iter_mut().zip(&ready[1..]) {
             if *r {
                 serve_conn(m, c);

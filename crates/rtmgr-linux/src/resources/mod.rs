@@ -225,6 +225,22 @@ fn refuse(msg: String) -> Response {
 }
 
 impl Resources {
+    /// The raw I/O priority a request's threads get, if it sets one (its
+    /// `io_class`, else the config's default class).
+    pub fn io_target(&self, v: &ValidReserve) -> Option<u16> {
+        let class = match v.io_class {
+            Some(c) => Some(c == IoClass::Rt),
+            None => self.cfg.default_io_class().unwrap_or(None),
+        };
+        class.map(|rt| {
+            if rt {
+                ioprio::value(ioprio::CLASS_RT, u16::from(self.cfg.rt_io_level))
+            } else {
+                ioprio::value(ioprio::CLASS_BE, 4)
+            }
+        })
+    }
+
     /// What a grant for `threads` (tid, start time) gets: its locked memory
     /// admitted (`held` is what other grants hold; `policy_memlock` the
     /// client rule's RLIMIT_MEMLOCK), its I/O class. Nothing changes here.
@@ -254,16 +270,7 @@ impl Resources {
                 .map_err(|r| refuse(r.to_string()))?;
             out.memlock_bytes = asked;
         }
-        let class = match v.io_class {
-            Some(c) => Some(c == IoClass::Rt),
-            None => self.cfg.default_io_class().unwrap_or(None),
-        };
-        if let Some(rt) = class {
-            let new = if rt {
-                ioprio::value(ioprio::CLASS_RT, u16::from(self.cfg.rt_io_level))
-            } else {
-                ioprio::value(ioprio::CLASS_BE, 4)
-            };
+        if let Some(new) = self.io_target(v) {
             out.ioprio = grant::ioprio_changes(host, threads, new).map_err(|e| {
                 Response::error(rtmgr_core::protocol::ErrorCode::Os, format!("ioprio: {e}"))
             })?;

@@ -370,6 +370,8 @@ mod tests {
             memlock_reserved: Some(1 << 20),
             io_class: Some("rt:4".into()),
             cache: Some("L3: RT CPUs and clients 4 of 12 ways".into()),
+            asleep: Vec::new(),
+            stopped: Vec::new(),
         };
         let r = granted_resources(&g);
         assert_eq!(

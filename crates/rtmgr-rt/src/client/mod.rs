@@ -78,10 +78,10 @@ impl Client {
     }
 
     /// Send one request, read its response. While waiting the thread stays
-    /// runnable (yielding) until the answer: a SCHED_DEADLINE grant needs it
-    /// to move to its RT CPU, which an asleep thread does only when it next
-    /// runs (see the daemon's grant pipeline, daemon/grant/), and a release needs it runnable to
-    /// get the bandwidth back. A SCHED_FIFO/RR thread blocks at once.
+    /// runnable (yielding) until the answer: a release needs it runnable to
+    /// get the bandwidth back (a grant no longer does: the daemon grants a
+    /// sleeping thread too, docs/protocol.md "When the policy takes
+    /// effect"). A SCHED_FIFO/RR thread blocks at once.
     pub fn request(&mut self, op: Op) -> Result<Response, ClientError> {
         self.stream
             .write_all(Request::new(op).to_line().as_bytes())?;
@@ -94,10 +94,7 @@ impl Client {
         let fixed_priority = rtmgr_sys::sched::get_attr(0).is_ok_and(|a| {
             a.policy == rtmgr_sys::sched::SCHED_FIFO || a.policy == rtmgr_sys::sched::SCHED_RR
         });
-        // Until the answer (at most the 10 s read timeout): the daemon may
-        // take longer than 200 ms to reach this request (the soak, four
-        // clients and a loaded NRT CPU, saw EPERM after its 200 ms of retries
-        // because the thread had gone to sleep on its old CPU by then).
+        // Until the answer (at most the 10 s read timeout).
         let spin_ns = if fixed_priority { 0 } else { 10_000_000_000 };
         let spin_until = rtmgr_sys::time::mono_ns() + spin_ns;
         self.stream.set_nonblocking(true)?;

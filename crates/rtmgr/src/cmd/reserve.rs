@@ -179,6 +179,16 @@ fn describe(g: &ReservationInfo) -> String {
     if let Some(c) = &g.cache {
         s += &format!("; cache: {c}");
     }
+    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    if !g.asleep.is_empty() {
+        s += &format!("; asleep {}: in effect when they wake", list(&g.asleep));
+    }
+    if !g.stopped.is_empty() {
+        s += &format!(
+            "; stopped {}: in effect when they are continued",
+            list(&g.stopped)
+        );
+    }
     s
 }
 

@@ -8,11 +8,15 @@
 //! (`snapshot`, journalled before anything changes), changes it (`apply`),
 //! says what drifted (`verify`) and gives it back from the record alone
 //! (`undo`, so it also works for a daemon that was `kill -9`ed). The steps,
-//! in order: cpuset membership, affinity (`placement.rs`), rlimits, locked
-//! memory (`limits.rs`), IRQ steering (`irq.rs`), I/O priority, cache group
-//! (`io.rs`), scheduling attributes (`sched.rs`, last: a deadline thread must
-//! be on its RT CPU first, and its policy goes back first). Grant, revoke,
-//! drift check and repair all run through `STEPS`.
+//! in order: on cgroup v1, SCHED_DEADLINE for the threads of a hard grant
+//! that wait on another CPU than their RT CPU (`sched.rs`: the kernel admits
+//! it only where the thread waits, and the cpuset move carries the
+//! bandwidth over); cpuset membership, affinity (`placement.rs`), rlimits,
+//! locked memory (`limits.rs`), IRQ steering (`irq.rs`), I/O priority, cache
+//! group (`io.rs`), scheduling attributes of the other threads (`sched.rs`,
+//! last: such a thread is on its RT CPU already). Both policy steps go
+//! back first, from the same record, whichever set it (`revoke_policy`).
+//! Grant, revoke, drift check and repair all run through `STEPS`.
 
 mod io;
 mod irq;
@@ -104,7 +108,8 @@ pub trait GrantStep {
 }
 
 /// The steps of a grant, in the order they are applied.
-pub const STEPS: [&dyn GrantStep; 8] = [
+pub const STEPS: [&dyn GrantStep; 9] = [
+    &sched::DeadlineWhereItWaits,
     &placement::Cpuset,
     &placement::Affinity,
     &limits::RLIMITS,

@@ -15,7 +15,7 @@ use std::path::Path;
 pub struct Cpuset;
 
 /// The cpuset a grant's threads join, if this step moves them.
-fn target<'g>(layout: &Layout, g: &'g Grant) -> Option<&'g Path> {
+pub(super) fn target<'g>(layout: &Layout, g: &'g Grant) -> Option<&'g Path> {
     match layout {
         Layout::V1(_) => g.cgroup.as_deref(),
         Layout::V2(_) => None,
@@ -66,19 +66,33 @@ impl GrantStep for Cpuset {
             return problems;
         }
         for t in live(cx.host, g) {
-            let back = t
-                .cgroup
-                .as_deref()
-                .map(|rel| cx.layout.dir(rel))
-                .filter(|d| cx.host.exists(d))
-                .unwrap_or_else(|| cx.layout.mount().to_path_buf());
-            let r = cgroup::attach(cx.host, cx.layout, &back, t.tid);
-            note(&mut problems, format!("thread {} cpuset", t.tid), r);
-            let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
-            note(&mut problems, format!("thread {} affinity", t.tid), r);
+            put_back(cx, t, &mut problems);
         }
         problems
     }
+}
+
+/// One thread back into its old cpuset (the mount when that is gone), then
+/// its own affinity.
+pub(super) fn put_back(cx: &Cx, t: &ThreadBefore, problems: &mut Vec<String>) {
+    let back = t
+        .cgroup
+        .as_deref()
+        .map(|rel| cx.layout.dir(rel))
+        .filter(|d| cx.host.exists(d))
+        .unwrap_or_else(|| cx.layout.mount().to_path_buf());
+    let r = cgroup::attach(cx.host, cx.layout, &back, t.tid);
+    note(problems, format!("thread {} cpuset", t.tid), r);
+    let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
+    note(problems, format!("thread {} affinity", t.tid), r);
+}
+
+/// Is the thread in the grant's cpuset already (a thread taken over from a
+/// grant still being revoked)?
+pub(super) fn in_target(cx: &Cx, g: &Grant, tid: u32) -> bool {
+    target(cx.layout, g).is_some_and(|dir| {
+        cgroup::task_cgroup(cx.host, cx.layout, tid) == Some(cgroup::rel_path(cx.layout, dir))
+    })
 }
 
 /// Affinity: each thread pinned to the grant's RT CPU.
@@ -100,6 +114,12 @@ impl GrantStep for Affinity {
     fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
         let one = CpuSet::single(g.cpu);
         for t in &g.threads {
+            // Pinned by the cpuset move already: setting it again would be
+            // refused (EBUSY) for a deadline thread still waiting on an NRT
+            // CPU's run queue (`sched::DeadlineWhereItWaits`).
+            if cx.host.get_affinity(t.tid).is_ok_and(|a| a == one) {
+                continue;
+            }
             cx.host.set_affinity(t.tid, &one)?;
         }
         Ok(())
@@ -119,13 +139,7 @@ impl GrantStep for Affinity {
     /// them). The same for a grant re-adopted after a crash.
     fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         let mut problems = Vec::new();
-        let in_rt_set = |tid| {
-            target(cx.layout, g).is_some_and(|dir| {
-                cgroup::task_cgroup(cx.host, cx.layout, tid)
-                    == Some(cgroup::rel_path(cx.layout, dir))
-            })
-        };
-        for t in live(cx.host, g).filter(|t| !in_rt_set(t.tid)) {
+        for t in live(cx.host, g).filter(|t| !in_target(cx, g, t.tid)) {
             let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
             note(&mut problems, format!("thread {} affinity", t.tid), r);
         }

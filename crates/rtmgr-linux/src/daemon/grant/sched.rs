@@ -2,9 +2,10 @@
 //! manager grants CPU time; budget-based RTAI §3.3: hard reservations as
 //! SCHED_DEADLINE, soft ones as SCHED_FIFO; rtkit: reset-on-fork).
 
-use super::{live, note, Cx, Draft, GrantStep};
+use super::{live, note, placement, Cx, Draft, GrantStep};
 use crate::daemon::journal::Grant;
 use crate::host::{Host, HostError};
+use crate::tasks;
 use rtmgr_core::admission::{Demand, Kind};
 use rtmgr_sys::sched::{SchedAttr, SCHED_DEADLINE, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 
@@ -53,10 +54,16 @@ impl GrantStep for SchedAttrs {
         Ok(())
     }
 
+    /// Threads at the policy already (set before their move, by
+    /// `DeadlineWhereItWaits`) are left as they are.
     fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
         let attr = granted_attr(&g.demand);
         for t in &g.threads {
-            set_attr_when_moved(cx.host, t.tid, &attr)?;
+            if !has(cx.host, t.tid, &attr) {
+                cx.host
+                    .set_attr(t.tid, &attr)
+                    .map_err(|e| explain(cx.host, t.tid, g.cpu, &attr, e))?;
+            }
         }
         Ok(())
     }
@@ -83,25 +90,99 @@ impl GrantStep for SchedAttrs {
     }
 }
 
-/// The kernel checks a SCHED_DEADLINE request against the root domain of
-/// the runqueue the thread is on now; a thread asleep since its affinity
-/// changed is still on its old CPU (it moves when it next runs), and the
-/// kernel answers EPERM. The client library keeps its thread runnable while
-/// it waits for the answer, so it moves within a scheduler tick: retry for
-/// up to 200 ms.
-fn set_attr_when_moved(host: &Host, tid: u32, attr: &SchedAttr) -> Result<(), HostError> {
-    let mut tries = 0;
-    loop {
-        match host.set_attr(tid, attr) {
-            Err(e)
-                if e.errno() == Some(libc::EPERM)
-                    && attr.policy == SCHED_DEADLINE
-                    && tries < 400 =>
-            {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_micros(500));
-            }
-            r => return r,
+/// Is the thread at `want` already?
+fn has(host: &Host, tid: u32, want: &SchedAttr) -> bool {
+    host.get_attr(tid).is_ok_and(|a| matches(&a, want))
+}
+
+/// The kernel admits a SCHED_DEADLINE thread only if its affinity covers
+/// the root domain of the run queue it is on now (`__sched_setscheduler`:
+/// `cpumask_subset(rq->rd->span, p->cpus_ptr)`, else EPERM); say so, with
+/// the CPU it waits on, instead of a bare errno.
+fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> HostError {
+    if e.errno() != Some(libc::EPERM) || attr.policy != SCHED_DEADLINE {
+        return e;
+    }
+    let on =
+        tasks::run_queue_cpu(host, tid).map_or("an unknown CPU".into(), |c| format!("CPU {c}"));
+    HostError::Io {
+        op: "sched_setattr",
+        path: format!(
+            "thread {tid} (SCHED_DEADLINE: the thread waits on {on}'s run queue, and the kernel admits it only with an affinity covering that CPU's root domain, which it had neither before nor after its move to CPU {cpu}: pinned by its program to fewer CPUs than its cpuset, refused there, or on cgroup v2, where rtmgr makes no per-CPU root domains; see docs/protocol.md \"When the policy takes effect\")"
+        ),
+        source: std::io::Error::from_raw_os_error(libc::EPERM),
+    }
+}
+
+/// A hard grant on cgroup v1, before the placement steps: each thread that
+/// waits on another CPU's run queue than its RT CPU's (asleep, stopped, or
+/// running on an NRT CPU) gets SCHED_DEADLINE where it is, in its own
+/// cpuset. The kernel books its bandwidth in that root domain, and the
+/// cpuset move that follows carries it over to the RT CPU's
+/// (`cpuset_can_attach` books it there, `set_cpus_allowed_dl` frees it
+/// where it was), whether the thread runs or not: the admitted bandwidth
+/// ends where rtmgr's admission put it. A thread on its RT CPU's run queue
+/// already gets its policy after the move, as before (`SchedAttrs`). Best
+/// effort: a thread the kernel refuses here (its affinity narrower than
+/// its root domain) gets its policy after the move, or a clear error.
+/// Policy step: it goes back with the policies (`is_policy`), from the
+/// same record as `SchedAttrs`.
+pub struct DeadlineWhereItWaits;
+
+impl GrantStep for DeadlineWhereItWaits {
+    fn name(&self) -> &'static str {
+        "deadline before the move"
+    }
+
+    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+        if !g.demand.is_hard() || placement::target(cx.layout, g).is_none() {
+            return Ok(());
         }
+        let attr = granted_attr(&g.demand);
+        for t in &g.threads {
+            match tasks::run_queue_cpu(cx.host, t.tid) {
+                None => return Err(super::gone(t.tid)),
+                Some(c) if c == g.cpu => continue,
+                Some(_) if has(cx.host, t.tid, &attr) => continue,
+                Some(_) => {}
+            }
+            // Taken over from a grant being revoked without having run
+            // since: pinned to its RT CPU but waiting on another, where the
+            // kernel admits it only with an affinity covering that CPU's
+            // root domain. Back to its own cpuset and affinity first; the
+            // cpuset step moves it again.
+            if placement::in_target(cx, g, t.tid) {
+                let mut problems = Vec::new();
+                placement::put_back(cx, t, &mut problems);
+                if !problems.is_empty() {
+                    tracing::debug!("reservation {}: {problems:?}", g.id);
+                }
+            }
+            match cx.host.set_attr(t.tid, &attr) {
+                Err(e) if e.is_gone() => return Err(e),
+                // After the move, then (`SchedAttrs`).
+                Err(e) => tracing::info!(
+                    "reservation {}: thread {} waiting on CPU {:?}: SCHED_DEADLINE before the move refused ({e}); after the move, then",
+                    g.id,
+                    t.tid,
+                    tasks::run_queue_cpu(cx.host, t.tid)
+                ),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `SchedAttrs` verifies the policy.
+    fn verify(&self, _cx: &Cx, _g: &Grant) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+        SchedAttrs.undo(cx, g)
+    }
+
+    fn is_policy(&self) -> bool {
+        true
     }
 }

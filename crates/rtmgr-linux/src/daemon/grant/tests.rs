@@ -103,6 +103,11 @@ fn step(name: &str) -> &'static dyn GrantStep {
 fn each_step_applies_verifies_and_undoes() {
     for s in STEPS {
         let (m, layout, mut g) = machine();
+        let early = s.name() == "deadline before the move";
+        if early {
+            // It acts for hard grants alone (the thread waits on CPU 0).
+            g.demand = hard();
+        }
         let host = m.host();
         let cx = Cx::new(&host, &layout, true);
         snapshot(&cx, &draft(), &mut g).unwrap();
@@ -122,12 +127,76 @@ fn each_step_applies_verifies_and_undoes() {
             let root = host.read("/sys/fs/resctrl/tasks").unwrap();
             assert_eq!(root.trim(), PID.to_string());
         }
+        // The early deadline step leaves verifying to `SchedAttrs`.
         assert!(
-            !s.verify(&cx, &g).is_empty(),
+            early || !s.verify(&cx, &g).is_empty(),
             "{} undone yet verified",
             s.name()
         );
     }
+}
+
+fn hard() -> Demand {
+    Demand::new(10_000_000, 2_000_000, None, Kind::Hard).unwrap()
+}
+
+/// The fake task's stat with its run queue's CPU (field 39) set.
+fn waiting_on(host: &Host, cpu: u32) {
+    let path = format!("/proc/{PID}/stat");
+    let stat = host.read(&path).unwrap();
+    let (head, tail) = stat.split_at(stat.rfind(')').unwrap() + 1);
+    let mut fields: Vec<String> = tail.split_whitespace().map(String::from).collect();
+    fields[39 - 3] = cpu.to_string();
+    host.write(&path, &format!("{head} {}\n", fields.join(" ")))
+        .unwrap();
+}
+
+/// A hard grant's thread waiting on an NRT CPU gets SCHED_DEADLINE before
+/// its cpuset move (where the kernel admits it); one waiting on its RT CPU
+/// already gets it after the move, as a soft grant's thread does; both end
+/// placed and at the policy, and give everything back.
+#[test]
+fn a_hard_grant_sets_the_deadline_where_the_thread_waits() {
+    for (cpu, early) in [(0, true), (1, false)] {
+        let (m, layout, mut g) = machine();
+        g.demand = hard();
+        g.class = "rt0".into();
+        let host = m.host();
+        waiting_on(&host, cpu);
+        let cx = Cx::new(&host, &layout, true);
+        snapshot(&cx, &draft(), &mut g).unwrap();
+        let before = state(&host);
+        step("deadline before the move").apply(&cx, &g).unwrap();
+        let policy = host.get_attr(PID).unwrap().policy;
+        assert_eq!(
+            policy == rtmgr_sys::sched::SCHED_DEADLINE,
+            early,
+            "CPU {cpu}"
+        );
+        // Already at the policy: the move and the last step leave it as it is.
+        apply(&cx, &g).unwrap();
+        assert_eq!(host.get_attr(PID).unwrap(), granted_attr(&g.demand));
+        assert_eq!(host.get_affinity(PID).unwrap(), CpuSet::single(1));
+        assert_eq!(drift(&cx, &g), vec![]);
+        assert!(revoke_policy(&cx, &g).is_empty());
+        assert_eq!(host.get_attr(PID).unwrap(), SchedAttr::default());
+        assert!(revoke_placement(&cx, &g).is_empty());
+        assert_eq!(state(&host), before, "CPU {cpu}");
+    }
+}
+
+/// A thread that is gone before the early step: the grant says so (gone),
+/// not a bare errno.
+#[test]
+fn a_hard_grant_of_a_gone_thread_is_gone() {
+    let (m, layout, mut g) = machine();
+    g.demand = hard();
+    let host = m.host();
+    let cx = Cx::new(&host, &layout, true);
+    snapshot(&cx, &draft(), &mut g).unwrap();
+    std::fs::remove_file(host.path(format!("/proc/{PID}/stat"))).unwrap();
+    let e = apply(&cx, &g).unwrap_err();
+    assert!(e.is_gone(), "{e}");
 }
 
 /// The snapshot records the old values the journal needs.
@@ -189,7 +258,8 @@ fn each_drift_is_seen_and_repaired() {
             h.set_attr(PID, &SchedAttr::default()).unwrap()
         }),
     ];
-    assert_eq!(cases.len(), STEPS.len());
+    // Every step but the early deadline one (`SchedAttrs` verifies the policy).
+    assert_eq!(cases.len(), STEPS.len() - 1);
     for (name, change) in cases {
         let (m, layout, mut g) = machine();
         let host = m.host();

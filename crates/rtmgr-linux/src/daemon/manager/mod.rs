@@ -10,6 +10,7 @@ use super::grant;
 use super::journal::{Grant, GrantJournal, Record};
 use super::peer::{thread_of, Client};
 use crate::partition::Applied;
+use crate::resources::grant::IoprioChange;
 use crate::{tasks, Host, HostError};
 use rtmgr_core::admission::policy::{Ask, ClientPolicy};
 use rtmgr_core::admission::rate::Burst;
@@ -64,6 +65,8 @@ pub struct Manager {
     pub(super) unfinished: Vec<Grant>,
     /// RT CPUs whose root domain may hold leaked deadline bandwidth (`dl_leak.rs`).
     pub(super) dl_leak: LeakWatch,
+    /// Hard grants' threads runnable without running (`stranded.rs`).
+    pub(super) stranded: super::stranded::StrandWatch,
     pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
@@ -113,6 +116,7 @@ impl Manager {
             leaving: BTreeMap::new(),
             unfinished: Vec::new(),
             dl_leak: LeakWatch::default(),
+            stranded: Default::default(),
             journal,
             header,
             next_id: next_id.max(1),
@@ -250,6 +254,15 @@ impl Manager {
                     format!("thread {tid} is not a thread of process {pid}"),
                 ));
             }
+            // A zombie (or dead) thread will never run: nothing to grant.
+            if let Some(st @ ('Z' | 'X')) = tasks::state(&self.host, tid) {
+                return Err(Response::error(
+                    ErrorCode::Gone,
+                    format!(
+                        "thread {tid} has exited (state {st}): it will never run again, so it cannot be granted"
+                    ),
+                ));
+            }
             if let Some(g) = self
                 .grants
                 .values()
@@ -287,9 +300,10 @@ impl Manager {
             .values()
             .map(|g| g.resources.memlock_bytes)
             .sum();
-        let resources = self
+        let mut resources = self
             .resources
             .for_request(&self.host, v, &before, limits.1, held)?;
+        let io_target = self.resources.io_target(v);
         let placed = self.admission.check(&v.demand, count, v.cpu).map_err(|r| {
             Response::new(Reply::Refused {
                 reason: RefusalKind::Admission,
@@ -313,8 +327,13 @@ impl Manager {
         let mut fresh_tids = Vec::new();
         for &tid in &tids {
             // A thread still leaving an earlier grant keeps that grant's before-state.
-            let t = match self.take_deferred_thread(tid) {
-                Some(t) => t,
+            let t = match self.take_deferred_thread(tid, io_target.is_some()) {
+                Some((t, io)) => {
+                    if let (Some(io), Some(new)) = (io, io_target) {
+                        carry_ioprio(&mut resources.ioprio, io, new);
+                    }
+                    t
+                }
                 None => {
                     fresh_tids.push(tid);
                     grant::new_thread(&self.host, pid, tid).map_err(gone)?
@@ -370,6 +389,20 @@ impl Manager {
         {
             applied = grant::apply(&cx, &g);
         }
+        // SCHED_DEADLINE refused where the thread waits (EBUSY in that root
+        // domain, seen after root-domain rebuilds on 6.18) and so after the
+        // move (EPERM): everything was undone; rebuild the root domains'
+        // deadline accounting once and try again.
+        if g.demand.is_hard()
+            && applied
+                .as_ref()
+                .is_err_and(|e| e.errno() == Some(libc::EPERM))
+            && self.dl_leak.quiet_from(g.cpu) <= mono_ns()
+        {
+            tracing::info!("reservation {}: SCHED_DEADLINE refused where a thread waits; root domains rebuilt, trying again", g.id);
+            self.dl_leak.rebuild(&self.host, &self.domains, g.cpu);
+            applied = grant::apply(&cx, &g);
+        }
         if let Err(e) = applied {
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
@@ -394,7 +427,16 @@ impl Manager {
         }
         self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, client.start_time);
-        let info = info_of(&g);
+        let mut info = info_of(&g);
+        // What each thread was doing: a sleeping or stopped one runs under
+        // its policy when it next wakes (docs/protocol.md).
+        for t in &g.threads {
+            match tasks::state(&self.host, t.tid) {
+                Some('S' | 'D' | 'I') => info.asleep.push(t.tid),
+                Some('T' | 't') => info.stopped.push(t.tid),
+                _ => {}
+            }
+        }
         self.grants.insert(g.id, g);
         Ok(Response::new(Reply::Granted {
             reservation: Box::new(info),
@@ -439,6 +481,17 @@ impl Manager {
             )));
         }
         Ok(Some(n))
+    }
+}
+
+/// A thread taken over from a grant still being revoked: its I/O priority
+/// now is the earlier grant's, so the new grant's change starts from the
+/// earlier grant's `old` (the thread's priority before rtmgr), and none is
+/// recorded when that already is `new`.
+fn carry_ioprio(changes: &mut Vec<IoprioChange>, earlier: IoprioChange, new: u16) {
+    changes.retain(|c| c.tid != earlier.tid);
+    if earlier.old != new {
+        changes.push(IoprioChange { new, ..earlier });
     }
 }
 

@@ -67,6 +67,7 @@ impl Manager {
             errors: self.stats.errors,
             balancer: self.balancer.clone(),
             drift: self.stats.drift.clone(),
+            stranded_repaired: self.stranded.repaired,
             resources: self.resources.status.clone(),
             live: self
                 .live
@@ -109,6 +110,8 @@ pub fn info_of(g: &Grant) -> ReservationInfo {
         memlock_reserved: (g.resources.memlock_bytes > 0).then_some(g.resources.memlock_bytes),
         io_class: g.resources.io_label(),
         cache: g.resources.cache_note.clone(),
+        asleep: Vec::new(),
+        stopped: Vec::new(),
     }
 }
 

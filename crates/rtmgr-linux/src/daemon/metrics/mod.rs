@@ -64,6 +64,7 @@ pub struct Metrics {
     evictions: Family<EvictionLabels, Counter>,
     starvation_boosts: Family<CpuLabel, Counter>,
     drift_repairs: Family<KindLabel, Counter>,
+    stranded_repairs: Family<CpuLabel, Counter>,
 }
 
 impl Metrics {
@@ -81,6 +82,7 @@ impl Metrics {
             evictions: Family::default(),
             starvation_boosts: Family::default(),
             drift_repairs: Family::default(),
+            stranded_repairs: Family::default(),
         };
         let r = &mut m.registry;
         r.register_with_unit(
@@ -120,6 +122,11 @@ impl Metrics {
             "Changes made behind the daemon's back and repaired, by kind",
             m.drift_repairs.clone(),
         );
+        r.register(
+            "stranded_repairs",
+            "Hard grants' threads found runnable without running for several periods and put back, by RT CPU",
+            m.stranded_repairs.clone(),
+        );
         for cpu in rt.iter() {
             let l = CpuLabel { cpu };
             let h = m.guard_latency.get_or_create(&l).clone();
@@ -127,6 +134,7 @@ impl Metrics {
             let _ = m.grants.get_or_create(&l);
             let _ = m.cpu_refusals.get_or_create(&l);
             let _ = m.starvation_boosts.get_or_create(&l);
+            let _ = m.stranded_repairs.get_or_create(&l);
             for cause in ["guard", "kernel_entry"] {
                 let _ = m.evictions.get_or_create(&EvictionLabels { cpu, cause });
             }
@@ -161,6 +169,11 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// One stranded thread put back on RT CPU `cpu` (`stranded.rs`).
+    pub fn stranded(&self, cpu: u32) {
+        self.stranded_repairs.get_or_create(&CpuLabel { cpu }).inc();
     }
 
     /// `n` repairs of drift of one kind (reconcile's names).

@@ -30,6 +30,8 @@ fn granted(cpu: u32) -> Response {
             memlock_reserved: None,
             io_class: None,
             cache: None,
+            asleep: Vec::new(),
+            stopped: Vec::new(),
         }),
     })
 }
@@ -136,6 +138,7 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     m.drift("irq_masks_restored", 3);
     m.drift("tasks_narrowed", 0);
     m.starvation_boost(2);
+    m.stranded(1);
     let exporter = Exporter::start("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
     let (status, headers, body) = get(exporter.local_addr(), "GET", "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -200,6 +203,8 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     );
     assert_eq!(v("rtmgr_starvation_boosts_total{cpu=\"1\"}"), 0.0);
     assert_eq!(v("rtmgr_starvation_boosts_total{cpu=\"2\"}"), 1.0);
+    assert_eq!(v("rtmgr_stranded_repairs_total{cpu=\"1\"}"), 1.0);
+    assert_eq!(v("rtmgr_stranded_repairs_total{cpu=\"2\"}"), 0.0);
     assert_eq!(
         v("rtmgr_drift_repairs_total{kind=\"irq_masks_restored\"}"),
         3.0

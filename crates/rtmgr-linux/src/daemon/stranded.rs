@@ -1,0 +1,168 @@
+//! Stranded deadline threads: a thread of a hard grant that stays runnable
+//! (state R) without running (its `sum_exec_runtime` in
+//! /proc/<tid>/schedstat does not advance) for several periods is put back
+//! on its run queue by setting its policy again, counted (`status`
+//! `stranded_repaired`, the metric `rtmgr_stranded_repairs`) and logged
+//! (budget-based RTAI §3.3: a hard reservation's thread gets its budget
+//! every period; docs/serve.md "Stranded threads").
+
+use super::journal::Grant;
+use super::manager::Manager;
+use crate::host::Host;
+use crate::tasks;
+use std::collections::BTreeMap;
+
+/// Runnable without running for this many of its grant's periods…
+pub const PERIODS: u64 = 10;
+/// …and at least this long (a short period's thread may wait behind a
+/// burst of interrupts or the kernel's own work).
+pub const MIN_NS: u64 = 200_000_000;
+/// Look at most this often.
+const EVERY_NS: u64 = 20_000_000;
+
+/// What was last seen of one thread.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    exec_ns: u64,
+    /// Since when it has been runnable without running.
+    since_ns: u64,
+}
+
+/// The threads being watched and what they last showed.
+#[derive(Debug, Default)]
+pub struct StrandWatch {
+    seen: BTreeMap<u32, Seen>,
+    last_ns: u64,
+    /// Threads repaired since the daemon started.
+    pub repaired: u64,
+}
+
+/// One look at a thread: Some(how long it has been runnable without
+/// running) while it is, None otherwise (asleep, stopped, running, gone).
+fn stuck_for(seen: &mut BTreeMap<u32, Seen>, host: &Host, tid: u32, now: u64) -> Option<u64> {
+    let (Some(state), Some(exec_ns)) = (tasks::state(host, tid), tasks::exec_ns(host, tid)) else {
+        seen.remove(&tid);
+        return None;
+    };
+    let e = seen.entry(tid).or_insert(Seen {
+        exec_ns,
+        since_ns: now,
+    });
+    if state != 'R' || e.exec_ns != exec_ns {
+        *e = Seen {
+            exec_ns,
+            since_ns: now,
+        };
+        return None;
+    }
+    Some(now.saturating_sub(e.since_ns))
+}
+
+/// How long a grant's thread may stay runnable without running.
+pub fn limit_ns(g: &Grant) -> u64 {
+    (g.demand.period_ns.saturating_mul(PERIODS)).max(MIN_NS)
+}
+
+impl Manager {
+    /// Look at the hard grants' threads (the server calls it often; it looks
+    /// every `EVERY_NS`) and repair the stranded ones. Returns the threads
+    /// repaired now.
+    pub fn repair_stranded(&mut self, now_ns: u64) -> Vec<u32> {
+        if now_ns.saturating_sub(self.stranded.last_ns) < EVERY_NS {
+            return Vec::new();
+        }
+        self.stranded.last_ns = now_ns;
+        let mut watched = Vec::new();
+        let mut stuck = Vec::new();
+        for g in self.grants.values().filter(|g| g.demand.is_hard()) {
+            for t in g.threads.iter() {
+                watched.push(t.tid);
+                let Some(for_ns) = stuck_for(&mut self.stranded.seen, &self.host, t.tid, now_ns)
+                else {
+                    continue;
+                };
+                if for_ns >= limit_ns(g) && tasks::same_task(&self.host, t.tid, t.start_time) {
+                    stuck.push((g.id, g.cpu, t.tid, t.attr, for_ns));
+                }
+            }
+        }
+        self.stranded.seen.retain(|tid, _| watched.contains(tid));
+        let mut repaired = Vec::new();
+        for (id, cpu, tid, before, for_ns) in stuck {
+            let Some(g) = self.grants.get(&id) else {
+                continue;
+            };
+            let want = super::grant::granted_attr(&g.demand);
+            // The same attributes again change nothing in the kernel: the
+            // thread's own policy for a moment, then the grant's (it is on
+            // its RT CPU's run queue, where the kernel admits it).
+            let r = self
+                .host
+                .set_attr(tid, &before)
+                .and_then(|()| self.host.set_attr(tid, &want));
+            match r {
+                Ok(()) => {
+                    tracing::warn!(
+                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms; its policy was set again",
+                        for_ns / 1_000_000
+                    );
+                    self.stranded.repaired += 1;
+                    self.stranded.seen.remove(&tid);
+                    #[cfg(feature = "metrics")]
+                    if let Some(mx) = &self.metrics {
+                        mx.stranded(cpu);
+                    }
+                    repaired.push(tid);
+                }
+                Err(e) => tracing::warn!(
+                    "reservation {id}: thread {tid} on CPU {cpu} is stranded (runnable, not running for {} ms) and could not be repaired: {e}",
+                    for_ns / 1_000_000
+                ),
+            }
+        }
+        repaired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeMachine;
+
+    fn put(host: &Host, tid: u32, state: char, exec_ns: u64) {
+        let stat = format!("{tid} (t) {state} 1 {tid} {tid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n", 1000 + tid);
+        host.write(format!("/proc/{tid}/stat"), &stat).unwrap();
+        host.write(
+            format!("/proc/{tid}/schedstat"),
+            &format!("{exec_ns} 0 0\n"),
+        )
+        .unwrap();
+    }
+
+    /// Runnable and not running: stuck since the first look; running,
+    /// asleep or gone: not stuck, and the clock starts again.
+    #[test]
+    fn a_thread_is_stuck_only_while_runnable_without_running() {
+        let m = FakeMachine::new(2).task(300, "t").build();
+        let host = m.host();
+        let mut seen = BTreeMap::new();
+        put(&host, 300, 'R', 5);
+        assert_eq!(stuck_for(&mut seen, &host, 300, 1_000), Some(0));
+        assert_eq!(stuck_for(&mut seen, &host, 300, 9_000), Some(8_000));
+        // It ran: not stuck, and counted from now on.
+        put(&host, 300, 'R', 6);
+        assert_eq!(stuck_for(&mut seen, &host, 300, 10_000), None);
+        assert_eq!(stuck_for(&mut seen, &host, 300, 12_000), Some(2_000));
+        // Asleep: not stuck however long.
+        put(&host, 300, 'S', 6);
+        assert_eq!(stuck_for(&mut seen, &host, 300, 99_000), None);
+        // Woken since: counted from the last look that saw it asleep.
+        put(&host, 300, 'R', 6);
+        assert_eq!(stuck_for(&mut seen, &host, 300, 100_000), Some(1_000));
+        assert_eq!(stuck_for(&mut seen, &host, 300, 100_500), Some(1_500));
+        // Gone: forgotten.
+        std::fs::remove_file(host.path("/proc/300/schedstat")).unwrap();
+        assert_eq!(stuck_for(&mut seen, &host, 300, 200_000), None);
+        assert!(seen.is_empty());
+    }
+}
