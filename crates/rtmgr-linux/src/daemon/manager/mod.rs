@@ -67,6 +67,8 @@ pub struct Manager {
     pub(super) dl_leak: LeakWatch,
     /// Hard grants' threads runnable without running (`stranded.rs`).
     pub(super) stranded: super::stranded::StrandWatch,
+    /// Hard grants' threads at SCHED_FIFO 1 until they run on their RT CPU (`pending.rs`).
+    pub(super) pending: super::pending::PendingWatch,
     pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
@@ -117,6 +119,7 @@ impl Manager {
             unfinished: Vec::new(),
             dl_leak: LeakWatch::default(),
             stranded: Default::default(),
+            pending: Default::default(),
             journal,
             header,
             next_id: next_id.max(1),
@@ -381,29 +384,10 @@ impl Manager {
         self.journal
             .record(&Record::Grant(Box::new(g.clone())))
             .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
-        let mut applied = grant::apply(&cx, &g);
-        if applied
-            .as_ref()
-            .is_err_and(|e| e.errno() == Some(libc::EBUSY))
-            && self.dl_leak.settle(&self.host, &self.domains, g.cpu)
-        {
-            applied = grant::apply(&cx, &g);
-        }
-        // SCHED_DEADLINE refused where the thread waits (EBUSY in that root
-        // domain, seen after root-domain rebuilds on 6.18) and so after the
-        // move (EPERM): everything was undone; rebuild the root domains'
-        // deadline accounting once and try again.
-        if g.demand.is_hard()
-            && applied
-                .as_ref()
-                .is_err_and(|e| e.errno() == Some(libc::EPERM))
-            && self.dl_leak.quiet_from(g.cpu) <= mono_ns()
-        {
-            tracing::info!("reservation {}: SCHED_DEADLINE refused where a thread waits; root domains rebuilt, trying again", g.id);
-            self.dl_leak.rebuild(&self.host, &self.domains, g.cpu);
-            applied = grant::apply(&cx, &g);
-        }
-        if let Err(e) = applied {
+        // A hard grant's thread the kernel refuses SCHED_DEADLINE where it
+        // waits is granted at SCHED_FIFO 1 and pending (`pending.rs`): no
+        // retry, no wait here.
+        if let Err(e) = grant::apply(&cx, &g) {
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
                 return Err(refused(
@@ -427,7 +411,9 @@ impl Manager {
         }
         self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, client.start_time);
+        let pending = self.note_pending(&g, true);
         let mut info = info_of(&g);
+        info.pending = pending;
         // What each thread was doing: a sleeping or stopped one runs under
         // its policy when it next wakes (docs/protocol.md).
         for t in &g.threads {
