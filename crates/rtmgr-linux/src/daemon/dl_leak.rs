@@ -59,6 +59,13 @@ impl LeakWatch {
         self.quiet_from.get(&cpu).copied().unwrap_or(0)
     }
 
+    /// Does the kernel still hold, on `cpu`, bandwidth of threads that left
+    /// SCHED_DEADLINE there (before their 0-lag time, or leaked until the
+    /// rebuild)? A grant it refuses (EBUSY) waits for it (`pending.rs`).
+    pub fn returning(&self, cpu: u32, now: u64) -> bool {
+        self.marked.contains(&cpu) || self.quiet_from(cpu) > now
+    }
+
     /// The marked CPUs that are quiet at `now`.
     pub fn due(&self, now: u64) -> Vec<u32> {
         self.marked

@@ -141,6 +141,14 @@ impl Manager {
                 Err(e) if e.is_gone() => {
                     self.pending.threads.remove(&tid);
                 }
+                // Bandwidth of threads that left SCHED_DEADLINE there comes
+                // back within a period (or at the root domain's rebuild):
+                // the next looks try again, nothing to report.
+                Err(e)
+                    if e.errno() == Some(libc::EBUSY)
+                        && self
+                            .dl_leak
+                            .returning(p.cpu, now_ns.max(rtmgr_sys::time::mono_ns())) => {}
                 Err(e) => {
                     let busy = e.errno() == Some(libc::EBUSY);
                     let reason = if busy {

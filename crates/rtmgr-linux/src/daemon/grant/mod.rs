@@ -42,6 +42,11 @@ pub struct Cx<'a> {
     pub host: &'a Host,
     pub layout: &'a Layout,
     pub process_limits: bool,
+    /// The grant's RT CPU has deadline bandwidth coming back (threads that
+    /// left SCHED_DEADLINE there, before their 0-lag time or its root
+    /// domain's rebuild, `dl_leak.rs`): a SCHED_DEADLINE refused there with
+    /// EBUSY waits at SCHED_FIFO 1 too (`pending.rs`) instead of failing.
+    pub dl_returning: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -50,6 +55,7 @@ impl<'a> Cx<'a> {
             host,
             layout,
             process_limits,
+            dl_returning: false,
         }
     }
 }

@@ -89,9 +89,12 @@ impl GrantStep for SchedAttrs {
                 continue;
             }
             match cx.host.set_attr(t.tid, &attr) {
-                Err(e) if waits_elsewhere(cx.host, t.tid, g.cpu, &attr, &e) => {
+                Err(e)
+                    if waits_elsewhere(cx.host, t.tid, g.cpu, &attr, &e)
+                        || (cx.dl_returning && e.errno() == Some(libc::EBUSY)) =>
+                {
                     tracing::info!(
-                        "reservation {}: thread {} waits on CPU {:?}, where the kernel refuses SCHED_DEADLINE ({e}): SCHED_FIFO {PLACEHOLDER_PRIORITY} until it runs on CPU {}",
+                        "reservation {}: thread {} waits on CPU {:?}, where the kernel refuses SCHED_DEADLINE ({e}): SCHED_FIFO {PLACEHOLDER_PRIORITY} until the kernel admits it on CPU {}",
                         g.id,
                         t.tid,
                         tasks::run_queue_cpu(cx.host, t.tid),

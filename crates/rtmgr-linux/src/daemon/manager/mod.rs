@@ -378,7 +378,8 @@ impl Manager {
             response_ns: placed.response_ns,
             resources,
         };
-        let cx = grant::Cx::new(&self.host, &layout, first_of_pid);
+        let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
+        cx.dl_returning = self.dl_leak.returning(g.cpu, mono_ns());
         grant::snapshot(&cx, &draft, &mut g).map_err(gone)?;
         self.next_id += 1;
         self.journal
