@@ -42,11 +42,13 @@ pub struct Cx<'a> {
     pub host: &'a Host,
     pub layout: &'a Layout,
     pub process_limits: bool,
-    /// The grant's RT CPU has deadline bandwidth coming back (threads that
-    /// left SCHED_DEADLINE there, before their 0-lag time or its root
-    /// domain's rebuild, `dl_leak.rs`): a SCHED_DEADLINE refused there with
-    /// EBUSY waits at SCHED_FIFO 1 too (`pending.rs`) instead of failing.
-    pub dl_returning: bool,
+    /// The kernel's deadline bandwidth on the grant's RT CPU is not what
+    /// rtmgr admitted (EBUSY, or threads that left SCHED_DEADLINE there
+    /// before their 0-lag time or its root domain's rebuild, `dl_leak.rs`):
+    /// no SCHED_DEADLINE before the move (its cpuset move could be refused
+    /// too), and a SCHED_DEADLINE refused with EBUSY waits at SCHED_FIFO 1
+    /// (`pending.rs`) instead of failing.
+    pub busy_pending: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -55,7 +57,7 @@ impl<'a> Cx<'a> {
             host,
             layout,
             process_limits,
-            dl_returning: false,
+            busy_pending: false,
         }
     }
 }

@@ -91,7 +91,7 @@ impl GrantStep for SchedAttrs {
             match cx.host.set_attr(t.tid, &attr) {
                 Err(e)
                     if waits_elsewhere(cx.host, t.tid, g.cpu, &attr, &e)
-                        || (cx.dl_returning && e.errno() == Some(libc::EBUSY)) =>
+                        || (cx.busy_pending && e.errno() == Some(libc::EBUSY)) =>
                 {
                     tracing::info!(
                         "reservation {}: thread {} waits on CPU {:?}, where the kernel refuses SCHED_DEADLINE ({e}): SCHED_FIFO {PLACEHOLDER_PRIORITY} until the kernel admits it on CPU {}",
@@ -187,7 +187,7 @@ impl GrantStep for DeadlineWhereItWaits {
     }
 
     fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
-        if !g.demand.is_hard() || placement::target(cx.layout, g).is_none() {
+        if !g.demand.is_hard() || placement::target(cx.layout, g).is_none() || cx.busy_pending {
             return Ok(());
         }
         let attr = granted_attr(&g.demand);

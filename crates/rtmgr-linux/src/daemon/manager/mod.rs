@@ -379,16 +379,33 @@ impl Manager {
             resources,
         };
         let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
-        cx.dl_returning = self.dl_leak.returning(g.cpu, mono_ns());
+        cx.busy_pending = self.dl_leak.returning(g.cpu, mono_ns());
         grant::snapshot(&cx, &draft, &mut g).map_err(gone)?;
         self.next_id += 1;
         self.journal
             .record(&Record::Grant(Box::new(g.clone())))
             .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
         // A hard grant's thread the kernel refuses SCHED_DEADLINE where it
-        // waits is granted at SCHED_FIFO 1 and pending (`pending.rs`): no
-        // retry, no wait here.
-        if let Err(e) = grant::apply(&cx, &g) {
+        // waits is granted at SCHED_FIFO 1 and pending (`pending.rs`). EBUSY
+        // on the way (the early SCHED_DEADLINE's cpuset move, or the policy
+        // on the RT CPU: the kernel's books differ from admission's): undone
+        // already; once more without the early step, EBUSY then pending
+        // too. No wait here.
+        let mut applied = grant::apply(&cx, &g);
+        if g.demand.is_hard()
+            && !cx.busy_pending
+            && applied
+                .as_ref()
+                .is_err_and(|e| e.errno() == Some(libc::EBUSY))
+        {
+            tracing::info!(
+                "reservation {}: the kernel refused SCHED_DEADLINE on the way (EBUSY); its threads wait at SCHED_FIFO 1 where refused",
+                g.id
+            );
+            cx.busy_pending = true;
+            applied = grant::apply(&cx, &g);
+        }
+        if let Err(e) = applied {
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
                 return Err(refused(
