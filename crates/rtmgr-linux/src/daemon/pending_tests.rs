@@ -167,3 +167,24 @@ fn a_pending_grant_re_adopted_after_a_restart_is_finished() {
     assert_eq!(d.finish_pending(10 * EVERY_NS), vec![PID]);
     assert_eq!(policy(&host).0, SCHED_DEADLINE);
 }
+
+/// EBUSY on the RT CPU itself at the grant (the kernel's books differ from
+/// admission's): granted pending, not refused, and the reason shows at the
+/// first look; the thread holds its own policy back after a release.
+#[test]
+fn a_deadline_refused_on_the_rt_cpu_at_the_grant_is_pending_not_refused() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    waiting_on(&host, PID, 1);
+    refuse_deadline(&host, libc::EBUSY, "1");
+    let mut d = manager(&m);
+    let info = reserve_hard(&mut d, &m);
+    assert_eq!(info.pending, vec![PID]);
+    assert_eq!(policy(&host), (SCHED_FIFO, 1));
+    assert!(d.finish_pending(10 * EVERY_NS).is_empty());
+    let st = d.status();
+    assert_eq!((st.pending_fallbacks, st.pending_refused), (1, 1));
+    assert!(st.pending[0].reason.as_ref().unwrap().contains("EBUSY"));
+    release(&mut d, &client(&m), info.id);
+    assert_eq!(host.get_attr(PID).unwrap(), SchedAttr::default());
+}

@@ -89,10 +89,7 @@ impl GrantStep for SchedAttrs {
                 continue;
             }
             match cx.host.set_attr(t.tid, &attr) {
-                Err(e)
-                    if waits_elsewhere(cx.host, t.tid, g.cpu, &attr, &e)
-                        || (cx.busy_pending && e.errno() == Some(libc::EBUSY)) =>
-                {
+                Err(e) if refused_where_it_waits(cx, g, t.tid, &attr, &e) => {
                     tracing::info!(
                         "reservation {}: thread {} waits on CPU {:?}, where the kernel refuses SCHED_DEADLINE ({e}): SCHED_FIFO {PLACEHOLDER_PRIORITY} until the kernel admits it on CPU {}",
                         g.id,
@@ -138,13 +135,23 @@ fn has(host: &Host, tid: u32, want: &SchedAttr) -> bool {
     host.get_attr(tid).is_ok_and(|a| matches(&a, want))
 }
 
-/// Did the kernel refuse SCHED_DEADLINE because of where the thread waits
-/// (EPERM: its root domain; EBUSY: that root domain's bandwidth) — on
-/// another CPU's run queue than its RT CPU's?
-pub fn waits_elsewhere(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: &HostError) -> bool {
+/// Did the kernel refuse SCHED_DEADLINE because of where the thread waits,
+/// so that it waits at SCHED_FIFO 1 (`pending.rs`)? EPERM (the root domain
+/// of the run queue it was on at the call): on cgroup v1, where its RT CPU
+/// is a root domain of its own (the thread may have moved to that CPU's
+/// run queue since the call: the look that finds it there sets it); not
+/// on v2, where rtmgr makes no per-CPU root domain and the refusal is
+/// explained instead (`explain`). EBUSY (that root domain's bandwidth): on
+/// another CPU's run queue, or anywhere when the grant's CPU's books are
+/// known to differ from admission's (`Cx::busy_pending`).
+fn refused_where_it_waits(cx: &Cx, g: &Grant, tid: u32, attr: &SchedAttr, e: &HostError) -> bool {
+    let elsewhere = || tasks::run_queue_cpu(cx.host, tid).is_some_and(|c| c != g.cpu);
     attr.policy == SCHED_DEADLINE
-        && matches!(e.errno(), Some(libc::EPERM | libc::EBUSY))
-        && tasks::run_queue_cpu(host, tid).is_some_and(|c| c != cpu)
+        && match e.errno() {
+            Some(libc::EPERM) => placement::target(cx.layout, g).is_some(),
+            Some(libc::EBUSY) => cx.busy_pending || elsewhere(),
+            _ => false,
+        }
 }
 
 /// The kernel admits a SCHED_DEADLINE thread only if its affinity covers
