@@ -183,7 +183,10 @@ fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> H
 /// ends where rtmgr's admission put it. A thread on its RT CPU's run queue
 /// already gets its policy after the move, as before (`SchedAttrs`). Best
 /// effort: a thread the kernel refuses here (its affinity narrower than
-/// its root domain) gets its policy after the move, or a clear error.
+/// its root domain, or EBUSY in that root domain) gets its policy after
+/// the move, or SCHED_FIFO 1 until it runs on its RT CPU (`pending.rs`).
+/// Skipped when the RT CPU's deadline books differ from admission's
+/// (`Cx::busy_pending`: its cpuset move could be refused with EBUSY).
 /// Policy step: it goes back with the policies (`is_policy`), from the
 /// same record as `SchedAttrs`.
 pub struct DeadlineWhereItWaits;
