@@ -51,12 +51,10 @@ fn the_raw_python_client_conforms() {
     run_checks("--skip", "hard_sleeping");
 }
 
-/// A hard grant for a thread asleep in recv(): the goal of issue 27 item 1,
-/// made to work by the grant-path change (worktree `grant`); until that is
-/// merged the kernel refuses SCHED_DEADLINE for a thread still queued on an
-/// NRT CPU (EPERM). Run with `--ignored` to see where it stands.
+/// A hard grant for a thread asleep in recv() (issue 27 item 1): granted;
+/// SCHED_DEADLINE at once, or, when the reply lists the thread `pending`,
+/// within 2 s of its waking on its RT CPU to read the answer.
 #[test]
-#[ignore = "issue 27 item 1 (hard grants for sleeping threads): un-ignore once the grant fix is merged"]
 fn a_hard_grant_for_a_thread_asleep_in_recv() {
     run_checks("--only", "hard_sleeping");
 }

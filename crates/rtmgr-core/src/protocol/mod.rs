@@ -19,7 +19,7 @@ pub use reserve::{
     Invalid, IoClass, IrqRef, ReserveRequest, Target, ValidReserve, MAX_NAME, MAX_THREADS,
 };
 pub use response::{
-    CpuStatus, ErrorCode, RefusalKind, Reply, ReservationInfo, Response, StatusInfo,
+    CpuStatus, ErrorCode, PendingStatus, RefusalKind, Reply, ReservationInfo, Response, StatusInfo,
 };
 
 use serde::{Deserialize, Serialize};

@@ -166,6 +166,26 @@ pub struct ReservationInfo {
     /// continued.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stopped: Vec<u32>,
+    /// A hard reservation's threads that the kernel refused SCHED_DEADLINE
+    /// where they waited (another CPU's run queue): placed on the RT CPU
+    /// and at SCHED_FIFO 1 until each is first seen on its RT CPU's run
+    /// queue, when the daemon sets SCHED_DEADLINE (docs/protocol.md "When
+    /// the policy takes effect"). Absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<u32>,
+}
+
+/// A pending thread in `status` (see `ReservationInfo::pending`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingStatus {
+    pub tid: u32,
+    /// Its reservation.
+    pub id: u64,
+    pub cpu: u32,
+    /// Why it is still at SCHED_FIFO 1 although on its RT CPU (the kernel
+    /// refused SCHED_DEADLINE there), if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One RT CPU in `status`.
@@ -205,6 +225,17 @@ pub struct StatusInfo {
     /// (docs/serve.md "Stranded threads"; absent from older daemons: 0).
     #[serde(default)]
     pub stranded_repaired: u64,
+    /// Hard grants' threads granted at SCHED_FIFO 1 pending SCHED_DEADLINE
+    /// since start (absent from older daemons: 0).
+    #[serde(default)]
+    pub pending_fallbacks: u64,
+    /// Times the kernel refused a pending thread SCHED_DEADLINE on its RT
+    /// CPU (EBUSY) since start.
+    #[serde(default)]
+    pub pending_refused: u64,
+    /// The threads pending now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingStatus>,
     /// Memory, I/O, cache and the starvation guard: resource → what is in
     /// place, or "not available: why" (issue 13).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

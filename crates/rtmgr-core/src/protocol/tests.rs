@@ -261,3 +261,23 @@ fn a_target_is_a_pid_with_threads_or_all_of_them() {
     both.threads = vec![78];
     assert!(bad(both));
 }
+
+/// `pending` (and the status counters) are optional: absent when empty,
+/// so an older client's reply is unchanged; a reply without them parses.
+#[test]
+fn pending_threads_are_sent_only_when_there_are_some() {
+    let line = r#"{"v":1,"result":"granted","reservation":{"id":3,"pid":9,"uid":0,"name":null,"cpu":1,"class":"rt0","policy":"SCHED_DEADLINE","period_ns":10,"budget_ns":1,"deadline_ns":10,"threads":[9],"rttime_us":0,"memlock_bytes":0}}"#;
+    let r = parse_response(line.as_bytes()).unwrap();
+    let Reply::Granted { mut reservation } = r.reply.clone() else {
+        panic!("{r:?}")
+    };
+    assert!(reservation.pending.is_empty());
+    assert!(!r.to_line().contains("pending"));
+    reservation.pending = vec![9];
+    let with = Response::new(Reply::Granted { reservation });
+    assert!(with.to_line().contains("\"pending\":[9]"));
+    assert_eq!(parse_response(with.to_line().as_bytes()).unwrap(), with);
+    let st: StatusInfo =
+        serde_json::from_str(&serde_json::to_string(&StatusInfo::default()).unwrap()).unwrap();
+    assert_eq!((st.pending_fallbacks, st.pending.len()), (0, 0));
+}

@@ -10,8 +10,8 @@
 //! SCHED_DEADLINE there is past its 0-lag time. Sooner would count a
 //! departed thread twice: its inactive timer, still armed, subtracts its
 //! bandwidth again from the recounted total when it fires. A grant the
-//! kernel refuses with EBUSY although rtmgr's admission let it in also gets
-//! a rebuild (at most one a second per CPU, when not marked) and one retry.
+//! kernel refuses SCHED_DEADLINE is not retried here: its threads wait at
+//! SCHED_FIFO 1 (`pending.rs`), with no sleep on the daemon's loop.
 
 use super::domains::{self, Domains};
 use super::journal::Grant;
@@ -19,12 +19,6 @@ use crate::host::Host;
 use crate::tasks;
 use rtmgr_sys::time::mono_ns;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Least time between two rebuilds that no revocation asked for.
-const UNASKED_GAP_NS: u64 = 1_000_000_000;
-
-/// Longest a refused grant waits for its CPU to be quiet.
-const MAX_SETTLE_NS: u64 = 1_000_000_000;
 
 /// Is a thread of this deadline grant asleep (a revocation now may leak
 /// its bandwidth)?
@@ -44,8 +38,6 @@ pub struct LeakWatch {
     quiet_from: BTreeMap<u32, u64>,
     /// CPUs where a thread left SCHED_DEADLINE asleep.
     marked: BTreeSet<u32>,
-    /// Per CPU: the last rebuild (monotonic ns).
-    last_rebuild: BTreeMap<u32, u64>,
     /// Rebuilds done (the daemon's stats).
     pub rebuilds: u64,
 }
@@ -62,13 +54,16 @@ impl LeakWatch {
         self.marked.insert(cpu);
     }
 
-    pub fn is_marked(&self, cpu: u32) -> bool {
-        self.marked.contains(&cpu)
-    }
-
     /// When a rebuild of `cpu`'s root domain counts no departed thread twice.
     pub fn quiet_from(&self, cpu: u32) -> u64 {
         self.quiet_from.get(&cpu).copied().unwrap_or(0)
+    }
+
+    /// Does the kernel still hold, on `cpu`, bandwidth of threads that left
+    /// SCHED_DEADLINE there (before their 0-lag time, or leaked until the
+    /// rebuild)? A grant it refuses (EBUSY) waits for it (`pending.rs`).
+    pub fn returning(&self, cpu: u32, now: u64) -> bool {
+        self.marked.contains(&cpu) || self.quiet_from(cpu) > now
     }
 
     /// The marked CPUs that are quiet at `now`.
@@ -80,16 +75,9 @@ impl LeakWatch {
             .collect()
     }
 
-    /// May a refused grant on `cpu` have its root domain rebuilt?
-    pub fn may_retry(&self, cpu: u32, now: u64) -> bool {
-        self.is_marked(cpu)
-            || !matches!(self.last_rebuild.get(&cpu), Some(&t) if now < t + UNASKED_GAP_NS)
-    }
-
     /// Rebuild `cpu`'s root domain now (the caller made sure it is quiet).
     pub fn rebuild(&mut self, host: &Host, domains: &Domains, cpu: u32) {
         self.marked.remove(&cpu);
-        self.last_rebuild.insert(cpu, mono_ns());
         let Some(dir) = domains.dir(cpu) else { return };
         match domains::rebuild(host, dir) {
             Ok(()) => self.rebuilds += 1,
@@ -111,20 +99,6 @@ impl LeakWatch {
             rtmgr_sys::time::sleep_until(last);
             self.rebuild_due(host, domains);
         }
-    }
-
-    /// A grant on `cpu` the kernel refused with EBUSY: wait (a period at
-    /// most) until the CPU is quiet and rebuild its root domain. True when
-    /// the grant is worth a retry.
-    pub fn settle(&mut self, host: &Host, domains: &Domains, cpu: u32) -> bool {
-        let now = mono_ns();
-        let quiet = self.quiet_from(cpu);
-        if domains.dir(cpu).is_none() || !self.may_retry(cpu, now) || quiet > now + MAX_SETTLE_NS {
-            return false;
-        }
-        rtmgr_sys::time::sleep_until(quiet);
-        self.rebuild(host, domains, cpu);
-        true
     }
 }
 
@@ -149,19 +123,7 @@ mod tests {
     }
 
     #[test]
-    fn unasked_rebuilds_are_rate_limited_per_cpu() {
-        let mut w = LeakWatch::default();
-        assert!(w.may_retry(1, 5));
-        w.last_rebuild.insert(1, 5);
-        assert!(!w.may_retry(1, 5 + UNASKED_GAP_NS - 1));
-        assert!(w.may_retry(1, 5 + UNASKED_GAP_NS));
-        assert!(w.may_retry(2, 6));
-        w.mark(1);
-        assert!(w.may_retry(1, 6));
-    }
-
-    #[test]
-    fn a_cpu_without_its_own_cpuset_is_unmarked_and_not_retried() {
+    fn a_cpu_without_its_own_cpuset_is_unmarked_without_a_rebuild() {
         let dir = tempfile::tempdir().unwrap();
         let host = Host::fake(dir.path());
         let domains = Domains {
@@ -170,9 +132,8 @@ mod tests {
         };
         let mut w = LeakWatch::default();
         w.mark(1);
-        assert!(!w.settle(&host, &domains, 1));
         w.rebuild_due(&host, &domains);
-        assert!(!w.is_marked(1));
+        assert!(!w.marked.contains(&1));
         assert_eq!(w.rebuilds, 0);
     }
 }

@@ -30,6 +30,7 @@ pub mod manager;
 pub mod metrics;
 mod notify;
 pub mod peer;
+pub mod pending;
 pub mod reconcile;
 mod release;
 pub mod rtkit;

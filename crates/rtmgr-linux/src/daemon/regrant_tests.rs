@@ -15,11 +15,11 @@ use rtmgr_core::protocol::{Op, Reply, Request, ReserveRequest};
 use rtmgr_sys::ioprio;
 use rtmgr_sys::pidfd::PeerCred;
 
-const PID: u32 = 500;
+pub(crate) const PID: u32 = 500;
 /// What the client's thread had before rtmgr: best effort, level 6.
 const OWN_IO: u16 = (2 << 13) | 6;
 
-fn manager(m: &FakeMachine) -> Manager {
+pub(crate) fn manager(m: &FakeMachine) -> Manager {
     let host = m.host();
     let cfg = ServeConfig::from_toml("rt_cpus = \"1\"").unwrap();
     let online = crate::cpus::online(&host).unwrap();
@@ -44,7 +44,7 @@ fn manager(m: &FakeMachine) -> Manager {
     )
 }
 
-fn client(m: &FakeMachine) -> Client {
+pub(crate) fn client(m: &FakeMachine) -> Client {
     let host = m.host();
     Client {
         cred: PeerCred {
@@ -78,7 +78,7 @@ fn reserve(d: &mut Manager, c: &Client, class: &str) -> u64 {
     }
 }
 
-fn release(d: &mut Manager, c: &Client, id: u64) {
+pub(crate) fn release(d: &mut Manager, c: &Client, id: u64) {
     let resp = d.handle(
         c,
         Request {

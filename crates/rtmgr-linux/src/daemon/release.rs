@@ -114,4 +114,4 @@ impl Manager {
 
 #[cfg(test)]
 #[path = "regrant_tests.rs"]
-mod regrant_tests;
+pub(super) mod regrant_tests;

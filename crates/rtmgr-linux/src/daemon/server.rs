@@ -69,7 +69,9 @@ pub fn run_with(
             let first_front = fds.len();
             fds.extend(fronts.iter().map(|f| f.fd()));
             let wait = next_tick.saturating_sub(mono_ns()) / 1_000_000;
-            let ready = poll_readable(&fds, wait.min(100) as i32)?;
+            // Every few ms while a thread waits for SCHED_DEADLINE (`pending.rs`).
+            let most = m.pending_wait_ms().unwrap_or(100);
+            let ready = poll_readable(&fds, wait.min(most) as i32)?;
             let exited: Vec<u32> = pidfds
                 .iter()
                 .zip(&ready[1 + conns.len()..])
@@ -89,6 +91,7 @@ pub fn run_with(
         }
         m.finish_deferred();
         m.repair_stranded(mono_ns());
+        m.finish_pending(mono_ns());
         for (c, r) in conns.iter_mut().zip(&ready[1..]) {
             if *r {
                 serve_conn(m, c);

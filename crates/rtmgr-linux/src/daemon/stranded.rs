@@ -75,7 +75,11 @@ impl Manager {
         let mut watched = Vec::new();
         let mut stuck = Vec::new();
         for g in self.grants.values().filter(|g| g.demand.is_hard()) {
+            // A pending thread (SCHED_FIFO 1) is `pending.rs`'s.
             for t in g.threads.iter() {
+                if self.pending.threads.contains_key(&t.tid) {
+                    continue;
+                }
                 watched.push(t.tid);
                 let Some(for_ns) = stuck_for(&mut self.stranded.seen, &self.host, t.tid, now_ns)
                 else {

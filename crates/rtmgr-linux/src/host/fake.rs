@@ -286,8 +286,18 @@ impl Kernel for FakeKernel {
         })
     }
 
-    /// Accepted; a task of the tree keeps it (`get_attr` shows it).
+    /// Accepted (but SCHED_DEADLINE where `FAKE_DL_REFUSED` says no); a
+    /// task of the tree keeps it (`get_attr` shows it).
     fn set_attr(&self, host: &Host, tid: u32, a: &rtmgr_sys::sched::SchedAttr) -> Result<()> {
+        if a.policy == rtmgr_sys::sched::SCHED_DEADLINE {
+            if let Some(errno) = dl_refused(host, tid) {
+                return Err(io_err(
+                    "sched_setattr",
+                    Path::new(&format!("/proc/{tid}")),
+                    std::io::Error::from_raw_os_error(errno),
+                ));
+            }
+        }
         let line = format!(
             "{} {} {} {} {} {} {}",
             a.policy, a.flags, a.nice as i64 as u64, a.priority, a.runtime, a.deadline, a.period
@@ -382,6 +392,15 @@ fn read_limit(host: &Host, pid: u32, kind: super::LimitKind) -> Option<super::Li
 }
 
 /// Keep a task's emulated kernel state; a task not in the tree keeps nothing.
+/// The errno `FAKE_DL_REFUSED` gives a SCHED_DEADLINE request of `tid`.
+fn dl_refused(host: &Host, tid: u32) -> Option<i32> {
+    let text = read_plain(host, super::FAKE_DL_REFUSED)?;
+    let (errno, cpus) = text.trim().split_once(' ')?;
+    let cpus = CpuSet::parse_list(cpus).ok()?;
+    let on = crate::tasks::run_queue_cpu(host, tid)?;
+    cpus.contains(on).then(|| errno.parse().ok()).flatten()
+}
+
 fn write_beside(host: &Host, tid: u32, name: &str, text: &str) -> Result<()> {
     let dir = PathBuf::from(format!("/proc/{tid}"));
     if !host.path(&dir).is_dir() {

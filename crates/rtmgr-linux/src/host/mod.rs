@@ -61,6 +61,12 @@ pub(crate) const FAKE_IRQ_MANAGED: &str = "rtmgr_fake_managed";
 /// In a fake tree: this file (an errno) makes the SCHED_FIFO probe fail with it.
 #[cfg(any(test, feature = "fake"))]
 pub(crate) const FAKE_FIFO_ERRNO: &str = "/proc/self/rtmgr_fake_fifo_errno";
+/// In a fake tree: this file ("ERRNO CPU-LIST") makes the kernel refuse
+/// SCHED_DEADLINE with ERRNO to a thread waiting on a run queue of those
+/// CPUs (stat field 39), as the real one does where the root domain does
+/// not admit it.
+#[cfg(any(test, feature = "fake"))]
+pub(crate) const FAKE_DL_REFUSED: &str = "/proc/self/rtmgr_fake_dl_refused";
 /// In a fake tree: this file makes debugfs refuse reads and writes (EPERM).
 #[cfg(any(test, feature = "fake"))]
 pub(crate) const FAKE_DEBUGFS_LOCKED: &str = "/sys/kernel/debug/.rtmgr_fake_locked";

@@ -372,6 +372,7 @@ mod tests {
             cache: Some("L3: RT CPUs and clients 4 of 12 ways".into()),
             asleep: Vec::new(),
             stopped: Vec::new(),
+            pending: Vec::new(),
         };
         let r = granted_resources(&g);
         assert_eq!(

@@ -189,6 +189,13 @@ fn describe(g: &ReservationInfo) -> String {
             list(&g.stopped)
         );
     }
+    if !g.pending.is_empty() {
+        s += &format!(
+            "; pending {}: SCHED_FIFO 1 until each first runs on CPU {}, then SCHED_DEADLINE",
+            list(&g.pending),
+            g.cpu
+        );
+    }
     s
 }
 
@@ -209,8 +216,14 @@ pub fn list(a: ListArgs) -> anyhow::Result<Outcome> {
         "{:>4} {:>7} {:>6} {:>3} {:<15} {:>8} {:>8} {:>8} {:<12} name",
         "id", "pid", "uid", "cpu", "policy", "budget", "period", "deadline", "threads"
     );
+    let any_pending = rs.iter().any(|g| !g.pending.is_empty());
     for g in rs {
-        let threads: Vec<String> = g.threads.iter().map(|t| t.to_string()).collect();
+        // A pending thread (SCHED_FIFO 1 until it runs on its RT CPU) is marked "*".
+        let threads: Vec<String> = g
+            .threads
+            .iter()
+            .map(|t| format!("{t}{}", if g.pending.contains(t) { "*" } else { "" }))
+            .collect();
         println!(
             "{:>4} {:>7} {:>6} {:>3} {:<15} {:>8} {:>8} {:>8} {:<12} {}",
             g.id,
@@ -224,6 +237,9 @@ pub fn list(a: ListArgs) -> anyhow::Result<Outcome> {
             threads.join(","),
             g.name.unwrap_or_default()
         );
+    }
+    if any_pending {
+        println!("* pending: SCHED_FIFO 1 until the thread first runs on its RT CPU, then SCHED_DEADLINE (docs/protocol.md)");
     }
     Ok(Outcome::Ok)
 }

@@ -249,6 +249,27 @@ pub fn policy_of(tid: u32) -> Option<u32> {
     rtmgr_sys::sched::get_attr(tid).ok().map(|a| a.policy)
 }
 
+/// A granted thread is at `policy`: at once, or, when the reply listed it
+/// as pending (SCHED_FIFO 1 until it first runs on its RT CPU;
+/// docs/protocol.md "When the policy takes effect"), within 2 s (polling:
+/// the thread must run meanwhile).
+pub fn assert_policy(tid: u32, policy: u32, pending: &[u32], at: &str) {
+    if !pending.contains(&tid) {
+        assert_eq!(policy_of(tid), Some(policy), "{at}");
+        return;
+    }
+    let t0 = Instant::now();
+    while policy_of(tid) != Some(policy) {
+        let now = policy_of(tid);
+        assert!(
+            now == Some(rtmgr_sys::sched::SCHED_FIFO) && t0.elapsed() < Duration::from_secs(2),
+            "{at}: pending thread {tid} at policy {now:?}, not {policy} after {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The reservations the daemon lists.
 pub fn listed(c: &mut Client) -> Vec<rtmgr_rt::client::ReservationInfo> {
     c.list().unwrap()

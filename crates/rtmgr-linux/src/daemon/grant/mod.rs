@@ -14,7 +14,9 @@
 //! bandwidth over); cpuset membership, affinity (`placement.rs`), rlimits,
 //! locked memory (`limits.rs`), IRQ steering (`irq.rs`), I/O priority, cache
 //! group (`io.rs`), scheduling attributes of the other threads (`sched.rs`,
-//! last: such a thread is on its RT CPU already). Both policy steps go
+//! last: such a thread is on its RT CPU already; a hard grant's thread the
+//! kernel still refuses SCHED_DEADLINE where it waits gets SCHED_FIFO 1
+//! until it runs there, `pending.rs`). Both policy steps go
 //! back first, from the same record, whichever set it (`revoke_policy`).
 //! Grant, revoke, drift check and repair all run through `STEPS`.
 
@@ -24,9 +26,9 @@ mod limits;
 mod placement;
 mod sched;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
-pub use sched::granted_attr;
+pub use sched::{granted_attr, is_placeholder, placeholder_attr, PLACEHOLDER_PRIORITY};
 
 use super::journal::{Grant, ThreadBefore};
 use crate::cgroup::Layout;
@@ -40,6 +42,13 @@ pub struct Cx<'a> {
     pub host: &'a Host,
     pub layout: &'a Layout,
     pub process_limits: bool,
+    /// The kernel's deadline bandwidth on the grant's RT CPU is not what
+    /// rtmgr admitted (EBUSY, or threads that left SCHED_DEADLINE there
+    /// before their 0-lag time or its root domain's rebuild, `dl_leak.rs`):
+    /// no SCHED_DEADLINE before the move (its cpuset move could be refused
+    /// too), and a SCHED_DEADLINE refused with EBUSY waits at SCHED_FIFO 1
+    /// (`pending.rs`) instead of failing.
+    pub busy_pending: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -48,6 +57,7 @@ impl<'a> Cx<'a> {
             host,
             layout,
             process_limits,
+            busy_pending: false,
         }
     }
 }

@@ -29,6 +29,29 @@ pub fn granted_attr(d: &Demand) -> SchedAttr {
     }
 }
 
+/// The lowest SCHED_FIFO priority: a hard grant's thread runs under it
+/// while the kernel refuses it SCHED_DEADLINE where it waits (`pending.rs`).
+/// Lowest, so that every soft grant (rt1+, priority ≥ 1 by the class) and
+/// the kernel's own RT threads keep their order above it; on its RT CPU any
+/// SCHED_DEADLINE task preempts it whatever its priority.
+pub const PLACEHOLDER_PRIORITY: u32 = 1;
+
+/// What a hard grant's thread runs under until it first runs on its RT CPU
+/// (docs/protocol.md "When the policy takes effect").
+pub fn placeholder_attr() -> SchedAttr {
+    SchedAttr {
+        policy: SCHED_FIFO,
+        flags: SCHED_FLAG_RESET_ON_FORK,
+        priority: PLACEHOLDER_PRIORITY,
+        ..SchedAttr::default()
+    }
+}
+
+/// Is this thread of a hard grant at the placeholder (pending)?
+pub fn is_placeholder(now: &SchedAttr) -> bool {
+    matches(now, &placeholder_attr())
+}
+
 /// Does a thread's policy still match the grant's (flags and nice aside)?
 fn matches(now: &SchedAttr, want: &SchedAttr) -> bool {
     now.policy == want.policy
@@ -55,23 +78,40 @@ impl GrantStep for SchedAttrs {
     }
 
     /// Threads at the policy already (set before their move, by
-    /// `DeadlineWhereItWaits`) are left as they are.
+    /// `DeadlineWhereItWaits`) are left as they are. A hard grant's thread
+    /// the kernel refuses SCHED_DEADLINE because it still waits on another
+    /// CPU's run queue gets the placeholder, SCHED_FIFO 1, instead: the
+    /// daemon sets SCHED_DEADLINE once it is seen on its RT CPU (`pending.rs`).
     fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
         let attr = granted_attr(&g.demand);
         for t in &g.threads {
-            if !has(cx.host, t.tid, &attr) {
-                cx.host
-                    .set_attr(t.tid, &attr)
-                    .map_err(|e| explain(cx.host, t.tid, g.cpu, &attr, e))?;
+            if has(cx.host, t.tid, &attr) {
+                continue;
+            }
+            match cx.host.set_attr(t.tid, &attr) {
+                Err(e) if refused_where_it_waits(cx, g, t.tid, &attr, &e) => {
+                    tracing::info!(
+                        "reservation {}: thread {} waits on CPU {:?}, where the kernel refuses SCHED_DEADLINE ({e}): SCHED_FIFO {PLACEHOLDER_PRIORITY} until the kernel admits it on CPU {}",
+                        g.id,
+                        t.tid,
+                        tasks::run_queue_cpu(cx.host, t.tid),
+                        g.cpu
+                    );
+                    cx.host.set_attr(t.tid, &placeholder_attr())?;
+                }
+                r => r.map_err(|e| explain(cx.host, t.tid, g.cpu, &attr, e))?,
             }
         }
         Ok(())
     }
 
+    /// A hard grant's thread at the placeholder is pending, not drifted
+    /// (`pending.rs` owns it).
     fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
         let want = granted_attr(&g.demand);
+        let ok = |a: &SchedAttr| matches(a, &want) || (g.demand.is_hard() && is_placeholder(a));
         live(cx.host, g)
-            .filter(|t| cx.host.get_attr(t.tid).is_ok_and(|a| !matches(&a, &want)))
+            .filter(|t| cx.host.get_attr(t.tid).is_ok_and(|a| !ok(&a)))
             .map(|t| format!("thread {} policy", t.tid))
             .collect()
     }
@@ -93,6 +133,25 @@ impl GrantStep for SchedAttrs {
 /// Is the thread at `want` already?
 fn has(host: &Host, tid: u32, want: &SchedAttr) -> bool {
     host.get_attr(tid).is_ok_and(|a| matches(&a, want))
+}
+
+/// Did the kernel refuse SCHED_DEADLINE because of where the thread waits,
+/// so that it waits at SCHED_FIFO 1 (`pending.rs`)? EPERM (the root domain
+/// of the run queue it was on at the call): on cgroup v1, where its RT CPU
+/// is a root domain of its own (the thread may have moved to that CPU's
+/// run queue since the call: the look that finds it there sets it); not
+/// on v2, where rtmgr makes no per-CPU root domain and the refusal is
+/// explained instead (`explain`). EBUSY (that root domain's bandwidth): on
+/// another CPU's run queue, or anywhere when the grant's CPU's books are
+/// known to differ from admission's (`Cx::busy_pending`).
+fn refused_where_it_waits(cx: &Cx, g: &Grant, tid: u32, attr: &SchedAttr, e: &HostError) -> bool {
+    let elsewhere = || tasks::run_queue_cpu(cx.host, tid).is_some_and(|c| c != g.cpu);
+    attr.policy == SCHED_DEADLINE
+        && match e.errno() {
+            Some(libc::EPERM) => placement::target(cx.layout, g).is_some(),
+            Some(libc::EBUSY) => cx.busy_pending || elsewhere(),
+            _ => false,
+        }
 }
 
 /// The kernel admits a SCHED_DEADLINE thread only if its affinity covers
@@ -124,7 +183,10 @@ fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> H
 /// ends where rtmgr's admission put it. A thread on its RT CPU's run queue
 /// already gets its policy after the move, as before (`SchedAttrs`). Best
 /// effort: a thread the kernel refuses here (its affinity narrower than
-/// its root domain) gets its policy after the move, or a clear error.
+/// its root domain, or EBUSY in that root domain) gets its policy after
+/// the move, or SCHED_FIFO 1 until it runs on its RT CPU (`pending.rs`).
+/// Skipped when the RT CPU's deadline books differ from admission's
+/// (`Cx::busy_pending`: its cpuset move could be refused with EBUSY).
 /// Policy step: it goes back with the policies (`is_policy`), from the
 /// same record as `SchedAttrs`.
 pub struct DeadlineWhereItWaits;
@@ -135,7 +197,7 @@ impl GrantStep for DeadlineWhereItWaits {
     }
 
     fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
-        if !g.demand.is_hard() || placement::target(cx.layout, g).is_none() {
+        if !g.demand.is_hard() || placement::target(cx.layout, g).is_none() || cx.busy_pending {
             return Ok(());
         }
         let attr = granted_attr(&g.demand);

@@ -141,8 +141,8 @@ fn hard() -> Demand {
 }
 
 /// The fake task's stat with its run queue's CPU (field 39) set.
-fn waiting_on(host: &Host, cpu: u32) {
-    let path = format!("/proc/{PID}/stat");
+pub(crate) fn waiting_on(host: &Host, tid: u32, cpu: u32) {
+    let path = format!("/proc/{tid}/stat");
     let stat = host.read(&path).unwrap();
     let (head, tail) = stat.split_at(stat.rfind(')').unwrap() + 1);
     let mut fields: Vec<String> = tail.split_whitespace().map(String::from).collect();
@@ -162,7 +162,7 @@ fn a_hard_grant_sets_the_deadline_where_the_thread_waits() {
         g.demand = hard();
         g.class = "rt0".into();
         let host = m.host();
-        waiting_on(&host, cpu);
+        waiting_on(&host, PID, cpu);
         let cx = Cx::new(&host, &layout, true);
         snapshot(&cx, &draft(), &mut g).unwrap();
         let before = state(&host);

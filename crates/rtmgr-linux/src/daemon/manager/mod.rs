@@ -67,6 +67,8 @@ pub struct Manager {
     pub(super) dl_leak: LeakWatch,
     /// Hard grants' threads runnable without running (`stranded.rs`).
     pub(super) stranded: super::stranded::StrandWatch,
+    /// Hard grants' threads at SCHED_FIFO 1 until they run on their RT CPU (`pending.rs`).
+    pub(super) pending: super::pending::PendingWatch,
     pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
@@ -117,6 +119,7 @@ impl Manager {
             unfinished: Vec::new(),
             dl_leak: LeakWatch::default(),
             stranded: Default::default(),
+            pending: Default::default(),
             journal,
             header,
             next_id: next_id.max(1),
@@ -375,32 +378,31 @@ impl Manager {
             response_ns: placed.response_ns,
             resources,
         };
-        let cx = grant::Cx::new(&self.host, &layout, first_of_pid);
+        let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
+        cx.busy_pending = self.dl_leak.returning(g.cpu, mono_ns());
         grant::snapshot(&cx, &draft, &mut g).map_err(gone)?;
         self.next_id += 1;
         self.journal
             .record(&Record::Grant(Box::new(g.clone())))
             .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
+        // A hard grant's thread the kernel refuses SCHED_DEADLINE where it
+        // waits is granted at SCHED_FIFO 1 and pending (`pending.rs`). EBUSY
+        // on the way (the early SCHED_DEADLINE's cpuset move, or the policy
+        // on the RT CPU: the kernel's books differ from admission's): undone
+        // already; once more without the early step, EBUSY then pending
+        // too. No wait here.
         let mut applied = grant::apply(&cx, &g);
-        if applied
-            .as_ref()
-            .is_err_and(|e| e.errno() == Some(libc::EBUSY))
-            && self.dl_leak.settle(&self.host, &self.domains, g.cpu)
-        {
-            applied = grant::apply(&cx, &g);
-        }
-        // SCHED_DEADLINE refused where the thread waits (EBUSY in that root
-        // domain, seen after root-domain rebuilds on 6.18) and so after the
-        // move (EPERM): everything was undone; rebuild the root domains'
-        // deadline accounting once and try again.
         if g.demand.is_hard()
+            && !cx.busy_pending
             && applied
                 .as_ref()
-                .is_err_and(|e| e.errno() == Some(libc::EPERM))
-            && self.dl_leak.quiet_from(g.cpu) <= mono_ns()
+                .is_err_and(|e| e.errno() == Some(libc::EBUSY))
         {
-            tracing::info!("reservation {}: SCHED_DEADLINE refused where a thread waits; root domains rebuilt, trying again", g.id);
-            self.dl_leak.rebuild(&self.host, &self.domains, g.cpu);
+            tracing::info!(
+                "reservation {}: the kernel refused SCHED_DEADLINE on the way (EBUSY); its threads wait at SCHED_FIFO 1 where refused",
+                g.id
+            );
+            cx.busy_pending = true;
             applied = grant::apply(&cx, &g);
         }
         if let Err(e) = applied {
@@ -427,7 +429,9 @@ impl Manager {
         }
         self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, client.start_time);
+        let pending = self.note_pending(&g, true);
         let mut info = info_of(&g);
+        info.pending = pending;
         // What each thread was doing: a sleeping or stopped one runs under
         // its policy when it next wakes (docs/protocol.md).
         for t in &g.threads {

@@ -5,7 +5,9 @@
 use super::{Grant, Manager};
 use crate::daemon::peer::Client;
 use rtmgr_core::admission::policy::Usage;
-use rtmgr_core::protocol::{CpuStatus, Reply, ReservationInfo, Response, StatusInfo};
+use rtmgr_core::protocol::{
+    CpuStatus, PendingStatus, Reply, ReservationInfo, Response, StatusInfo,
+};
 use rtmgr_sys::time::mono_ns;
 
 impl Manager {
@@ -22,6 +24,18 @@ impl Manager {
         u
     }
 
+    /// A grant as clients see it, with its pending threads.
+    pub fn info(&self, g: &Grant) -> ReservationInfo {
+        let mut info = info_of(g);
+        info.pending = g
+            .threads
+            .iter()
+            .map(|t| t.tid)
+            .filter(|tid| self.pending.threads.get(tid).is_some_and(|p| p.id == g.id))
+            .collect();
+        info
+    }
+
     pub fn grants(&self) -> impl Iterator<Item = &Grant> {
         self.grants.values()
     }
@@ -31,7 +45,7 @@ impl Manager {
             .grants
             .values()
             .filter(|g| client.cred.uid == 0 || g.uid == client.cred.uid)
-            .map(info_of)
+            .map(|g| self.info(g))
             .collect();
         Response::new(Reply::List { reservations })
     }
@@ -68,6 +82,19 @@ impl Manager {
             balancer: self.balancer.clone(),
             drift: self.stats.drift.clone(),
             stranded_repaired: self.stranded.repaired,
+            pending_fallbacks: self.pending.fallbacks,
+            pending_refused: self.pending.refused,
+            pending: self
+                .pending
+                .threads
+                .iter()
+                .map(|(tid, p)| PendingStatus {
+                    tid: *tid,
+                    id: p.id,
+                    cpu: p.cpu,
+                    reason: p.reason.clone(),
+                })
+                .collect(),
             resources: self.resources.status.clone(),
             live: self
                 .live
@@ -112,6 +139,7 @@ pub fn info_of(g: &Grant) -> ReservationInfo {
         cache: g.resources.cache_note.clone(),
         asleep: Vec::new(),
         stopped: Vec::new(),
+        pending: Vec::new(),
     }
 }
 
@@ -123,6 +151,8 @@ impl Manager {
             .force(g.id, g.demand, g.threads.len() as u32, g.cpu);
         self.watch(g.pid, g.pid_start);
         self.next_id = self.next_id.max(g.id + 1);
+        // A thread still at SCHED_FIFO 1: pending again (`pending.rs`).
+        self.note_pending(&g, false);
         self.grants.insert(g.id, g);
     }
 }

@@ -55,6 +55,7 @@ impl Manager {
             return Vec::new();
         };
         self.admission.remove(id);
+        self.forget_pending(&g);
         // Asleep just before or just after its policy goes back.
         let mut asleep = dl_leak::asleep(&self.host, &g);
         let (hard, cpu, period_ns) = (g.demand.is_hard(), g.cpu, g.demand.period_ns);

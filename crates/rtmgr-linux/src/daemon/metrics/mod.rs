@@ -65,6 +65,7 @@ pub struct Metrics {
     starvation_boosts: Family<CpuLabel, Counter>,
     drift_repairs: Family<KindLabel, Counter>,
     stranded_repairs: Family<CpuLabel, Counter>,
+    pending_fallbacks: Family<CpuLabel, Counter>,
 }
 
 impl Metrics {
@@ -83,6 +84,7 @@ impl Metrics {
             starvation_boosts: Family::default(),
             drift_repairs: Family::default(),
             stranded_repairs: Family::default(),
+            pending_fallbacks: Family::default(),
         };
         let r = &mut m.registry;
         r.register_with_unit(
@@ -127,6 +129,11 @@ impl Metrics {
             "Hard grants' threads found runnable without running for several periods and put back, by RT CPU",
             m.stranded_repairs.clone(),
         );
+        r.register(
+            "pending_fallbacks",
+            "Hard grants' threads granted at SCHED_FIFO 1 until they ran on their RT CPU (the kernel refused SCHED_DEADLINE where they waited), by RT CPU",
+            m.pending_fallbacks.clone(),
+        );
         for cpu in rt.iter() {
             let l = CpuLabel { cpu };
             let h = m.guard_latency.get_or_create(&l).clone();
@@ -135,6 +142,7 @@ impl Metrics {
             let _ = m.cpu_refusals.get_or_create(&l);
             let _ = m.starvation_boosts.get_or_create(&l);
             let _ = m.stranded_repairs.get_or_create(&l);
+            let _ = m.pending_fallbacks.get_or_create(&l);
             for cause in ["guard", "kernel_entry"] {
                 let _ = m.evictions.get_or_create(&EvictionLabels { cpu, cause });
             }
@@ -174,6 +182,14 @@ impl Metrics {
     /// One stranded thread put back on RT CPU `cpu` (`stranded.rs`).
     pub fn stranded(&self, cpu: u32) {
         self.stranded_repairs.get_or_create(&CpuLabel { cpu }).inc();
+    }
+
+    /// `n` threads of a hard grant on RT CPU `cpu` granted at SCHED_FIFO 1
+    /// pending SCHED_DEADLINE (`pending.rs`).
+    pub fn pending_fallback(&self, cpu: u32, n: u64) {
+        self.pending_fallbacks
+            .get_or_create(&CpuLabel { cpu })
+            .inc_by(n);
     }
 
     /// `n` repairs of drift of one kind (reconcile's names).

@@ -32,6 +32,7 @@ fn granted(cpu: u32) -> Response {
             cache: None,
             asleep: Vec::new(),
             stopped: Vec::new(),
+            pending: Vec::new(),
         }),
     })
 }
@@ -139,6 +140,7 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     m.drift("tasks_narrowed", 0);
     m.starvation_boost(2);
     m.stranded(1);
+    m.pending_fallback(2, 3);
     let exporter = Exporter::start("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
     let (status, headers, body) = get(exporter.local_addr(), "GET", "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -205,6 +207,8 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     assert_eq!(v("rtmgr_starvation_boosts_total{cpu=\"2\"}"), 1.0);
     assert_eq!(v("rtmgr_stranded_repairs_total{cpu=\"1\"}"), 1.0);
     assert_eq!(v("rtmgr_stranded_repairs_total{cpu=\"2\"}"), 0.0);
+    assert_eq!(v("rtmgr_pending_fallbacks_total{cpu=\"1\"}"), 0.0);
+    assert_eq!(v("rtmgr_pending_fallbacks_total{cpu=\"2\"}"), 3.0);
     assert_eq!(
         v("rtmgr_drift_repairs_total{kind=\"irq_masks_restored\"}"),
         3.0
