@@ -117,7 +117,7 @@ DPID=$!
 for _ in $(seq 200); do [ -S "$SOCK" ] && break; sleep 0.05; done
 [ -S "$SOCK" ] || { echo "rtmgr serve did not listen: $(cat "$OUT/serve.log")" >&2; exit 1; }
 {
-  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "\$ $COMMAND"
 } > "$OUT/README.txt"
 # The floor: cgroup v1 only (on v2 a grant attaches no thread).

@@ -36,6 +36,9 @@ live (measurements of one machine at one time: root, a quiet machine; not run he
   bench/results/first-runs-20261123/          the commands listed in its README.txt (2026-11-23, 2-vCPU VM)
   bench/results/lending-20261123/             sudo bash bench/lending.sh 3 bench/results/lending-20261123, only its README.txt kept (2026-11-23, 2-vCPU VM, load average in its first line)
   bench/results/lending-20261126/             sudo bash bench/lending.sh 5 bench/results/lending-20261126, its README.txt, host-test.json and a summary.md table kept (2026-11-26, 2-vCPU VM, alone); evaluate-trace-builtin.txt: sudo rtmgr evaluate --load-engine builtin --trace
+  bench/results/evaluate-intervals-20261127/  five `sudo rtmgr evaluate --out DIR` in a row, two `sudo rtmgr status --host-test --json` around `bash bench/capacity-hand.sh 3 3`, `sudo cargo test --release -p rtmgr-lab --test host_stall_live -- --nocapture`; summary.md (2026-11-27, 2-vCPU VM, alone)
+  bench/results/grant-latency-20261127/       sudo bash bench/grant-latency.sh 50 DIR, its README.txt, grant-latency.json, floor.json, table.txt and a summary.md (2026-11-27, 2-vCPU VM, alone)
+  bench/results/crash-cycles-20261127/        sudo bash bench/crash-cycles.sh 20 (2026-11-27, 2-vCPU VM, alone)
 LIST
 }
 
