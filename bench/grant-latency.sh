@@ -11,7 +11,7 @@
 # gives the machine back at the end, also on Ctrl-C (the cells done so far
 # are then the result). Measure alone: the figures are the machine's.
 #   bash bench/grant-latency.sh [REQUESTS_PER_CELL] [OUT_DIR]
-#   CLIENTS="1 16 64" CLASSES="rt0 rt1" STATES="sleeping running" RTMGR=path/to/rtmgr
+#   CLIENTS="1 16 64" CLASSES="rt0 rt1" STATES="sleeping running" BUDGET_NS=2000000 RTMGR=path/to/rtmgr
 # Writes OUT_DIR/grant-latency.json (command, date, machine, kernel, cells,
 # floor) and prints the table.
 set -euo pipefail
@@ -21,6 +21,12 @@ OUT=${2:-bench/results/grant-latency-$(date -u +%Y%m%dT%H%M%SZ)}
 CLIENTS=${CLIENTS:-1 16 64}
 CLASSES=${CLASSES:-rt0 rt1}
 STATES=${STATES:-sleeping running}
+# Each grant: BUDGET_NS every 10 ms. The Python client needs ~0.5 ms of CPU
+# per round trip: with less, a hard (rt0) grant's thread overruns its budget,
+# and a re-grant at once continues the kernel's server where it stopped
+# (runtime spent, deadline ahead): the next answer waits for the thread's
+# own replenishment, a period or two. BUDGET_NS=100000 shows that.
+BUDGET_NS=${BUDGET_NS:-2000000}
 [ "$(id -u)" = 0 ] || { echo "bench/grant-latency.sh: root only (it starts rtmgr serve)" >&2; exit 2; }
 PY=$(command -v /usr/bin/python3 || command -v python3) || { echo "needs python3" >&2; exit 2; }
 if [ -z "${RTMGR:-}" ]; then
@@ -32,7 +38,7 @@ exec 9>/run/lock/rtmgr.lock
 flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock), held by another rtmgr run" >&2; flock 9; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="bash bench/grant-latency.sh $*"
+COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 STATE=$(mktemp -d /tmp/rtmgr-grant-latency.XXXXXX)
 chmod 755 "$STATE"
 SOCK=$STATE/state/rtmgr.sock
@@ -97,7 +103,7 @@ for c in cells:
     r, l = c["reserve"], c["release"]
     print("%-5s %-9s %7d %6d %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], r.get("n", 0),
           us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"), len(c["failures"])))
-print("(µs; reserve = request sent until `granted` read, release likewise)")
+print("(µs; reserve = request sent until the answer was read: recv() returned, before the client parses it; release likewise)")
 if floor:
     print("floor, the kernel steps alone on a sleeping thread (µs):")
     for k, s in floor["steps"].items():
@@ -133,7 +139,7 @@ for clients in $CLIENTS; do
     for state in $STATES; do
       echo "cell: $class $state, $clients client(s)" >&2
       "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-        --requests "$N" --out "$OUT/cell-$class-$state-$(printf %02d "$clients").json" 9>&-
+        --requests "$N" --budget-ns "$BUDGET_NS" --out "$OUT/cell-$class-$state-$(printf %02d "$clients").json" 9>&-
     done
   done
 done

@@ -41,6 +41,10 @@ pub struct ServeSection {
     pub max_connections: usize,
     /// Serve OpenMetrics text on http://ADDR/metrics (`serve --metrics`).
     pub metrics: Option<String>,
+    /// SCHED_FIFO priority of the request loop, pinned to the NRT CPUs
+    /// (`loop_priority.rs`); 0 leaves it SCHED_OTHER.
+    #[serde(default = "default_loop_priority")]
+    pub loop_priority: u32,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -54,6 +58,9 @@ fn default_balance_ms() -> u64 {
 }
 fn default_max_connections() -> usize {
     128
+}
+fn default_loop_priority() -> u32 {
+    super::loop_priority::DEFAULT
 }
 fn yes() -> bool {
     true
@@ -179,6 +186,12 @@ impl ServeConfig {
         }
         if self.serve.max_connections == 0 {
             return Err("[serve] max_connections must be > 0".into());
+        }
+        if self.serve.loop_priority > 98 {
+            return Err(format!(
+                "[serve] loop_priority {} must be within 0..=98 (0: SCHED_OTHER)",
+                self.serve.loop_priority
+            ));
         }
         self.rtkit.validate()?;
         self.resources.validate()?;

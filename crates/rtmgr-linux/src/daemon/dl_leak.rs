@@ -79,8 +79,15 @@ impl LeakWatch {
     pub fn rebuild(&mut self, host: &Host, domains: &Domains, cpu: u32) {
         self.marked.remove(&cpu);
         let Some(dir) = domains.dir(cpu) else { return };
+        let t0 = mono_ns();
         match domains::rebuild(host, dir) {
-            Ok(()) => self.rebuilds += 1,
+            Ok(()) => {
+                self.rebuilds += 1;
+                tracing::debug!(
+                    "CPU {cpu}: root domain rebuilt in {} µs",
+                    (mono_ns() - t0) / 1000
+                );
+            }
             Err(e) => tracing::warn!("CPU {cpu}: rebuilding its root domain: {e}"),
         }
     }

@@ -132,9 +132,13 @@ impl GrantJournal {
         })
     }
 
-    /// Write one record durably.
+    /// Write one record before the change it describes: into the page
+    /// cache, not synced (`journal::Durability::Written`: a later daemon or
+    /// `partition reset` reads it after a `kill -9`; after a crash of the
+    /// machine there is no grant left to undo).
     pub fn record(&mut self, rec: &Record) -> Result<()> {
-        crate::journal::append_line(&mut self.file, &self.real, rec)?;
+        use crate::journal::{append_line, Durability};
+        append_line(&mut self.file, &self.real, rec, Durability::Written)?;
         if matches!(rec, Record::Release { .. }) {
             self.released += 1;
         }
@@ -175,8 +179,9 @@ impl GrantJournal {
             text.push('\n');
         }
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
+        // Renamed over the old file: a reader sees the old or the new one
+        // whole, after a `kill -9` too (no sync, as `record`).
         f.write_all(text.as_bytes())
-            .and_then(|_| f.sync_all())
             .map_err(|e| io("write", &tmp, e))?;
         std::fs::rename(&tmp, &self.real).map_err(|e| io("rename", &self.real, e))?;
         self.file = std::fs::OpenOptions::new()

@@ -16,7 +16,8 @@
 //! (systemd), `rtkit/` (rtkit's D-Bus API, `--rtkit`, cargo feature
 //! `rtkit`), `metrics/` (`--metrics`: OpenMetrics over HTTP, cargo feature
 //! `metrics`), `live.rs` (the live figures of `status` for `rtmgr top`),
-//! `starvation.rs` (the starvation guard beside the RT CPUs).
+//! `starvation.rs` (the starvation guard beside the RT CPUs),
+//! `loop_priority.rs` (the request loop at SCHED_FIFO 1 on the NRT CPUs).
 //! Memory, I/O and cache: `crate::resources`.
 
 pub mod config;
@@ -25,6 +26,7 @@ mod domains;
 pub mod grant;
 pub mod journal;
 pub mod live;
+mod loop_priority;
 pub mod manager;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -248,6 +250,8 @@ fn run(
     if let Some(f) = rtkit.as_mut() {
         fronts.push(f);
     }
+    let raised = loop_priority::raise(host, cfg.serve.loop_priority, &applied.plan.nrt);
+    tracing::info!("{raised}");
     let served = server::run_with(
         &mut m,
         &listener,
@@ -258,6 +262,7 @@ fn run(
         &mut fronts,
     );
     notify::stopping();
+    loop_priority::lower(host);
     #[cfg(feature = "rtkit")]
     if let Some(f) = rtkit {
         report.problems.extend(f.stop(&m));

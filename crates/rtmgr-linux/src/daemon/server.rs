@@ -184,6 +184,7 @@ fn serve_conn(m: &mut Manager, c: &mut Conn) {
 
 fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let t0 = mono_ns();
     let resp = match parse_request(line) {
         Ok(req) => {
             let v = req.v;
@@ -195,6 +196,11 @@ fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
             r
         }
     };
+    tracing::debug!(
+        "pid {}: answered in {} µs",
+        c.client.cred.pid,
+        (mono_ns() - t0) / 1000
+    );
     if write_line(&c.stream, &resp).is_err() {
         c.closed = true;
     }

@@ -139,14 +139,27 @@ pub fn snapshot(cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> 
 /// done, and the failing one (it may have changed some threads), are undone
 /// in reverse and the error says what failed.
 pub fn apply(cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    let mut took = Vec::with_capacity(STEPS.len());
     for (i, step) in STEPS.iter().enumerate() {
-        if let Err(e) = step.apply(cx, g) {
+        let t0 = rtmgr_sys::time::mono_ns();
+        let r = step.apply(cx, g);
+        took.push((step.name(), rtmgr_sys::time::mono_ns() - t0));
+        if let Err(e) = r {
             for p in undo(cx, g, &STEPS[..=i]) {
                 tracing::warn!("reservation {}: could not undo {p}", g.id);
             }
             return Err(e);
         }
     }
+    // Where a grant's time goes (RTMGR_LOG=rtmgr_linux=debug; bench/grant-latency.sh).
+    tracing::debug!(
+        "reservation {}: steps {}",
+        g.id,
+        took.iter()
+            .map(|(n, ns)| format!("{n} {} µs", ns / 1000))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(())
 }
 

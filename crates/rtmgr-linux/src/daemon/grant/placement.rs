@@ -39,6 +39,12 @@ impl GrantStep for Cpuset {
             return Ok(());
         };
         for t in &g.threads {
+            // A thread taken over from a grant still being revoked is there
+            // already: an attach costs the kernel's cgroup locks (up to a
+            // grace period, milliseconds) even when it moves nothing.
+            if in_target(cx, g, t.tid) {
+                continue;
+            }
             cgroup::attach(cx.host, cx.layout, dir, t.tid)?;
         }
         Ok(())
