@@ -30,7 +30,11 @@ fn grants_release_and_sigterm_give_everything_back() {
     });
     assert_eq!(policy_of(soft.id()), Some(SCHED_FIFO));
     // The request loop (the daemon's main thread) at SCHED_FIFO 1 ([serve] loop_priority).
-    assert_eq!(policy_of(d.pid()), Some(SCHED_FIFO), "the daemon's request loop");
+    assert_eq!(
+        policy_of(d.pid()),
+        Some(SCHED_FIFO),
+        "the daemon's request loop"
+    );
     let rs = listed(&mut c);
     let soft_id = rs.iter().find(|r| r.pid == soft.id()).unwrap().id;
     assert!(rs.iter().all(|r| r.cpu == live.rt_cpu));

@@ -102,15 +102,27 @@ impl Knob for Tasks {
         let (host, plan) = (cx.host, &cx.applied.plan);
         let me = std::process::id();
         let mut out = Vec::new();
-        for t in tasks::all(host).unwrap_or_default() {
-            let left = t.kthread && plan.kernel_threads == KthreadPolicy::Leave;
-            if t.pid == me || t.no_setaffinity || left {
-                continue;
-            }
-            let Ok(aff) = host.get_affinity(t.tid) else {
+        // Affinity first (one syscall, no file opened): the daemon runs this
+        // every `reconcile_ms`, and almost every task is within one set;
+        // only a task that spans both has its `stat` read.
+        let all = tasks::pids(host).unwrap_or_default().into_iter();
+        let threads = all.filter(|&pid| pid != me).flat_map(|pid| {
+            tasks::threads_of(host, pid)
+                .into_iter()
+                .map(move |t| (pid, t))
+        });
+        for (pid, tid) in threads {
+            let Ok(aff) = host.get_affinity(tid) else {
                 continue;
             };
             if aff.is_disjoint(&plan.rt) || aff.is_disjoint(&plan.nrt) {
+                continue;
+            }
+            let Some(t) = tasks::info(host, pid, tid) else {
+                continue;
+            };
+            let left = t.kthread && plan.kernel_threads == KthreadPolicy::Leave;
+            if t.no_setaffinity || left {
                 continue;
             }
             out.push(Drift {
