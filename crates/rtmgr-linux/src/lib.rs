@@ -41,6 +41,7 @@ pub mod resource_records;
 pub mod resources;
 pub mod rt_thread;
 pub mod sched;
+#[cfg(any(test, feature = "fake"))]
 pub mod snapshot;
 pub mod status;
 pub mod tasks;
@@ -49,10 +50,7 @@ pub mod unmovable;
 
 pub use host::{Host, HostError};
 
-/// Seconds since the Unix epoch: what journals and cached results are stamped with.
-pub(crate) fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+/// The one wall clock (rtmgr-sys) under its old name, for the daemon's and the
+/// balancer's callers until their modules are rewritten (issue 29); new code
+/// calls `rtmgr_sys::time::unix_now_s`.
+pub(crate) use rtmgr_sys::time::unix_now_s as now_unix_s;
