@@ -40,7 +40,7 @@ enum Command {
     /// Measure latency, execution-time variation, periodicity.
     #[command(subcommand)]
     Measure(cmd::measure::MeasureCmd),
-    /// The main job: stock vs shield vs rtmgr latency under load, in one interleaved run.
+    /// The main job: stock vs shield vs idle-guests vs balanced latency under load, in one interleaved run.
     Evaluate(cmd::evaluate::EvaluateArgs),
     /// lbµ: run a load-balancing scenario (ARTiS Fig. 4) under one or more balancers, simulated or live.
     Lb(cmd::lb::LbArgs),
