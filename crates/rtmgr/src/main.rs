@@ -37,7 +37,7 @@ enum Command {
     Partition(cmd::partition::PartitionCmd),
     /// Run a program (or reclassify a running one) in an ARTiS class.
     Run(cmd::run::RunArgs),
-    /// Measure latency, execution-time variation, periodicity.
+    /// Measure latency, execution-time variation, periodicity, budgets, the cost of real time, resource settings.
     #[command(subcommand)]
     Measure(cmd::measure::MeasureCmd),
     /// The main job: stock vs shield vs idle-guests vs balanced latency under load, in one interleaved run.
