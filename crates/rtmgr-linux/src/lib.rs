@@ -14,10 +14,12 @@
 //! backend; `partition::{Applied, PartitionGuard}`; `journal::Record`;
 //! `balance::{LiveConfig, LiveReport}`; `daemon::Manager`.
 //!
-//! **Key decision.** Every file access and every scheduling call goes through
-//! a `Host`, whose kernel is either the running one or (feature `fake`, tests)
-//! a fake one that emulates the side effects rtmgr relies on in a temporary
-//! tree. The same code paths run on fake cgroup v1/v2 trees and on the real
+//! **Key decision.** The machine is a `Host`: a root path under which its
+//! files are named, and a kernel that is either the running one or (feature
+//! `fake`, tests) a fake one that emulates the side effects rtmgr relies on in
+//! a temporary tree. `std::fs` is used only in [`host`] and in the few files
+//! docs/architecture.md's checker lists (rtmgr's own state, /proc files held
+//! open). The same code paths run on fake cgroup v1/v2 trees and on the real
 //! machine, and production code never asks which it has. Decisions are
 //! rtmgr-core's; this crate observes, applies, and undoes.
 
