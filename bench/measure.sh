@@ -14,7 +14,7 @@ echo "# $(uname -r), $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadav
 
 step() { echo; echo "\$ rtmgr $*" | tee -a "$OUT/README.txt"; "$R" "$@" | tee -a "$OUT/README.txt"; }
 
-# 1. The main job: stock vs shield vs rtmgr, interleaved (~55 s).
+# 1. The main job: stock vs shield vs idle-guests vs balanced, interleaved (~60 s).
 step evaluate --out "$OUT/evaluate"
 # 2. rtmgr's probe vs cyclictest, alternated under the same `all` load (~40 s).
 step measure latency --compare-cyclictest --duration 40s --rounds 4 --load all \

@@ -5,6 +5,8 @@
 # "Cargo features"); the default build, without them, must lint clean and refuse what it lacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The rules of docs/architecture.md a script can check: layering, import circles, unsafe, the Host, the CLI (seconds).
+python3 scripts/check-architecture.py
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo clippy -p rtmgr-linux -p rtmgr --all-targets -- -D warnings

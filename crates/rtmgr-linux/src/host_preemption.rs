@@ -49,7 +49,7 @@ pub fn recent_host_preemption_on(
         CACHE_PATH,
         &text,
         &boot_id(host),
-        crate::now_unix_s(),
+        rtmgr_sys::time::unix_now_s(),
         max_age.as_secs(),
     )
 }
@@ -90,14 +90,18 @@ mod tests {
         assert!(e.to_string().contains("rtmgr status --host-test"), "{e}");
         std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
         std::fs::write(host.path(BOOT_ID_PATH), "boot-a\n").unwrap();
-        write_host_preemption(&host, &result("boot-a", crate::now_unix_s())).unwrap();
+        write_host_preemption(&host, &result("boot-a", rtmgr_sys::time::unix_now_s())).unwrap();
         let back = recent_host_preemption_on(&host, day).unwrap();
         assert_eq!(back.setup.boot_id, "boot-a");
         assert!(!back.preempts);
-        write_host_preemption(&host, &result("boot-a", crate::now_unix_s() - 7200)).unwrap();
+        write_host_preemption(
+            &host,
+            &result("boot-a", rtmgr_sys::time::unix_now_s() - 7200),
+        )
+        .unwrap();
         let stale = recent_host_preemption_on(&host, Duration::from_secs(3600)).unwrap_err();
         assert!(matches!(stale, CacheError::Stale { .. }), "{stale}");
-        write_host_preemption(&host, &result("boot-b", crate::now_unix_s())).unwrap();
+        write_host_preemption(&host, &result("boot-b", rtmgr_sys::time::unix_now_s())).unwrap();
         let other = recent_host_preemption_on(&host, day).unwrap_err();
         assert!(matches!(other, CacheError::OtherBoot { .. }), "{other}");
         std::fs::write(host.path(CACHE_PATH), "{\"schema\": 3").unwrap();

@@ -14,10 +14,12 @@
 //! backend; `partition::{Applied, PartitionGuard}`; `journal::Record`;
 //! `balance::{LiveConfig, LiveReport}`; `daemon::Manager`.
 //!
-//! **Key decision.** Every file access and every scheduling call goes through
-//! a `Host`, whose kernel is either the running one or (feature `fake`, tests)
-//! a fake one that emulates the side effects rtmgr relies on in a temporary
-//! tree. The same code paths run on fake cgroup v1/v2 trees and on the real
+//! **Key decision.** The machine is a `Host`: a root path under which its
+//! files are named, and a kernel that is either the running one or (feature
+//! `fake`, tests) a fake one that emulates the side effects rtmgr relies on in
+//! a temporary tree. `std::fs` is used only in [`host`] and in the few files
+//! docs/architecture.md's checker lists (rtmgr's own state, /proc files held
+//! open). The same code paths run on fake cgroup v1/v2 trees and on the real
 //! machine, and production code never asks which it has. Decisions are
 //! rtmgr-core's; this crate observes, applies, and undoes.
 
@@ -41,6 +43,7 @@ pub mod resource_records;
 pub mod resources;
 pub mod rt_thread;
 pub mod sched;
+#[cfg(any(test, feature = "fake"))]
 pub mod snapshot;
 pub mod status;
 pub mod tasks;
@@ -49,10 +52,7 @@ pub mod unmovable;
 
 pub use host::{Host, HostError};
 
-/// Seconds since the Unix epoch: what journals and cached results are stamped with.
-pub(crate) fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+/// The one wall clock (rtmgr-sys) under its old name, for the daemon's and the
+/// balancer's callers until their modules are rewritten (issue 29); new code
+/// calls `rtmgr_sys::time::unix_now_s`.
+pub(crate) use rtmgr_sys::time::unix_now_s as now_unix_s;

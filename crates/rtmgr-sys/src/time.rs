@@ -19,6 +19,12 @@ pub fn mono_ns() -> Nanos {
     read(ClockId::Monotonic)
 }
 
+/// Whole seconds since the Unix epoch (CLOCK_REALTIME; 0 before it): what
+/// journals, reports and cached results are stamped with. rtmgr's one wall clock.
+pub fn unix_now_s() -> u64 {
+    clock_gettime(ClockId::Realtime).tv_sec.max(0) as u64
+}
+
 /// The calling thread's CPU time in ns (precise: read from the scheduler).
 pub fn thread_cpu_ns() -> Nanos {
     read(ClockId::ThreadCPUTime)
@@ -86,6 +92,19 @@ mod tests {
             std::hint::black_box(0u64);
         }
         assert!(process_cpu_ns() >= thread_cpu_ns() - c0);
+    }
+
+    #[test]
+    fn the_wall_clock_is_the_system_time_in_whole_seconds() {
+        let std_s =
+            |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let before = std_s(std::time::SystemTime::now());
+        let ours = unix_now_s();
+        let after = std_s(std::time::SystemTime::now());
+        assert!(
+            (before..=after).contains(&ours),
+            "{before} <= {ours} <= {after}"
+        );
     }
 
     #[test]

@@ -37,10 +37,10 @@ enum Command {
     Partition(cmd::partition::PartitionCmd),
     /// Run a program (or reclassify a running one) in an ARTiS class.
     Run(cmd::run::RunArgs),
-    /// Measure latency, execution-time variation, periodicity.
+    /// Measure latency, execution-time variation, periodicity, budgets, the cost of real time, resource settings.
     #[command(subcommand)]
     Measure(cmd::measure::MeasureCmd),
-    /// The main job: stock vs shield vs rtmgr latency under load, in one interleaved run.
+    /// The main job: stock vs shield vs idle-guests vs balanced latency under load, in one interleaved run.
     Evaluate(cmd::evaluate::EvaluateArgs),
     /// lbµ: run a load-balancing scenario (ARTiS Fig. 4) under one or more balancers, simulated or live.
     Lb(cmd::lb::LbArgs),

@@ -1,14 +1,15 @@
 //! The Grafana dashboard (deploy/grafana/) and the Prometheus alert rules
-//! (deploy/prometheus/) name only metrics that `rtmgr serve --metrics`
-//! exports: every `rtmgr_…` name in their expressions is checked against the
-//! series of the daemon's own registry, so renaming a metric fails here. The
+//! (deploy/prometheus/) name only series that a fresh `rtmgr serve --metrics`
+//! exports before any event: every `rtmgr_…` name in their expressions, with
+//! its `label="value"` matchers, must match a sample of the daemon's own
+//! registry as it starts, so renaming a metric, or a family that appears only
+//! with its first event (a panel or alert with no series), fails here. The
 //! dashboard's JSON has the shape Grafana imports (panels, targets, datasource).
 
-use rtmgr_core::protocol::{RefusalKind, Response};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::daemon::metrics::Metrics;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn deploy(file: &str) -> PathBuf {
@@ -17,33 +18,50 @@ fn deploy(file: &str) -> PathBuf {
         .join(file)
 }
 
-/// The sample names the daemon exports (OpenMetrics: a counter `x` is
-/// `x_total`, a histogram `x_bucket`, `x_sum`, `x_count`), from the `# TYPE`
-/// lines, once a refusal and a drift repair made their families appear.
-fn exported() -> BTreeSet<String> {
-    let m = Metrics::new(&CpuSet::parse_list("1").unwrap());
-    m.response(&Response::refused(RefusalKind::Admission, "full"));
-    m.drift("affinity", 1);
-    let text = m.encode();
-    let mut names = BTreeSet::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("# TYPE ") else {
-            continue;
+/// Label name → value of one sample.
+type Labels = BTreeMap<String, String>;
+
+/// Every sample of `text` (OpenMetrics) by name: the label sets it has.
+fn samples(text: &str) -> BTreeMap<String, Vec<Labels>> {
+    let mut out: BTreeMap<String, Vec<Labels>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, _value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => (n, matchers(l.trim_end_matches('}'))),
+            None => (series, Vec::new()),
         };
-        let (name, kind) = rest.split_once(' ').unwrap();
-        let suffixes: &[&str] = match kind {
-            "counter" => &["_total"],
-            "histogram" => &["_bucket", "_sum", "_count"],
-            _ => &[""],
-        };
-        names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+        out.entry(name.to_string())
+            .or_default()
+            .push(labels.into_iter().collect());
     }
-    assert!(names.len() >= 8, "{text}");
-    names
+    out
 }
 
-/// Every `rtmgr_…` word of `text`.
-fn metric_names(text: &str) -> Vec<String> {
+/// The series a daemon with one RT CPU exports at start, before any event.
+fn fresh() -> BTreeMap<String, Vec<Labels>> {
+    let text = Metrics::new(&CpuSet::parse_list("1").unwrap()).encode();
+    let s = samples(&text);
+    assert!(s.len() >= 8, "{text}");
+    s
+}
+
+/// The `label="value"` pairs of a selector's or sample's braces; `=~`, `!=`
+/// and `!~` matchers are left out (they select, they name no series).
+fn matchers(braces: &str) -> Vec<(String, String)> {
+    braces
+        .split(',')
+        .filter_map(|m| {
+            let (k, v) = m.split_once('=')?;
+            let v = v.strip_prefix('"')?.strip_suffix('"')?;
+            let k = k.trim();
+            (!k.ends_with('!') && !k.is_empty()).then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// Every `rtmgr_…` word of `text`, with the equality matchers of the braces
+/// right after it (labels Prometheus adds, `instance` and `job`, aside).
+fn selectors(text: &str) -> Vec<(String, Vec<(String, String)>)> {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut out = Vec::new();
     let mut rest = text;
@@ -52,18 +70,36 @@ fn metric_names(text: &str) -> Vec<String> {
         let tail = &rest[i..];
         let end = tail.find(|c: char| !word(c)).unwrap_or(tail.len());
         if !before.is_some_and(word) {
-            out.push(tail[..end].to_string());
+            let braces = tail[end..]
+                .strip_prefix('{')
+                .and_then(|b| b.split_once('}'))
+                .map(|(b, _)| matchers(b))
+                .unwrap_or_default();
+            let own = braces
+                .into_iter()
+                .filter(|(k, _)| k != "instance" && k != "job");
+            out.push((tail[..end].to_string(), own.collect()));
         }
         rest = &tail[end..];
     }
     out
 }
 
-fn check_known(what: &str, names: &[String], known: &BTreeSet<String>) {
-    for n in names {
+fn metric_names(text: &str) -> Vec<String> {
+    selectors(text).into_iter().map(|(n, _)| n).collect()
+}
+
+/// Each selector of `text` matches a series of a fresh daemon.
+fn check_present(what: &str, text: &str, fresh: &BTreeMap<String, Vec<Labels>>) {
+    for (name, want) in selectors(text) {
+        let series = fresh.get(&name).unwrap_or_else(|| {
+            panic!("{what} uses {name}, which a fresh daemon does not export: {fresh:?}")
+        });
         assert!(
-            known.contains(n),
-            "{what} uses {n}, which the daemon does not export: {known:?}"
+            series
+                .iter()
+                .any(|l| want.iter().all(|(k, v)| l.get(k) == Some(v))),
+            "{what}: no series of {name} matches {want:?} in a fresh daemon: {series:?}"
         );
     }
 }
@@ -72,11 +108,16 @@ fn check_known(what: &str, names: &[String], known: &BTreeSet<String>) {
 fn metric_names_are_found_in_expressions() {
     let names = metric_names("sum(rate(rtmgr_a_total[5m])) / x_rtmgr_b + rtmgr_c{cpu=\"1\"}");
     assert_eq!(names, ["rtmgr_a_total", "rtmgr_c"]);
+    let s = selectors("rtmgr_c{instance=~\"$i\", reason=\"rate\",cpu!=\"2\"} > 0");
+    assert_eq!(
+        s,
+        [("rtmgr_c".into(), vec![("reason".into(), "rate".into())])]
+    );
 }
 
 #[test]
 fn the_dashboard_has_grafanas_shape_and_only_exported_metrics() {
-    let known = exported();
+    let fresh = fresh();
     let text = std::fs::read_to_string(deploy("grafana/rtmgr-dashboard.json")).unwrap();
     let d: Value = serde_json::from_str(&text).unwrap();
     for key in ["title", "uid"] {
@@ -132,7 +173,7 @@ fn the_dashboard_has_grafanas_shape_and_only_exported_metrics() {
             let expr = t["expr"].as_str().expect("expr");
             let names = metric_names(expr);
             assert!(!names.is_empty(), "{title}: {expr} names no rtmgr metric");
-            check_known(title, &names, &known);
+            check_present(title, expr, &fresh);
             used.extend(names);
         }
     }
@@ -150,10 +191,23 @@ fn the_dashboard_has_grafanas_shape_and_only_exported_metrics() {
 }
 
 #[test]
-fn the_alert_rules_use_only_exported_metrics() {
-    let known = exported();
+fn the_alert_rules_see_series_of_a_fresh_daemon() {
     let text = std::fs::read_to_string(deploy("prometheus/rtmgr-rules.yaml")).unwrap();
     let exprs: Vec<String> = metric_names(&text);
     assert!(exprs.len() >= 5, "{exprs:?}");
-    check_known("deploy/prometheus/rtmgr-rules.yaml", &exprs, &known);
+    check_present("deploy/prometheus/rtmgr-rules.yaml", &text, &fresh());
+}
+
+#[test]
+fn a_series_that_appears_only_with_its_first_event_is_caught() {
+    let fresh = samples("rtmgr_grants_total{cpu=\"1\"} 0\n# EOF\n");
+    let absent = std::panic::catch_unwind(|| check_present("t", "rtmgr_refusals_total", &fresh));
+    assert!(absent.is_err(), "a family absent before its first event");
+    let other =
+        std::panic::catch_unwind(|| check_present("t", "rtmgr_grants_total{cpu=\"2\"}", &fresh));
+    assert!(
+        other.is_err(),
+        "a label value absent before its first event"
+    );
+    check_present("t", "rtmgr_grants_total{cpu=\"1\"}", &fresh);
 }

@@ -141,6 +141,17 @@ impl std::fmt::Display for ResourceKnobId {
     }
 }
 
+/// The name of a knob's drift repairs (partition or resource knob), as the
+/// daemon counts them in `status` and its metrics: `<knob>_restored`, but
+/// `irqs` and `tasks` keep the names their repairs had before knobs.
+pub fn drift_kind(knob: &str) -> String {
+    match knob {
+        "irqs" => "irq_masks_restored".into(),
+        "tasks" => "tasks_narrowed".into(),
+        k => format!("{k}_restored"),
+    }
+}
+
 /// What `partition apply` does beside a running irqbalance, which rewrites
 /// IRQ affinities every 10 s (`--irqbalance`, `irqbalance =` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -242,6 +253,19 @@ mod tests {
             assert!(KnobId::ALL.iter().all(|p| p.name() != k.name()), "{k}");
         }
         assert_eq!(ResourceKnobId::named("irqs"), None);
+    }
+
+    #[test]
+    fn drift_kinds_are_distinct_per_knob() {
+        let names = KnobId::ALL.iter().map(|k| k.name());
+        let all: Vec<&str> = names
+            .chain(ResourceKnobId::ALL.iter().map(|k| k.name()))
+            .collect();
+        let kinds: std::collections::BTreeSet<String> = all.iter().map(|k| drift_kind(k)).collect();
+        assert_eq!(kinds.len(), all.len());
+        assert_eq!(drift_kind("irqs"), "irq_masks_restored");
+        assert_eq!(drift_kind("tasks"), "tasks_narrowed");
+        assert_eq!(drift_kind("cache"), "cache_restored");
     }
 
     #[test]

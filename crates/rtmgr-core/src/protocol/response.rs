@@ -103,6 +103,19 @@ pub enum RefusalKind {
     Resource,
 }
 
+impl RefusalKind {
+    /// Every kind, so a counter by kind can start with each at 0.
+    pub const ALL: [RefusalKind; 7] = [
+        RefusalKind::Admission,
+        RefusalKind::Policy,
+        RefusalKind::Rate,
+        RefusalKind::NotServed,
+        RefusalKind::Permission,
+        RefusalKind::Irq,
+        RefusalKind::Resource,
+    ];
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

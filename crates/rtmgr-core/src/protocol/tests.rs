@@ -14,6 +14,23 @@ fn reserve() -> ReserveRequest {
 }
 
 #[test]
+fn refusal_kinds_all_lists_each_kind_once() {
+    // A new kind fails to compile here: place it last, and list it in ALL.
+    let place = |k: RefusalKind| match k {
+        RefusalKind::Admission => 0,
+        RefusalKind::Policy => 1,
+        RefusalKind::Rate => 2,
+        RefusalKind::NotServed => 3,
+        RefusalKind::Permission => 4,
+        RefusalKind::Irq => 5,
+        RefusalKind::Resource => 6,
+    };
+    for (i, k) in RefusalKind::ALL.into_iter().enumerate() {
+        assert_eq!(place(k), i, "{k:?}");
+    }
+}
+
+#[test]
 fn requests_round_trip() {
     for op in [
         Op::Reserve(reserve()),

@@ -26,7 +26,7 @@ pub use rtmgr_linux::rt_thread::{MeasureError, Result};
 
 pub use rtmgr_sys::process::thread_switches;
 pub use rtmgr_sys::sched::gettid;
-pub use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
+pub use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns, unix_now_s};
 
 /// Is `prog` on PATH?
 pub fn which(prog: &str) -> Option<std::path::PathBuf> {
@@ -81,12 +81,4 @@ pub fn host_info(online: &CpuSet) -> HostInfo {
         cpus_online: online.clone(),
         hypervisor,
     }
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }

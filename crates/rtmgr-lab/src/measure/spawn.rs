@@ -196,10 +196,6 @@ impl GroupChild {
     pub fn usage(&self) -> Option<ChildUsage> {
         self.reaped
     }
-
-    pub fn exited_ok(&self) -> bool {
-        self.reaped.is_some()
-    }
 }
 
 impl Drop for GroupChild {

@@ -198,14 +198,6 @@ impl Host {
         self.root.join(abs.strip_prefix("/").unwrap_or(abs))
     }
 
-    /// The inverse of `path`: a path under the root, as the machine names it.
-    pub fn machine_path(&self, p: &Path) -> PathBuf {
-        match p.strip_prefix(&self.root) {
-            Ok(rel) => Path::new("/").join(rel),
-            Err(_) => p.to_path_buf(),
-        }
-    }
-
     pub fn exists(&self, abs: impl AsRef<Path>) -> bool {
         self.path(abs).exists()
     }

@@ -1,4 +1,4 @@
-//! A partition held for a while (evaluate's shield configurations, tests): it
+//! A partition held for a while (the shield configurations of a measurement, tests): it
 //! is reset when the guard drops, also on error and panic. Being temporary,
 //! it does not refuse a running irqbalance: it bans its RT CPUs in
 //! irqbalance for its lifetime (`partition apply` refuses unless told).

@@ -292,7 +292,7 @@ mod tests {
         assert!(missing.host_preemption.is_none());
         std::fs::create_dir_all(host.path("/proc/sys/kernel/random")).unwrap();
         std::fs::write(host.path(crate::host_preemption::BOOT_ID_PATH), "b\n").unwrap();
-        let now = crate::now_unix_s();
+        let now = rtmgr_sys::time::unix_now_s();
         let setup = TestSetup::new(CpuSet::single(0), CpuSet::single(1), "b", now);
         let phases = [
             Phase::synthetic(0, false, 2, 0, 0, 0),
@@ -332,7 +332,7 @@ mod tests {
             CpuSet::single(0),
             CpuSet::single(1),
             "b",
-            crate::now_unix_s(),
+            rtmgr_sys::time::unix_now_s(),
         );
         // Two busy vCPUs each at half the speed of one alone.
         let phase = |k: usize| CapacityPhase {

@@ -23,12 +23,13 @@ pub struct EvaluateArgs {
     #[arg(long)]
     pub quick: bool,
     /// Total measuring time, spread over all rounds and configurations
-    /// (default 36s, or 8s with --quick; each segment's load start and the
-    /// partition's set-up add about a third).
+    /// (default 36s, or 8s with --quick; with --ablate 48s, or 12s; each
+    /// segment's load start and the partition's set-up add about a third).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Rounds (each runs every configuration once; default 8, or 4 with
-    /// --quick). The intervals resample rounds: fewer than 4 give none.
+    /// --quick; with --ablate 4, or 2). The intervals resample rounds: fewer
+    /// than 4 give none.
     #[arg(long)]
     pub rounds: Option<u32>,
     /// Skip the A/A control (the shield measured twice per round as `shield`

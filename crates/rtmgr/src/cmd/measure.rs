@@ -128,6 +128,7 @@ pub struct LatencyArgs {
 /// task's priority, the load beside it and where the report goes.
 #[derive(clap::Args)]
 pub struct TaskArgs {
+    /// SCHED_FIFO priority of the measured task(s) (default: the highest).
     #[arg(long)]
     pub priority: Option<u8>,
     #[command(flatten)]
@@ -156,8 +157,10 @@ pub struct PeriodicityArgs {
     /// CPU of the timer task and the two woken tasks (default: the last online CPU).
     #[arg(long)]
     pub cpu: Option<u32>,
+    /// The timer task's period.
     #[arg(long, default_value = "100us", value_parser = parse_duration)]
     pub period: Duration,
+    /// How long to measure.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
     #[command(flatten)]

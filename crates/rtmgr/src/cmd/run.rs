@@ -34,6 +34,7 @@ pub struct RunArgs {
     /// Reclassify this running process (all its threads) instead of starting one.
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
+    /// The partition journal (where the RT and NRT CPUs are read from).
     #[arg(long, default_value = DEFAULT_JOURNAL, value_name = "PATH")]
     pub journal: PathBuf,
     /// The program and its arguments, after `--`.

@@ -23,6 +23,7 @@ pub struct StatusArgs {
     /// List every IRQ and the pinned kernel threads of each CPU.
     #[arg(long, short)]
     pub verbose: bool,
+    /// The partition journal (where `partition apply` wrote the applied partition).
     #[arg(long, default_value = DEFAULT_JOURNAL, value_name = "PATH")]
     pub journal: PathBuf,
     /// First run the host-preemption test (root; it loads every CPU for

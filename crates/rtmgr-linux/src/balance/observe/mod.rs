@@ -146,14 +146,6 @@ impl Observer {
         self.hot_ns = ns;
     }
 
-    /// Limit the descriptors kept open (default: ¾ of RLIMIT_NOFILE).
-    pub fn set_fd_budget(&mut self, max: usize) {
-        for r in self.recs.values_mut() {
-            r.close_all(&mut self.budget);
-        }
-        self.budget = FdBudget::new(max);
-    }
-
     /// Descriptors the observer keeps open now.
     pub fn open_files(&self) -> usize {
         self.budget.open()

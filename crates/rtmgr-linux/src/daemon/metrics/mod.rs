@@ -4,7 +4,9 @@
 //! Per RT CPU: the latency guard's histogram, grants, admission refusals,
 //! evictions, starvation boosts; and drift repairs by kind. Fed by small
 //! hooks: the Manager's responses, reconcile's repairs, and the balancer's
-//! `LiveEvents`. `http.rs` answers scrapes.
+//! `LiveEvents`. `http.rs` answers scrapes. Every series whose labels are
+//! known at start is there at 0 from the first scrape (Prometheus's advice),
+//! so dashboards and alerts see it before its first event.
 
 mod http;
 
@@ -17,7 +19,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use rtmgr_core::admission::CpuRefusal;
-use rtmgr_core::protocol::{Reply, Response};
+use rtmgr_core::partition::{drift_kind, KnobId, ResourceKnobId};
+use rtmgr_core::protocol::{RefusalKind, Reply, Response};
 use rtmgr_core::CpuSet;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,6 +45,37 @@ struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
+}
+
+/// The drift repairs reconcile (daemon/reconcile.rs) counts besides the
+/// knobs' (`drift_kind`): grants put back or dropped, RT CPUs gone and back.
+const DRIFT_EVENTS: [&str; 4] = [
+    "grants_of_exited_threads",
+    "grants_reapplied",
+    "rt_cpu_offline",
+    "rt_cpu_online",
+];
+
+/// Every drift kind a daemon may count, known at start.
+fn drift_kinds() -> impl Iterator<Item = String> {
+    let partition = KnobId::ALL.into_iter().map(|k| drift_kind(k.name()));
+    let resources = ResourceKnobId::ALL
+        .into_iter()
+        .map(|k| drift_kind(k.name()));
+    DRIFT_EVENTS
+        .into_iter()
+        .map(String::from)
+        .chain(partition)
+        .chain(resources)
+}
+
+/// The `reason` label of a refusal: its protocol name (`admission`, `policy`…).
+fn refusal_label(kind: &RefusalKind) -> ReasonLabel {
+    let reason = serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{kind:?}"));
+    ReasonLabel { reason }
 }
 
 type HistogramFamily = Family<CpuLabel, Histogram, fn() -> Histogram>;
@@ -69,8 +103,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// The metrics of a daemon whose RT CPUs are `rt`: every per-CPU series
-    /// exists from the start (at 0), so a scrape shows each RT CPU.
+    /// The metrics of a daemon whose RT CPUs are `rt`: every series whose
+    /// labels are known exists from the start (at 0): each RT CPU's, each
+    /// refusal reason's and each drift kind's.
     pub fn new(rt: &CpuSet) -> Metrics {
         let mut m = Metrics {
             registry: Registry::with_prefix("rtmgr"),
@@ -147,6 +182,12 @@ impl Metrics {
                 let _ = m.evictions.get_or_create(&EvictionLabels { cpu, cause });
             }
         }
+        for kind in &RefusalKind::ALL {
+            let _ = m.refusals.get_or_create(&refusal_label(kind));
+        }
+        for kind in drift_kinds() {
+            let _ = m.drift_repairs.get_or_create(&KindLabel { kind });
+        }
         m
     }
 
@@ -162,11 +203,7 @@ impl Metrics {
                     .inc();
             }
             Reply::Refused { reason, cpus, .. } => {
-                let reason = serde_json::to_value(reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| format!("{reason:?}"));
-                self.refusals.get_or_create(&ReasonLabel { reason }).inc();
+                self.refusals.get_or_create(&refusal_label(reason)).inc();
                 for c in cpus {
                     self.cpu_refusals
                         .get_or_create(&CpuLabel {

@@ -213,13 +213,54 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
         v("rtmgr_drift_repairs_total{kind=\"irq_masks_restored\"}"),
         3.0
     );
-    assert!(
-        !body.contains("tasks_narrowed"),
-        "no series for nothing repaired"
+    assert_eq!(
+        v("rtmgr_drift_repairs_total{kind=\"tasks_narrowed\"}"),
+        0.0,
+        "there from the start, nothing added for nothing repaired"
     );
     assert!(
         body.contains("# UNIT rtmgr_guard_latency_seconds seconds"),
         "{body}"
+    );
+}
+
+#[test]
+fn a_fresh_scrape_has_every_known_series_at_zero() {
+    let m = Metrics::new(&CpuSet::single(3));
+    let body = m.encode();
+    let s = parse_openmetrics(&body);
+    let v = |k: &str| *s.get(k).unwrap_or_else(|| panic!("{k} missing in\n{body}"));
+    for reason in [
+        "admission",
+        "policy",
+        "rate",
+        "not_served",
+        "permission",
+        "irq",
+        "resource",
+    ] {
+        assert_eq!(
+            v(&format!("rtmgr_refusals_total{{reason=\"{reason}\"}}")),
+            0.0
+        );
+    }
+    for kind in [
+        "grants_reapplied",
+        "rt_cpu_offline",
+        "irq_masks_restored",
+        "cgroups_restored",
+        "cache_restored",
+    ] {
+        assert_eq!(
+            v(&format!("rtmgr_drift_repairs_total{{kind=\"{kind}\"}}")),
+            0.0
+        );
+    }
+    assert_eq!(v("rtmgr_requests_total"), 0.0);
+    assert_eq!(v("rtmgr_cpu_refusals_total{cpu=\"3\"}"), 0.0);
+    assert!(
+        s.values().all(|&x| x == 0.0),
+        "a fresh daemon counted nothing: {body}"
     );
 }
 
