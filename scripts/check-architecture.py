@@ -56,9 +56,6 @@ KNOWN_VIOLATIONS = {
     # Item 1/2: `rtmgr top` holds collectors and probe threads in the CLI.
     ("engine in the CLI", "crates/rtmgr/src/cmd/top/collect.rs"),
     ("engine in the CLI", "crates/rtmgr/src/cmd/top/probe.rs"),
-    # Found by this checker, in no branch's brief yet (the daemon's owner decides):
-    # daemon/manager/mod.rs uses pending.rs and stranded.rs, which use manager's types.
-    ("import circle", "crates/rtmgr-linux/src/daemon"),
     # Item 1: the balancer knows evaluate (background balancer, GuardFeed).
     ("rtmgr-linux knows experiments", "crates/rtmgr-linux/src/balance/background.rs"),
     ("rtmgr-linux knows experiments", "crates/rtmgr-linux/src/balance/guard.rs"),

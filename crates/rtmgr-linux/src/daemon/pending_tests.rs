@@ -5,7 +5,9 @@
 //! policy back; re-adopted after a restart, it is pending again.
 
 use super::*;
+use crate::daemon::grant;
 use crate::daemon::grant::tests::waiting_on;
+use crate::daemon::manager::Manager;
 use crate::daemon::release::regrant_tests::{client, manager, release, PID};
 use crate::daemon::startup;
 use crate::fake::FakeMachine;

@@ -7,7 +7,6 @@
 //! every period; docs/serve.md "Stranded threads").
 
 use super::journal::Grant;
-use super::manager::Manager;
 use crate::host::Host;
 use crate::tasks;
 use std::collections::BTreeMap;
@@ -18,11 +17,11 @@ pub const PERIODS: u64 = 10;
 /// burst of interrupts or the kernel's own work).
 pub const MIN_NS: u64 = 200_000_000;
 /// Look at most this often.
-const EVERY_NS: u64 = 20_000_000;
+pub(in crate::daemon) const EVERY_NS: u64 = 20_000_000;
 
 /// What was last seen of one thread.
 #[derive(Debug, Clone, Copy)]
-struct Seen {
+pub(in crate::daemon) struct Seen {
     exec_ns: u64,
     /// Since when it has been runnable without running.
     since_ns: u64,
@@ -31,15 +30,20 @@ struct Seen {
 /// The threads being watched and what they last showed.
 #[derive(Debug, Default)]
 pub struct StrandWatch {
-    seen: BTreeMap<u32, Seen>,
-    last_ns: u64,
+    pub(in crate::daemon) seen: BTreeMap<u32, Seen>,
+    pub(in crate::daemon) last_ns: u64,
     /// Threads repaired since the daemon started.
     pub repaired: u64,
 }
 
 /// One look at a thread: Some(how long it has been runnable without
 /// running) while it is, None otherwise (asleep, stopped, running, gone).
-fn stuck_for(seen: &mut BTreeMap<u32, Seen>, host: &Host, tid: u32, now: u64) -> Option<u64> {
+pub(in crate::daemon) fn stuck_for(
+    seen: &mut BTreeMap<u32, Seen>,
+    host: &Host,
+    tid: u32,
+    now: u64,
+) -> Option<u64> {
     let (Some(state), Some(exec_ns)) = (tasks::state(host, tid), tasks::exec_ns(host, tid)) else {
         seen.remove(&tid);
         return None;
@@ -61,71 +65,6 @@ fn stuck_for(seen: &mut BTreeMap<u32, Seen>, host: &Host, tid: u32, now: u64) ->
 /// How long a grant's thread may stay runnable without running.
 pub fn limit_ns(g: &Grant) -> u64 {
     (g.demand.period_ns.saturating_mul(PERIODS)).max(MIN_NS)
-}
-
-impl Manager {
-    /// Look at the hard grants' threads (the server calls it often; it looks
-    /// every `EVERY_NS`) and repair the stranded ones. Returns the threads
-    /// repaired now.
-    pub fn repair_stranded(&mut self, now_ns: u64) -> Vec<u32> {
-        if now_ns.saturating_sub(self.stranded.last_ns) < EVERY_NS {
-            return Vec::new();
-        }
-        self.stranded.last_ns = now_ns;
-        let mut watched = Vec::new();
-        let mut stuck = Vec::new();
-        for g in self.grants.values().filter(|g| g.demand.is_hard()) {
-            // A pending thread (SCHED_FIFO 1) is `pending.rs`'s.
-            for t in g.threads.iter() {
-                if self.pending.threads.contains_key(&t.tid) {
-                    continue;
-                }
-                watched.push(t.tid);
-                let Some(for_ns) = stuck_for(&mut self.stranded.seen, &self.host, t.tid, now_ns)
-                else {
-                    continue;
-                };
-                if for_ns >= limit_ns(g) && tasks::same_task(&self.host, t.tid, t.start_time) {
-                    stuck.push((g.id, g.cpu, t.tid, t.attr, for_ns));
-                }
-            }
-        }
-        self.stranded.seen.retain(|tid, _| watched.contains(tid));
-        let mut repaired = Vec::new();
-        for (id, cpu, tid, before, for_ns) in stuck {
-            let Some(g) = self.grants.get(&id) else {
-                continue;
-            };
-            let want = super::grant::granted_attr(&g.demand);
-            // The same attributes again change nothing in the kernel: the
-            // thread's own policy for a moment, then the grant's (it is on
-            // its RT CPU's run queue, where the kernel admits it).
-            let r = self
-                .host
-                .set_attr(tid, &before)
-                .and_then(|()| self.host.set_attr(tid, &want));
-            match r {
-                Ok(()) => {
-                    tracing::warn!(
-                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms; its policy was set again",
-                        for_ns / 1_000_000
-                    );
-                    self.stranded.repaired += 1;
-                    self.stranded.seen.remove(&tid);
-                    #[cfg(feature = "metrics")]
-                    if let Some(mx) = &self.metrics {
-                        mx.stranded(cpu);
-                    }
-                    repaired.push(tid);
-                }
-                Err(e) => tracing::warn!(
-                    "reservation {id}: thread {tid} on CPU {cpu} is stranded (runnable, not running for {} ms) and could not be repaired: {e}",
-                    for_ns / 1_000_000
-                ),
-            }
-        }
-        repaired
-    }
 }
 
 #[cfg(test)]

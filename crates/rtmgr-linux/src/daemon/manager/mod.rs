@@ -499,8 +499,10 @@ fn carry_ioprio(changes: &mut Vec<IoprioChange>, earlier: IoprioChange, new: u16
     }
 }
 
+mod pending;
 mod queries;
 mod revoke;
+mod stranded;
 mod target;
 
 pub use queries::info_of;

@@ -1,0 +1,140 @@
+//! The Manager's side of pending threads (`daemon/pending.rs`: what is
+//! watched; budget-based RTAI §3.3: hard reservations as SCHED_DEADLINE):
+//! noted after a grant, SCHED_DEADLINE set once seen on the RT CPU.
+
+use super::Manager;
+use crate::daemon::grant;
+use crate::daemon::journal::Grant;
+use crate::daemon::pending::{Pending, EVERY_NS};
+use crate::tasks;
+
+impl Manager {
+    /// The longest the server loop may poll, ms, while threads are pending.
+    pub fn pending_wait_ms(&self) -> Option<u64> {
+        self.pending.wait_ms()
+    }
+
+    /// A hard grant's threads at the placeholder after its apply (or found
+    /// so at adoption): pending from now. Returns them.
+    pub(in crate::daemon) fn note_pending(&mut self, g: &Grant, fresh: bool) -> Vec<u32> {
+        if !g.demand.is_hard() {
+            return Vec::new();
+        }
+        let mut tids = Vec::new();
+        for t in &g.threads {
+            if self
+                .host
+                .get_attr(t.tid)
+                .is_ok_and(|a| grant::is_placeholder(&a))
+            {
+                let p = Pending {
+                    id: g.id,
+                    cpu: g.cpu,
+                    reason: None,
+                };
+                self.pending.threads.insert(t.tid, p);
+                tids.push(t.tid);
+            }
+        }
+        if fresh && !tids.is_empty() {
+            self.pending.fallbacks += tids.len() as u64;
+            #[cfg(feature = "metrics")]
+            if let Some(mx) = &self.metrics {
+                mx.pending_fallback(g.cpu, tids.len() as u64);
+            }
+        }
+        tids
+    }
+
+    /// A grant's threads are no longer pending (revoked).
+    pub(in crate::daemon) fn forget_pending(&mut self, g: &Grant) {
+        for t in &g.threads {
+            if self
+                .pending
+                .threads
+                .get(&t.tid)
+                .is_some_and(|p| p.id == g.id)
+            {
+                self.pending.threads.remove(&t.tid);
+            }
+        }
+    }
+
+    /// Give SCHED_DEADLINE to the pending threads now on their RT CPU's run
+    /// queue (the server calls it often; it looks every `EVERY_NS`, and
+    /// does nothing when nothing is pending). Returns the threads switched.
+    pub fn finish_pending(&mut self, now_ns: u64) -> Vec<u32> {
+        if self.pending.threads.is_empty() || now_ns.saturating_sub(self.pending.last_ns) < EVERY_NS
+        {
+            return Vec::new();
+        }
+        self.pending.last_ns = now_ns;
+        let mut done = Vec::new();
+        let tids: Vec<u32> = self.pending.threads.keys().copied().collect();
+        for tid in tids {
+            let Some(p) = self.pending.threads.get(&tid).cloned() else {
+                continue;
+            };
+            let Some(g) = self.grants.get(&p.id) else {
+                self.pending.threads.remove(&tid);
+                continue;
+            };
+            let Some(t) = g.threads.iter().find(|t| t.tid == tid) else {
+                self.pending.threads.remove(&tid);
+                continue;
+            };
+            if !tasks::same_task(&self.host, tid, t.start_time) {
+                self.pending.threads.remove(&tid);
+                continue;
+            }
+            if tasks::run_queue_cpu(&self.host, tid) != Some(p.cpu) {
+                continue;
+            }
+            let want = grant::granted_attr(&g.demand);
+            match self.host.set_attr(tid, &want) {
+                Ok(()) => {
+                    tracing::info!(
+                        "reservation {}: thread {tid} on CPU {}: SCHED_DEADLINE in place",
+                        p.id,
+                        p.cpu
+                    );
+                    self.pending.threads.remove(&tid);
+                    done.push(tid);
+                }
+                Err(e) if e.is_gone() => {
+                    self.pending.threads.remove(&tid);
+                }
+                // Bandwidth of threads that left SCHED_DEADLINE there comes
+                // back within a period (or at the root domain's rebuild):
+                // the next looks try again, nothing to report.
+                Err(e)
+                    if e.errno() == Some(libc::EBUSY)
+                        && self
+                            .dl_leak
+                            .returning(p.cpu, now_ns.max(rtmgr_sys::time::mono_ns())) => {}
+                Err(e) => {
+                    let busy = e.errno() == Some(libc::EBUSY);
+                    let reason = if busy {
+                        format!(
+                            "the kernel refused SCHED_DEADLINE on CPU {} (EBUSY: another deadline task or the fair server holds its bandwidth); SCHED_FIFO {} until it admits it",
+                            p.cpu,
+                            grant::PLACEHOLDER_PRIORITY
+                        )
+                    } else {
+                        format!("SCHED_DEADLINE on CPU {}: {e}", p.cpu)
+                    };
+                    if p.reason.as_deref() != Some(reason.as_str()) {
+                        tracing::warn!("reservation {}: thread {tid}: {reason}", p.id);
+                        if busy {
+                            self.pending.refused += 1;
+                        }
+                        if let Some(p) = self.pending.threads.get_mut(&tid) {
+                            p.reason = Some(reason);
+                        }
+                    }
+                }
+            }
+        }
+        done
+    }
+}
