@@ -33,7 +33,7 @@ pub fn reconcile(m: &mut Manager) {
             .collect();
         if alive.is_empty() {
             m.revoke_id(id);
-            bump(m, "grants_of_exited_threads");
+            bump(m, GRANTS_OF_EXITED_THREADS);
             continue;
         }
         // Limits included: the process's limits are the grant's while it lives.
@@ -44,7 +44,7 @@ pub fn reconcile(m: &mut Manager) {
             for p in grant::repair(&cx, &g, &drifted) {
                 tracing::debug!("reservation {id}: repair: {p}");
             }
-            bump(m, "grants_reapplied");
+            bump(m, GRANTS_REAPPLIED);
         }
     }
     let steered: Vec<u32> = m
@@ -74,7 +74,7 @@ fn knobs(m: &mut Manager, steered: &[u32]) {
                     if n > 0 {
                         tracing::info!("drift: {n} item(s) of knob {knob} re-applied");
                     }
-                    add(m, &drift_kind(knob), n as u64);
+                    add(m, &rtmgr_core::partition::drift_kind(knob), n as u64);
                 }
             }
             Err(e) => tracing::warn!("drift repair of the knobs: {e}"),
@@ -84,13 +84,18 @@ fn knobs(m: &mut Manager, steered: &[u32]) {
 
 /// The metrics' and `status`'s name of a knob's drift repairs (the names of
 /// the IRQ and task repairs predate knobs).
-fn drift_kind(knob: &str) -> String {
-    match knob {
-        "irqs" => "irq_masks_restored".into(),
-        "tasks" => "tasks_narrowed".into(),
-        k => format!("{k}_restored"),
-    }
-}
+/// The repairs counted here besides the knobs' (`drift_kind`), by name in
+/// `status` and the metrics (which start each at 0).
+pub const GRANTS_OF_EXITED_THREADS: &str = "grants_of_exited_threads";
+pub const GRANTS_REAPPLIED: &str = "grants_reapplied";
+pub const RT_CPU_OFFLINE: &str = "rt_cpu_offline";
+pub const RT_CPU_ONLINE: &str = "rt_cpu_online";
+pub const EVENTS: [&str; 4] = [
+    GRANTS_OF_EXITED_THREADS,
+    GRANTS_REAPPLIED,
+    RT_CPU_OFFLINE,
+    RT_CPU_ONLINE,
+];
 
 fn bump(m: &mut Manager, what: &str) {
     add(m, what, 1);
@@ -124,13 +129,13 @@ fn cpus_online(m: &mut Manager, online: &CpuSet) {
             for id in ids {
                 m.revoke_id(id);
             }
-            bump(m, "rt_cpu_offline");
+            bump(m, RT_CPU_OFFLINE);
         } else if !was && is {
             if let Ok(d) = domains::ensure(&m.host, &m.applied) {
                 m.domains = d;
             }
             m.admission.set_online(cpu, true);
-            bump(m, "rt_cpu_online");
+            bump(m, RT_CPU_ONLINE);
         }
     }
 }

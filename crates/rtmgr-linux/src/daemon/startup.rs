@@ -81,7 +81,7 @@ pub fn apply_fresh(
     let serve = Record::Serve {
         version: GRANTS_VERSION,
         partition_journal: pj.clone(),
-        started_unix_s: crate::now_unix_s(),
+        started_unix_s: rtmgr_sys::time::unix_now_s(),
     };
     journal::GrantJournal::open(host, &gj)?.record(&serve)?;
     let opts = ApplyOptions {
@@ -103,7 +103,7 @@ pub fn adopted_header(host: &Host, cfg: &ServeConfig) -> Vec<Record> {
         Record::Serve {
             version: GRANTS_VERSION,
             partition_journal: pj.clone(),
-            started_unix_s: crate::now_unix_s(),
+            started_unix_s: rtmgr_sys::time::unix_now_s(),
         },
         Record::Owned {
             inode: journal::inode(host, &pj).unwrap_or(0),

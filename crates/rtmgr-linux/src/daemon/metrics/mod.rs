@@ -47,14 +47,9 @@ struct KindLabel {
     kind: String,
 }
 
-/// The drift repairs reconcile (daemon/reconcile.rs) counts besides the
-/// knobs' (`drift_kind`): grants put back or dropped, RT CPUs gone and back.
-const DRIFT_EVENTS: [&str; 4] = [
-    "grants_of_exited_threads",
-    "grants_reapplied",
-    "rt_cpu_offline",
-    "rt_cpu_online",
-];
+/// The drift repairs reconcile counts besides the knobs' (`drift_kind`):
+/// grants put back or dropped, RT CPUs gone and back.
+use crate::daemon::reconcile::EVENTS as DRIFT_EVENTS;
 
 /// Every drift kind a daemon may count, known at start.
 fn drift_kinds() -> impl Iterator<Item = String> {
