@@ -36,24 +36,70 @@ impl Guard {
     /// what could not be undone.
     pub fn stop(self) -> Vec<String> {
         self.stop.store(true, Ordering::Relaxed);
+        self.handle.thread().unpark();
         self.handle
             .join()
             .unwrap_or_else(|_| vec!["starvation guard panicked".into()])
     }
 }
 
-/// The per-CPU kernel threads of the RT CPUs, as samples.
+/// The per-CPU kernel threads of the RT CPUs, found among kthreadd's
+/// children (`/proc/2/task/2/children`, one read) rather than in every
+/// task's `stat`: a thread's name is read when it first appears, and all
+/// names again every `RENAME_EVERY` looks (a thread id reused meanwhile).
+#[derive(Debug, Default)]
+pub struct KernelThreads {
+    /// Per kernel thread: the RT CPU it works for, if any.
+    guarded: BTreeMap<u32, Option<u32>>,
+    looks: u64,
+}
+
+/// Looks between two readings of every kernel thread's name.
+const RENAME_EVERY: u64 = 10;
+
+impl KernelThreads {
+    pub fn sample(&mut self, host: &Host, rt: &CpuSet) -> Vec<Sample> {
+        let Some(children) = host.read_opt("/proc/2/task/2/children") else {
+            return sample(host, rt);
+        };
+        let tids: std::collections::BTreeSet<u32> = children
+            .split_whitespace()
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        if self.looks.is_multiple_of(RENAME_EVERY) {
+            self.guarded.clear();
+        }
+        self.looks += 1;
+        self.guarded.retain(|t, _| tids.contains(t));
+        for &tid in &tids {
+            self.guarded.entry(tid).or_insert_with(|| {
+                tasks::info(host, tid, tid)
+                    .filter(|t| t.kthread)
+                    .and_then(|t| guarded_cpu(&t.comm, rt))
+            });
+        }
+        let guarded = self.guarded.iter().filter(|(_, cpu)| cpu.is_some());
+        guarded
+            .filter_map(|(&tid, _)| read_sample(host, tid))
+            .collect()
+    }
+}
+
+fn read_sample(host: &Host, tid: u32) -> Option<Sample> {
+    let stat = host.read_opt(format!("/proc/{tid}/stat"))?;
+    let status = host.read_opt(format!("/proc/{tid}/status"))?;
+    Sample::parse(tid, &stat, &status)
+}
+
+/// The per-CPU kernel threads of the RT CPUs, as samples, from every task
+/// (without /proc/PID/task/TID/children, CONFIG_PROC_CHILDREN).
 pub fn sample(host: &Host, rt: &CpuSet) -> Vec<Sample> {
     let Ok(all) = tasks::all(host) else {
         return Vec::new();
     };
     all.into_iter()
         .filter(|t| t.kthread && guarded_cpu(&t.comm, rt).is_some())
-        .filter_map(|t| {
-            let stat = host.read_opt(format!("/proc/{}/stat", t.tid))?;
-            let status = host.read_opt(format!("/proc/{}/status", t.tid))?;
-            Sample::parse(t.tid, &stat, &status)
-        })
+        .filter_map(|t| read_sample(host, t.tid))
         .collect()
 }
 
@@ -113,14 +159,15 @@ fn run(
     let mut tracker = Tracker::new(policy);
     let mut old: BTreeMap<(u32, u64), SchedAttr> = BTreeMap::new();
     let mut problems = Vec::new();
-    // stalld looks every threshold/20 (at least 1 s); a stop is noticed within 100 ms.
+    // stalld looks every threshold/20 (at least 1 s); a stop unparks it.
     let poll_ns = (policy.threshold_ns / 20).max(1_000_000_000);
     let mut next = 0u64;
+    let mut kthreads = KernelThreads::default();
     while !stop.load(Ordering::Relaxed) {
         let now = rtmgr_sys::time::mono_ns();
         if now >= next {
             next = now + poll_ns;
-            let d = tracker.observe(now, &sample(host, rt));
+            let d = tracker.observe(now, &kthreads.sample(host, rt));
             for key in d.unboost {
                 unboost(host, &mut j, key, &mut old, &mut problems);
             }
@@ -141,7 +188,9 @@ fn run(
                 }
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Until the next look; `Guard::stop` unparks it.
+        let left = next.saturating_sub(rtmgr_sys::time::mono_ns());
+        std::thread::park_timeout(std::time::Duration::from_nanos(left));
     }
     let keys: Vec<(u32, u64)> = old.keys().copied().collect();
     for key in keys {
@@ -210,6 +259,31 @@ mod tests {
     use crate::fake::FakeMachine;
 
     #[test]
+    fn on_this_machine_kthreadds_children_give_the_same_softirq_threads_as_every_task() {
+        let host = Host::real();
+        if host.read_opt("/proc/2/task/2/children").is_none() {
+            eprintln!("skipped: no /proc/2/task/2/children (CONFIG_PROC_CHILDREN)");
+            return;
+        }
+        let rt = crate::cpus::online(&host).unwrap();
+        let softirq = |s: Vec<Sample>| -> Vec<u32> {
+            let mut v: Vec<u32> = s
+                .iter()
+                .filter(|s| {
+                    tasks::info(&host, s.tid, s.tid)
+                        .is_some_and(|t| t.comm.starts_with("ksoftirqd/"))
+                })
+                .map(|s| s.tid)
+                .collect();
+            v.sort();
+            v
+        };
+        let every = softirq(sample(&host, &rt));
+        assert_eq!(every.len(), rt.len(), "one ksoftirqd per online CPU");
+        assert_eq!(softirq(KernelThreads::default().sample(&host, &rt)), every);
+    }
+
+    #[test]
     fn kernel_threads_of_rt_cpus_are_sampled_and_throttling_comes_back() {
         let m = FakeMachine::new(2)
             .task(22, "ksoftirqd/1")
@@ -228,6 +302,18 @@ mod tests {
         let rt = CpuSet::single(1);
         let s = sample(&host, &rt);
         assert_eq!(s.iter().map(|s| s.tid).collect::<Vec<_>>(), vec![22]);
+        // The same from kthreadd's children alone (300 is no kernel thread,
+        // whatever its name says); a thread gone from the list is forgotten.
+        let children = m.root().join("proc/2/task/2/children");
+        std::fs::create_dir_all(children.parent().unwrap()).unwrap();
+        std::fs::write(&children, "15 22 300 ").unwrap();
+        let mut k = KernelThreads::default();
+        let tids = |s: Vec<Sample>| s.iter().map(|s| s.tid).collect::<Vec<_>>();
+        assert_eq!(tids(k.sample(&host, &rt)), vec![22]);
+        assert_eq!(tids(k.sample(&host, &rt)), vec![22]);
+        std::fs::write(&children, "15 300").unwrap();
+        assert!(k.sample(&host, &rt).is_empty());
+        assert_eq!(k.guarded.len(), 2);
         let jp = Path::new("/run/rtmgr/journal.jsonl");
         Journal::create(&host, jp).unwrap();
         std::fs::create_dir_all(m.root().join("proc/sys/kernel")).unwrap();

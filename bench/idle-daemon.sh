@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 29 item 5: what an idle `rtmgr serve` costs. A daemon with
+# rt_cpus = "0" (or RT_CPUS), the balancer on, no client and no
+# reservation; its utime+stime from /proc/PID/stat (and per thread) over
+# SECONDS_ after a warm-up, as % of one CPU. Root only; it starts its own
+# daemon with a private state directory, holds the machine lock, and gives
+# the machine back at the end, also on Ctrl-C. Measure alone.
+#   bash bench/idle-daemon.sh [SECONDS_] [OUT_DIR]      RTMGR=path RT_CPUS=0
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-60}
+OUT=${2:-bench/results/idle-daemon-$(date -u +%Y%m%dT%H%M%SZ)}
+RT_CPUS=${RT_CPUS:-0}
+[ "$(id -u)" = 0 ] || { echo "bench/idle-daemon.sh: root only (it starts rtmgr serve)" >&2; exit 2; }
+if [ -z "${RTMGR:-}" ]; then
+  cargo build --release -p rtmgr >/dev/null
+  RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
+fi
+exec 9>/run/lock/rtmgr.lock
+flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock)" >&2; flock 9; }
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+STATE=$(mktemp -d /tmp/rtmgr-idle.XXXXXX)
+cat > "$STATE/rtmgr.toml" <<CFG
+rt_cpus = "$RT_CPUS"
+[serve]
+state_dir = "$STATE/state"
+balancer = true
+CFG
+export RTMGR_LOCK_HELD=1
+DPID=
+finish() {
+  trap - INT TERM EXIT
+  if [ -n "$DPID" ]; then
+    kill -TERM "$DPID" 2>/dev/null || true
+    wait "$DPID" || echo "rtmgr serve exited $? (log: $OUT/serve.log)" >&2
+  fi
+  if [ -e "$STATE/state/journal.jsonl" ]; then
+    "$RTMGR" partition reset --journal "$STATE/state/journal.jsonl" 9>&- || true
+  fi
+  rm -rf "$STATE"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+"$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$OUT/serve.log" &
+DPID=$!
+for _ in $(seq 200); do [ -S "$STATE/state/rtmgr.sock" ] && break; sleep 0.05; done
+[ -S "$STATE/state/rtmgr.sock" ] || { echo "rtmgr serve did not listen: $(cat "$OUT/serve.log")" >&2; exit 1; }
+sleep 5
+ticks() { awk '{print $14+$15}' "$1" 2>/dev/null || echo 0; }
+declare -A T0
+for t in /proc/$DPID/task/*; do T0[$t]=$(ticks "$t/stat"); done
+P0=$(ticks /proc/$DPID/stat)
+sleep "$SECS"
+P1=$(ticks /proc/$DPID/stat)
+HZ=$(getconf CLK_TCK)
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, rt_cpus=\"$RT_CPUS\", balancer on, no client"
+  echo "\$ RT_CPUS=$RT_CPUS bash bench/idle-daemon.sh $SECS"
+  awk -v d=$((P1 - P0)) -v s="$SECS" -v hz="$HZ" 'BEGIN{printf "daemon: %d ticks in %d s = %.2f %% of one CPU\n", d, s, 100*d/hz/s}'
+  for t in /proc/$DPID/task/*; do
+    c=$(ticks "$t/stat"); n=$(cat "$t/comm" 2>/dev/null || echo gone)
+    awk -v d=$((c - ${T0[$t]:-0})) -v s="$SECS" -v hz="$HZ" -v n="$n" 'BEGIN{printf "  %-16s %4d ticks %.2f %%\n", n, d, 100*d/hz/s}'
+  done
+} | tee "$OUT/README.txt"
