@@ -66,6 +66,11 @@ impl LeakWatch {
         self.marked.contains(&cpu) || self.quiet_from(cpu) > now
     }
 
+    /// Is any CPU waiting for its rebuild?
+    pub fn any_marked(&self) -> bool {
+        !self.marked.is_empty()
+    }
+
     /// The marked CPUs that are quiet at `now`.
     pub fn due(&self, now: u64) -> Vec<u32> {
         self.marked

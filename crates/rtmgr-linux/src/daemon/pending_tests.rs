@@ -56,6 +56,11 @@ fn a_refused_deadline_is_granted_pending_then_set_on_the_rt_cpu() {
     waiting_on(&host, PID, 0);
     refuse_deadline(&host, libc::EPERM, "0");
     let mut d = manager(&m);
+    assert_eq!(
+        d.wake_within_ms(),
+        None,
+        "an idle daemon waits for its tick"
+    );
     let info = reserve_hard(&mut d, &m);
     assert_eq!(info.pending, vec![PID]);
     assert_eq!(policy(&host), (SCHED_FIFO, 1));
@@ -67,7 +72,7 @@ fn a_refused_deadline_is_granted_pending_then_set_on_the_rt_cpu() {
         (PID, None)
     );
     assert!(d.grants().all(|g| d.info(g).pending == vec![PID]));
-    assert_eq!(d.pending_wait_ms(), Some(2));
+    assert_eq!(d.wake_within_ms(), Some(2));
     // The placeholder is not drift.
     let g = d.grants().next().unwrap().clone();
     let layout = d.applied.layout.clone();
@@ -84,7 +89,8 @@ fn a_refused_deadline_is_granted_pending_then_set_on_the_rt_cpu() {
     assert_eq!(d.finish_pending(20 * EVERY_NS), vec![PID]);
     assert_eq!(host.get_attr(PID).unwrap(), grant::granted_attr(&g.demand));
     assert!(d.status().pending.is_empty());
-    assert_eq!(d.pending_wait_ms(), None);
+    // Its hard grant is watched for a stranded thread.
+    assert_eq!(d.wake_within_ms(), Some(100));
     assert_eq!(d.status().pending_fallbacks, 1);
 }
 

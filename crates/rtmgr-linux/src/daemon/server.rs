@@ -69,8 +69,9 @@ pub fn run_with(
             let first_front = fds.len();
             fds.extend(fronts.iter().map(|f| f.fd()));
             let wait = next_tick.saturating_sub(mono_ns()) / 1_000_000;
-            // Every few ms while a thread waits for SCHED_DEADLINE (`pending.rs`).
-            let most = m.pending_wait_ms().unwrap_or(100);
+            // Every few ms while a thread waits for SCHED_DEADLINE
+            // (`pending.rs`), 100 ms while grants are watched, else at the tick.
+            let most = m.wake_within_ms().unwrap_or(wait);
             let ready = poll_readable(&fds, wait.min(most) as i32)?;
             let exited: Vec<u32> = pidfds
                 .iter()

@@ -9,9 +9,20 @@ use crate::daemon::pending::{Pending, EVERY_NS};
 use crate::tasks;
 
 impl Manager {
-    /// The longest the server loop may poll, ms, while threads are pending.
-    pub fn pending_wait_ms(&self) -> Option<u64> {
-        self.pending.wait_ms()
+    /// The longest the server loop may poll, ms: `pending::EVERY_NS` while
+    /// threads are pending; 100 ms while hard grants are watched for
+    /// stranded threads, revocations wait out a period, or a root domain
+    /// waits for its rebuild; None (until the next reconciliation) when the
+    /// daemon holds nothing, so that an idle daemon wakes once a
+    /// `reconcile_ms`.
+    pub fn wake_within_ms(&self) -> Option<u64> {
+        if let Some(ms) = self.pending.wait_ms() {
+            return Some(ms);
+        }
+        let watching = !self.deferred.is_empty()
+            || self.dl_leak.any_marked()
+            || self.grants.values().any(|g| g.demand.is_hard());
+        watching.then_some(100)
     }
 
     /// A hard grant's threads at the placeholder after its apply (or found
