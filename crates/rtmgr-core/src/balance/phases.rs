@@ -110,7 +110,7 @@ impl Balancer {
             if let (false, Some(p)) = (has_guests, c.latency_p99_ns) {
                 g.baseline_ns = Some(g.baseline_ns.map_or(p, |b| (3 * b + p) / 4));
             }
-            let limit = g.baseline_ns.map_or(bound, |b| bound.max(b + b / 4));
+            let limit = super::guard_limit_ns(bound, g.baseline_ns);
             if has_guests && c.latency_p99_ns.is_some_and(|p| p > limit) && now >= g.closed_until_ns
             {
                 let shift = g.trips.min(4);

@@ -535,3 +535,26 @@ fn with_a_latency_bound_an_rt_cpu_is_lent_only_after_the_guard_warm_up() {
 }
 
 mod prediction;
+
+#[test]
+fn the_guard_limit_is_the_bound_or_a_quarter_over_the_guest_free_baseline() {
+    assert_eq!(guard_limit_ns(100, None), 100);
+    assert_eq!(
+        guard_limit_ns(100, Some(40)),
+        100,
+        "a low baseline keeps the bound"
+    );
+    assert_eq!(
+        guard_limit_ns(100, Some(400)),
+        500,
+        "a high one: 1.25 times it"
+    );
+}
+
+#[test]
+fn the_window_p99_is_the_nearest_rank_one() {
+    assert_eq!(p99_in_place(&mut []), None);
+    let mut v: Vec<u64> = (1..=200).rev().collect();
+    assert_eq!(p99_in_place(&mut v), Some(198), "rank ⌈0.99·200⌉ = 198");
+    assert_eq!(p99_in_place(&mut [7]), Some(7));
+}
