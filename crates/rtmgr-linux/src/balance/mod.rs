@@ -15,6 +15,7 @@ pub mod observe;
 pub mod procfile;
 mod run;
 pub mod steal;
+mod step;
 pub mod v2_lending;
 
 pub use events::{EventSink, LiveEvents};
