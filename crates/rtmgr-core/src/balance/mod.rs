@@ -90,6 +90,16 @@ pub struct CpuObs {
     /// Time in the window the CPU had at least one guest.
     #[serde(default)]
     pub lent_ns: u64,
+    /// Late samples with which the live latency guard sent this CPU's
+    /// guests away at once since the last window (ARTiS §2.2); the policy
+    /// closes the CPU to guests as for its own trip. The simulator has no
+    /// immediate guard: 0 there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub guard_trips: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One task in one observation window.

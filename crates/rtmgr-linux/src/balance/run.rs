@@ -217,14 +217,16 @@ pub(super) fn uptime_ticks(host: &Host) -> u64 {
     (secs * procfs::ticks_per_second() as f64) as u64
 }
 
-/// A guard trip: the policy sees the late sample as the CPU's p99, so it
-/// closes the CPU to guests for its back-off (the guests already left).
-pub(super) fn note_trips(report: &mut LiveReport, p99: &mut BTreeMap<u32, u64>, trips: &[Trip]) {
+/// The guard's trips since the last step: counted, and given to the policy
+/// as trips (`CpuObs::guard_trips`), so that it closes the CPU to guests
+/// for its back-off (the guests already left).
+pub(super) fn note_trips(report: &mut LiveReport, obs: &mut Observation, trips: &[Trip]) {
     for t in trips {
         report.guard_trips += t.trips;
         report.guard_evictions += t.evicted;
-        let p = p99.entry(t.cpu).or_insert(0);
-        *p = (*p).max(t.latency_ns);
+        if let Some(c) = obs.cpus.iter_mut().find(|c| c.cpu == t.cpu) {
+            c.guard_trips += t.trips.max(1);
+        }
     }
 }
 

@@ -119,8 +119,7 @@ impl<'a> Run<'a> {
             .as_ref()
             .map(|g| g.take_trips())
             .unwrap_or_default();
-        let mut p99 = self.guard.as_mut().map(|g| g.p99()).unwrap_or_default();
-        note_trips(&mut self.report, &mut p99, &trips);
+        let p99 = self.guard.as_mut().map(|g| g.p99()).unwrap_or_default();
         self.forward_guard_samples();
         if let Some(ev) = &self.cfg.events {
             for t in &trips {
@@ -144,6 +143,7 @@ impl<'a> Run<'a> {
         let window = now.saturating_sub(self.last).max(1);
         let mut obs = self.observer.sample(now, window, &guests, &p99);
         add_evidence(&mut obs, &counts, &steal_ns, &guests);
+        note_trips(&mut self.report, &mut obs, &trips);
         self.last = now;
         self.count_reads();
         mark_entries(&mut self.report, &mut obs, &entries);
