@@ -39,6 +39,7 @@ pub mod launch;
 pub mod lock;
 pub mod partition;
 pub mod preload;
+pub mod probe;
 pub mod resource_records;
 pub mod resources;
 pub mod rt_thread;

@@ -14,6 +14,8 @@
 //! CPU clock, and durations); thread ids are [`Tid`] (u32; 0 = the caller).
 
 pub mod child;
+#[cfg(feature = "count-alloc")]
+pub mod count_alloc;
 pub mod errno;
 pub mod fd;
 pub mod filelock;

@@ -28,6 +28,26 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 use std::collections::BTreeMap;
 
+/// The latency guard's limit on an RT CPU with guests (ARTiS §2.1: RT0's
+/// latency first): the bound, or a quarter over what the CPU shows without
+/// guests (its own RT tasks delay the probe too, and guests are not to blame
+/// for that), whichever is higher. The policy's phase 4 and the live guard's
+/// immediate eviction both use it.
+pub fn guard_limit_ns(bound_ns: u64, baseline_ns: Option<u64>) -> u64 {
+    baseline_ns.map_or(bound_ns, |b| bound_ns.max(b + b / 4))
+}
+
+/// Nearest-rank p99 of a window of samples, sorted in place (no allocation);
+/// None when the window is empty.
+pub fn p99_in_place(samples: &mut [u64]) -> Option<u64> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_unstable();
+    let rank = crate::stats::nearest_rank(samples.len() as u64, 990_000);
+    Some(samples[rank as usize - 1])
+}
+
 /// A task (thread) as the observer names it: a tid live, an index in the simulator.
 pub type TaskId = u64;
 
@@ -70,6 +90,16 @@ pub struct CpuObs {
     /// Time in the window the CPU had at least one guest.
     #[serde(default)]
     pub lent_ns: u64,
+    /// Late samples with which the live latency guard sent this CPU's
+    /// guests away at once since the last window (ARTiS §2.2); the policy
+    /// closes the CPU to guests as for its own trip. The simulator has no
+    /// immediate guard: 0 there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub guard_trips: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One task in one observation window.

@@ -82,7 +82,8 @@ impl Balancer {
     /// Phase 4 (§2.1's latency goal, measured rather than assumed): an RT
     /// CPU's guard trips when, with guests, its probe's p99 exceeds the bound
     /// and what the CPU showed without guests (its own RT0 load delays the
-    /// probe too, and guests are not to blame for that) by a quarter.
+    /// probe too, and guests are not to blame for that) by a quarter; or
+    /// when the live guard already tripped on it (`CpuObs::guard_trips`).
     fn trip_latency_guards(&mut self, s: &mut Step) {
         let Some(bound) = self.cfg.latency_bound_ns else {
             return;
@@ -110,9 +111,9 @@ impl Balancer {
             if let (false, Some(p)) = (has_guests, c.latency_p99_ns) {
                 g.baseline_ns = Some(g.baseline_ns.map_or(p, |b| (3 * b + p) / 4));
             }
-            let limit = g.baseline_ns.map_or(bound, |b| bound.max(b + b / 4));
-            if has_guests && c.latency_p99_ns.is_some_and(|p| p > limit) && now >= g.closed_until_ns
-            {
+            let limit = super::guard_limit_ns(bound, g.baseline_ns);
+            let over = has_guests && c.latency_p99_ns.is_some_and(|p| p > limit);
+            if (over || c.guard_trips > 0) && now >= g.closed_until_ns {
                 let shift = g.trips.min(4);
                 g.closed_until_ns = now + (backoff << shift);
                 g.trips += 1;

@@ -535,3 +535,54 @@ fn with_a_latency_bound_an_rt_cpu_is_lent_only_after_the_guard_warm_up() {
 }
 
 mod prediction;
+
+#[test]
+fn the_guard_limit_is_the_bound_or_a_quarter_over_the_guest_free_baseline() {
+    assert_eq!(guard_limit_ns(100, None), 100);
+    assert_eq!(
+        guard_limit_ns(100, Some(40)),
+        100,
+        "a low baseline keeps the bound"
+    );
+    assert_eq!(
+        guard_limit_ns(100, Some(400)),
+        500,
+        "a high one: 1.25 times it"
+    );
+}
+
+#[test]
+fn the_window_p99_is_the_nearest_rank_one() {
+    assert_eq!(p99_in_place(&mut []), None);
+    let mut v: Vec<u64> = (1..=200).rev().collect();
+    assert_eq!(p99_in_place(&mut v), Some(198), "rank ⌈0.99·200⌉ = 198");
+    assert_eq!(p99_in_place(&mut [7]), Some(7));
+}
+
+#[test]
+fn a_live_guard_trip_closes_the_cpu_though_its_p99_is_fine() {
+    let mut c = cpus(&[0], &[(1, 0.0), (2, 0.0)]);
+    // The live guard already sent CPU 1's guest away; its p99 is low.
+    c[1].latency_p99_ns = Some(10_000);
+    c[1].guard_trips = 1;
+    let tasks = vec![busy(1, TaskClass::Linux, Place::Nrt)];
+    let mut b = Balancer::new(PolicyConfig {
+        latency_bound_ns: Some(300_000),
+        ..Default::default()
+    });
+    let m = b.step(&obs(0, c, tasks));
+    assert!(b.closed(1, 1) && !b.closed(2, 1), "{m:?}");
+    assert!(m.iter().all(|m| m.to != Place::Rt(1)), "{m:?}");
+}
+
+#[test]
+fn an_observation_without_trips_reads_and_writes_as_before() {
+    let c = CpuObs {
+        cpu: 1,
+        ..Default::default()
+    };
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(!json.contains("guard_trips"), "{json}");
+    let back: CpuObs = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, c);
+}

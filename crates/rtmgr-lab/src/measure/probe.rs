@@ -14,11 +14,12 @@ use crate::trace::Sample;
 use rtmgr_core::host_stall::{HostLabel, LateWake, LATE_FLOOR_NS};
 use rtmgr_core::stats::Hist;
 use rtmgr_linux::balance::guard::GuardFeed;
+use rtmgr_linux::probe::spawn_pinned;
 use rtmgr_linux::sched::Policy;
 use rtmgr_sys::time::{diff_ns, sleep_for};
 use rtmgr_sys::Nanos;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// What the probe runs (the report's `ProbeSpec`).
@@ -156,47 +157,30 @@ impl Probe {
                 })
                 .collect(),
         });
-        let (tx, rx) = mpsc::channel::<std::result::Result<(), String>>();
-        let mut handles = Vec::new();
-        let mut late = late.into_iter();
-        for (slot, &(cpu, index)) in placements.iter().enumerate() {
-            let (shared, tx, prepare, cfg, feed) = (
-                shared.clone(),
-                tx.clone(),
-                prepare.clone(),
-                cfg.clone(),
-                guard_feed.clone(),
-            );
-            let late = late.next();
-            let h = std::thread::Builder::new()
-                .name(format!("rtmgr-probe{cpu}.{index}"))
-                .spawn(move || {
-                    let ok = setup_rt_thread(cpu, to_policy(cfg.policy), prepare.as_ref());
-                    let failed = ok.is_err();
-                    let _ = tx.send(ok.map_err(|e| e.to_string()));
-                    drop(tx);
-                    run_thread(&cfg, &shared, slot, (cpu, index), failed, late, feed)
-                })
-                .map_err(|e| MeasureError::io("spawn probe thread", e))?;
-            handles.push(h);
-        }
-        drop(tx);
-        let mut errors = Vec::new();
-        for _ in 0..handles.len() {
-            match rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => errors.push(e),
-                Err(_) => errors.push("probe thread died during setup".into()),
-            }
-        }
-        if !errors.is_empty() {
-            errors.sort();
-            errors.dedup();
+        // Each thread takes its tracer once, before its loop.
+        let late: Mutex<Vec<Option<LateTx>>> = Mutex::new(late.into_iter().map(Some).collect());
+        let (sh, c, cpus) = (shared.clone(), cfg.clone(), placements.clone());
+        let started = spawn_pinned(
+            &placements.iter().map(|&(cpu, _)| cpu).collect::<Vec<_>>(),
+            |i| format!("rtmgr-probe{}.{}", placements[i].0, placements[i].1),
+            to_policy(cfg.policy),
+            prepare,
+            move |slot, set_up| {
+                let late = late
+                    .lock()
+                    .ok()
+                    .and_then(|mut l| l.get_mut(slot).and_then(Option::take));
+                let feed = guard_feed.clone();
+                run_thread(&c, &sh, slot, cpus[slot], !set_up, late, feed)
+            },
+        );
+        let handles = started.handles;
+        if let Err(e) = started.setup {
             shared.start_at.store(START_ABORT, SeqCst);
             for h in handles {
                 let _ = h.join();
             }
-            return Err(MeasureError::Setup(errors.join("; ")));
+            return Err(e);
         }
         let t0 = mono_ns() + 1_000_000;
         shared.start_at.store(t0, SeqCst);
@@ -252,141 +236,213 @@ fn run_thread(
     slot: usize,
     (cpu, index): (u32, u32),
     failed: bool,
-    mut late: Option<LateTx>,
+    late: Option<LateTx>,
     guard_feed: Option<GuardFeed>,
 ) -> ThreadOutcome {
-    let tid = gettid();
     let me = &shared.slots[slot];
-    let mut out = ThreadOutcome {
-        cpu,
-        index,
-        hist: Hist::new(),
-        wakeups: Hist::new(),
-        missed: 0,
-        voluntary_ctxt_switches: 0,
-        involuntary_ctxt_switches: 0,
-        cpu_time_ns: 0,
-        interval_ns: cfg.interval_ns,
-        late: Vec::new(),
-        base: Hist::new(),
-        labels: Vec::new(),
+    let mut rec = Recorder::new(cfg, cpu, index, late, guard_feed);
+    let Some(t0) = wait_for_start(shared, failed) else {
+        me.done.store(true, Release);
+        return rec.out;
     };
-    let late_capacity = late_capacity(cfg);
-    // Touch the pages now so that keeping a late wake-up never faults or allocates.
-    out.late.resize(late_capacity, LateWake::default());
-    out.late.clear();
-    let mut delta = Hist::new();
-    for h in [&mut out.hist, &mut out.wakeups, &mut out.base, &mut delta] {
-        h.record(PRESIZE_NS);
-        h.clear();
-    }
-    let t0 = loop {
-        match shared.start_at.load(SeqCst) {
-            START_WAIT if !failed => std::thread::sleep(std::time::Duration::from_millis(1)),
-            t if t != START_ABORT && !failed => break t,
-            _ => {
-                me.done.store(true, Release);
-                return out;
-            }
-        }
-    };
-    let interval = cfg.interval_ns;
     let end = cfg.duration_ns.map(|d| t0 + d);
     let loops = cfg.loops.unwrap_or(u64::MAX);
     let (v0, i0) = thread_switches();
     let c0 = thread_cpu_ns();
-    let mut next = t0 + interval;
-    let mut last_pub = t0;
-    let mut samples = 0u64;
-    let mut max = i64::MIN;
-    while samples < loops && !shared.stop.load(Relaxed) && end.is_none_or(|e| next <= e) {
-        let (lat, now) = match cfg.mode {
+    rec.next = t0 + cfg.interval_ns;
+    rec.last_pub = t0;
+    while rec.samples < loops && !shared.stop.load(Relaxed) && end.is_none_or(|e| rec.next <= e) {
+        let (lat, now) = rec.wake();
+        rec.record(lat, now, loops, end);
+        if diff_ns(now, rec.last_pub) >= PUBLISH_NS {
+            rec.publish(me, now);
+        }
+    }
+    let (v1, i1) = thread_switches();
+    rec.out.cpu_time_ns = thread_cpu_ns().saturating_sub(c0);
+    rec.out.voluntary_ctxt_switches = v1 - v0;
+    rec.out.involuntary_ctxt_switches = i1 - i0;
+    if let Ok(mut l) = me.live.lock() {
+        l.merge(&rec.delta);
+    }
+    rec.store_counts(me);
+    me.done.store(true, Release);
+    rec.out
+}
+
+/// Wait until `start` gives t0; None when the probe is aborted (or this
+/// thread's set-up failed).
+fn wait_for_start(shared: &Shared, failed: bool) -> Option<Nanos> {
+    loop {
+        match shared.start_at.load(SeqCst) {
+            START_WAIT if !failed => std::thread::sleep(std::time::Duration::from_millis(1)),
+            t if t != START_ABORT && !failed => return Some(t),
+            _ => return None,
+        }
+    }
+}
+
+/// One probe thread's loop state: what it recorded, preallocated so that
+/// the loop never allocates.
+struct Recorder<'a> {
+    cfg: &'a ProbeConfig,
+    cpu: u32,
+    tid: u32,
+    out: ThreadOutcome,
+    /// Samples since the last publication (for the progress line).
+    delta: Hist,
+    late: Option<LateTx>,
+    late_capacity: usize,
+    guard_feed: Option<GuardFeed>,
+    next: Nanos,
+    last_pub: Nanos,
+    samples: u64,
+    max: i64,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(
+        cfg: &'a ProbeConfig,
+        cpu: u32,
+        index: u32,
+        late: Option<LateTx>,
+        guard_feed: Option<GuardFeed>,
+    ) -> Self {
+        let mut out = ThreadOutcome {
+            cpu,
+            index,
+            hist: Hist::new(),
+            wakeups: Hist::new(),
+            missed: 0,
+            voluntary_ctxt_switches: 0,
+            involuntary_ctxt_switches: 0,
+            cpu_time_ns: 0,
+            interval_ns: cfg.interval_ns,
+            late: Vec::new(),
+            base: Hist::new(),
+            labels: Vec::new(),
+        };
+        let late_capacity = late_capacity(cfg);
+        // Touch the pages now so that keeping a late wake-up never faults or allocates.
+        out.late.resize(late_capacity, LateWake::default());
+        out.late.clear();
+        let mut delta = Hist::new();
+        for h in [&mut out.hist, &mut out.wakeups, &mut out.base, &mut delta] {
+            h.record(PRESIZE_NS);
+            h.clear();
+        }
+        Recorder {
+            cfg,
+            cpu,
+            tid: gettid(),
+            out,
+            delta,
+            late,
+            late_capacity,
+            guard_feed,
+            next: 0,
+            last_pub: 0,
+            samples: 0,
+            max: i64::MIN,
+        }
+    }
+
+    /// Sleep to the next release (or for one interval, relative mode):
+    /// (latency, wake-up time).
+    fn wake(&self) -> (i64, Nanos) {
+        match self.cfg.mode {
             ProbeMode::Absolute => {
-                sleep_until(next);
+                sleep_until(self.next);
                 let now = mono_ns();
-                (diff_ns(now, next), now)
+                (diff_ns(now, self.next), now)
             }
             ProbeMode::Relative => {
                 let t1 = mono_ns();
                 // A signal ends the sleep early: it shows as negative jitter.
-                sleep_for(interval);
+                sleep_for(self.cfg.interval_ns);
                 let now = mono_ns();
-                (diff_ns(now, t1) - interval as i64, now)
+                (diff_ns(now, t1) - self.cfg.interval_ns as i64, now)
             }
-        };
-        out.hist.record(lat);
-        out.wakeups.record(lat);
-        if let Some(f) = &guard_feed {
-            f.sample(cpu, lat.max(0) as u64);
         }
-        delta.record(lat);
-        let kept = cfg.mode == ProbeMode::Absolute
-            && lat >= LATE_FLOOR_NS as i64
-            && out.late.len() < late_capacity;
+    }
+
+    /// Record one wake-up `lat` late at `now`, and the releases it missed.
+    fn record(&mut self, lat: i64, now: Nanos, loops: u64, end: Option<Nanos>) {
+        let absolute = self.cfg.mode == ProbeMode::Absolute;
+        self.out.hist.record(lat);
+        self.out.wakeups.record(lat);
+        if let Some(f) = &self.guard_feed {
+            f.sample(self.cpu, lat.max(0) as u64);
+        }
+        self.delta.record(lat);
+        let kept =
+            absolute && lat >= LATE_FLOOR_NS as i64 && self.out.late.len() < self.late_capacity;
         if !kept {
-            out.base.record(lat);
+            self.out.base.record(lat);
         }
-        let missed_before = out.missed;
-        samples += 1;
-        max = max.max(lat);
-        if let (Some(l), ProbeMode::Absolute) = (late.as_mut(), cfg.mode) {
+        self.samples += 1;
+        self.max = self.max.max(lat);
+        if !absolute {
+            self.next = now + self.cfg.interval_ns;
+            return;
+        }
+        if let Some(l) = self.late.as_mut() {
             l.offer(Sample {
-                cpu,
-                tid,
-                release_ns: next,
+                cpu: self.cpu,
+                tid: self.tid,
+                release_ns: self.next,
                 wake_ns: now,
             });
         }
-        if cfg.mode == ProbeMode::Absolute {
-            // Releases that passed while we were late: served now, at their own release.
-            let mut rel = next + interval;
-            while rel <= now && samples < loops && end.is_none_or(|e| rel <= e) {
-                out.hist.record((now - rel) as i64);
-                delta.record((now - rel) as i64);
-                if !kept {
-                    out.base.record((now - rel) as i64);
-                }
-                out.missed += 1;
-                samples += 1;
-                rel += interval;
-            }
-            if kept {
-                out.late.push(LateWake {
-                    release_ns: next,
-                    wake_ns: now,
-                    missed: (out.missed - missed_before) as u32,
-                });
-            }
-            next = rel;
-        } else {
-            next = now + interval;
+        let missed = self.serve_missed(now, kept, loops, end);
+        if kept {
+            self.out.late.push(LateWake {
+                release_ns: self.next,
+                wake_ns: now,
+                missed,
+            });
         }
-        if diff_ns(now, last_pub) >= PUBLISH_NS {
-            if let Some(l) = late.as_mut() {
-                l.set_running_p99(out.hist.percentile(990_000));
+        self.next += self.cfg.interval_ns * (u64::from(missed) + 1);
+    }
+
+    /// Releases that passed while the thread was late: served now, each at
+    /// its own release (no coordinated omission). Returns how many.
+    fn serve_missed(&mut self, now: Nanos, kept: bool, loops: u64, end: Option<Nanos>) -> u32 {
+        let mut rel = self.next + self.cfg.interval_ns;
+        let mut missed = 0u32;
+        while rel <= now && self.samples < loops && end.is_none_or(|e| rel <= e) {
+            let lat = (now - rel) as i64;
+            self.out.hist.record(lat);
+            self.delta.record(lat);
+            if !kept {
+                self.out.base.record(lat);
             }
-            if let Ok(mut l) = me.live.try_lock() {
-                l.merge(&delta);
-                delta.clear();
-                last_pub = now;
-            }
-            me.samples.store(samples, Relaxed);
-            me.missed.store(out.missed, Relaxed);
-            me.max.store(max, Relaxed);
+            self.out.missed += 1;
+            self.samples += 1;
+            missed += 1;
+            rel += self.cfg.interval_ns;
         }
+        missed
     }
-    let (v1, i1) = thread_switches();
-    out.cpu_time_ns = thread_cpu_ns().saturating_sub(c0);
-    out.voluntary_ctxt_switches = v1 - v0;
-    out.involuntary_ctxt_switches = i1 - i0;
-    if let Ok(mut l) = me.live.lock() {
-        l.merge(&delta);
+
+    /// The progress line's figures; the histogram only if nobody reads it now.
+    fn publish(&mut self, me: &Slot, now: Nanos) {
+        if let Some(l) = self.late.as_mut() {
+            l.set_running_p99(self.out.hist.percentile(990_000));
+        }
+        if let Ok(mut l) = me.live.try_lock() {
+            l.merge(&self.delta);
+            self.delta.clear();
+            self.last_pub = now;
+        }
+        self.store_counts(me);
     }
-    me.samples.store(samples, Relaxed);
-    me.missed.store(out.missed, Relaxed);
-    me.max.store(max, Relaxed);
-    me.done.store(true, Release);
-    out
+
+    fn store_counts(&self, me: &Slot) {
+        me.samples.store(self.samples, Relaxed);
+        me.missed.store(self.out.missed, Relaxed);
+        me.max.store(self.max, Relaxed);
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! happen (ARTiS §2.2: evictions to keep RT0 latency; §2.3: the balancer),
 //! for whoever watches: the daemon's metrics (`daemon/metrics`). Every method
 //! has a default that ignores the event; a sink must be cheap and never
-//! block, since the guard calls it from its SCHED_FIFO probe thread.
+//! block. The guard's samples reach it from the balancer loop, never from
+//! the SCHED_FIFO probe thread (that one only writes atomics).
 
 use rtmgr_core::balance::LendingStatus;
 use std::sync::Arc;
@@ -11,6 +12,11 @@ use std::sync::Arc;
 pub trait LiveEvents: Send + Sync {
     /// One guard sample on `cpu`: how late the probe woke, ns.
     fn guard_sample(&self, _cpu: u32, _latency_ns: u64) {}
+    /// The same sample, taken at `at_ns` (CLOCK_MONOTONIC) and passed on
+    /// later (the guard forwards its samples from the balancer loop).
+    fn guard_sample_at(&self, cpu: u32, _at_ns: u64, latency_ns: u64) {
+        self.guard_sample(cpu, latency_ns);
+    }
     /// `n` guests sent away from RT CPU `cpu`; `cause` is "guard" (a late
     /// guard sample) or "kernel_entry" (a guest entered the kernel there).
     fn eviction(&self, _cpu: u32, _cause: &'static str, _n: u64) {}

@@ -15,6 +15,7 @@ pub mod observe;
 pub mod procfile;
 mod run;
 pub mod steal;
+mod step;
 pub mod v2_lending;
 
 pub use events::{EventSink, LiveEvents};
@@ -124,7 +125,8 @@ pub struct LiveReport {
     /// What the kernel offered the observer.
     pub psi: bool,
     pub schedstat: bool,
-    /// Highest recent p99 the guard reported, ns, per RT CPU.
+    /// Highest recent p99 the guard reported, ns, per RT CPU (a trip's late
+    /// sample is counted in `guard_trips`, not here).
     pub guard_p99_max_ns: BTreeMap<u32, u64>,
     /// Tasks lent an RT CPU (moves to an RT CPU).
     pub lends: u64,

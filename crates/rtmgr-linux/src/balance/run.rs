@@ -3,15 +3,15 @@
 //! latency guard caught since the last step, apply its pushes; on stop (or
 //! error) undo every change.
 
-use super::entry_watch::{Entry, EntryWatch};
-use super::guard::{Counts, GuardOptions, Immediate, LatencyGuard, Trip};
+use super::entry_watch::Entry;
+use super::guard::{Counts, Trip};
 use super::mover::Mover;
 use super::observe::Observer;
-use super::steal::StealWindow;
-use super::{reason_name, v2_lending, BalanceError, LiveConfig, LiveReport};
+use super::step::Run;
+use super::{v2_lending, BalanceError, LiveConfig, LiveReport};
 use crate::partition::Applied;
 use crate::Host;
-use rtmgr_core::balance::{Balancer, LendingPrior, Move, Observation, Place};
+use rtmgr_core::balance::{Balancer, LendingPrior, Move, Observation};
 use rtmgr_sys::time::{mono_ns, sleep_until, thread_cpu_ns};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,74 +48,12 @@ pub fn run_balancer_with(
     if !applied.complete {
         return Err(BalanceError::Incomplete);
     }
-    let plan = &applied.plan;
-    // Before the mover: dropped after it, once every guest has left.
+    // Before the run's mover: dropped after it, once every guest has left.
     let _lending = v2_lending::MemberWhileLending::open(host, applied)?;
-    let mut mover = Mover::new(host, applied);
-    let mut report = LiveReport::default();
-    let guard = if cfg.guard {
-        let opts = GuardOptions {
-            interval_ns: cfg.guard_interval_ns,
-            immediate: match (cfg.immediate_guard, cfg.policy.latency_bound_ns) {
-                (true, Some(bound_ns)) => Some(Immediate {
-                    bound_ns,
-                    evictor: mover.evictor(),
-                }),
-                _ => None,
-            },
-            events: cfg.events.clone(),
-            bound_ns: cfg.policy.latency_bound_ns,
-        };
-        Some(match &cfg.guard_feed {
-            Some(feed) => LatencyGuard::fed(feed, opts),
-            None => LatencyGuard::start(host, applied, &plan.rt, opts)?,
-        })
-    } else {
-        None
-    };
-    let mut watch = if cfg.watch_entries {
-        match EntryWatch::start(&plan.rt, mover.evictor()) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                report
-                    .notes
-                    .push(format!("kernel entries of guests not watched: {e}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
-    report.entry_watch = watch.is_some();
-    let mut observer = Observer::new(
-        host.root(),
-        plan.rt.clone(),
-        plan.nrt.clone(),
-        cfg.scope.clone(),
-    );
-    observer.set_scan_every(cfg.scan_every);
-    observer.set_hot_ns(cfg.period_ns / 100);
-    // Below the floor, switch-ins stand for voluntary switches (an upper
-    // bound); the user-mode prediction needs them exact near its own limit.
-    let switch_limit = if cfg.policy.predict_user_mode {
-        cfg.policy
-            .switch_rate_max
-            .min(cfg.policy.lend_switch_rate_max)
-    } else {
-        cfg.policy.switch_rate_max
-    };
-    observer.set_switch_floor(switch_limit / 4.0);
-    apply_host_prior(policy, cfg, &mut report);
-    let mut steal = StealWindow::new(host);
-    let mut refused: BTreeSet<u64> = BTreeSet::new();
-    // Processes that had a guest in this run (pid → the thread lent), and
-    // the children of guests already handled (tid, start time).
-    let mut lent: BTreeMap<u32, (u32, u64)> = BTreeMap::new();
-    let mut children_seen: BTreeSet<(u32, u64)> = BTreeSet::new();
+    let mut run = Run::start(host, applied, cfg)?;
+    apply_host_prior(policy, cfg, &mut run.report);
     let (t0, cpu0) = (mono_ns(), thread_cpu_ns());
     let mut next = t0;
-    let mut last = t0;
-    let mut reads = 0u64;
     let mut next_look = t0;
     while !stop.load(Ordering::Relaxed) {
         let now = mono_ns();
@@ -124,141 +62,29 @@ pub fn run_balancer_with(
         }
         // Lending off on every RT CPU and no guest: nothing to decide until
         // a retry is due; look once a second (new RT1+ tasks to adopt).
-        if mover.guests().is_empty() && plan.rt.iter().all(|c| !policy.lending_allows(c, now)) {
+        if run.idle(policy, now) {
             if now < next_look {
-                report.idle_steps += 1;
+                run.report.idle_steps += 1;
+                run.forward_guard_samples();
                 next += cfg.period_ns;
                 sleep_until(next);
                 continue;
             }
             next_look = now + IDLE_LOOK_NS;
         }
-        let entries = watch.as_ref().map(|w| w.take()).unwrap_or_default();
-        let trips = guard.as_ref().map(|g| g.take_trips()).unwrap_or_default();
-        let mut p99 = guard.as_ref().map(|g| g.p99()).unwrap_or_default();
-        note_trips(&mut report, &mut p99, &trips);
-        if let Some(ev) = &cfg.events {
-            for t in &trips {
-                ev.0.eviction(t.cpu, "guard", t.evicted.len() as u64);
-            }
-            for e in entries.iter().filter(|e| !e.evict_failed) {
-                ev.0.eviction(e.cpu, "kernel_entry", 1);
-            }
-        }
-        for (&c, &v) in &p99 {
-            let m = report.guard_p99_max_ns.entry(c).or_insert(0);
-            *m = (*m).max(v);
-        }
-        let counts = guard.as_ref().map(|g| g.take_counts()).unwrap_or_default();
-        let steal_ns = steal.take(host);
-        let guests = mover.guests();
-        let mut obs = observer.sample(now, now.saturating_sub(last).max(1), &guests, &p99);
-        add_evidence(&mut obs, &counts, &steal_ns, &guests);
-        last = now;
-        reads += observer.last.reads as u64;
-        report.proc_listings += u64::from(observer.last.listed);
-        report.stat_sweeps += u64::from(observer.last.swept);
-        report.open_files_max = report.open_files_max.max(observer.open_files());
-        report.scans_skipped_calm += u64::from(observer.last.skipped);
-        report.psi = observer.has_psi();
-        report.schedstat = observer.has_schedstat();
-        mark_entries(&mut report, &mut obs, &entries);
-        for (tid, start) in observer.spanning_rt1(&guests) {
-            match mover.adopt(tid, start) {
-                Ok(()) => report.adopted += 1,
-                Err(e) if e.is_gone() => {}
-                Err(e) => report.refused.push(format!("adopt RT1+ task {tid}: {e}")),
-            }
-        }
-        track_children(
-            &mut report,
-            &mut mover,
-            &observer,
-            &guests,
-            &lent,
-            &mut children_seen,
-            &plan.rt,
-        );
-        for t in obs.tasks.iter_mut() {
-            if refused.contains(&t.id) && t.place == Place::Nrt {
-                t.place = Place::Fixed;
-            }
-        }
-        let moves = policy.step(&obs);
-        for m in &moves {
-            let tid = m.task as u32;
-            let r = match m.to {
-                Place::Rt(cpu) => {
-                    let st = observer.start_time(tid).unwrap_or(0);
-                    let class = obs
-                        .tasks
-                        .iter()
-                        .find(|t| t.id == m.task)
-                        .map(|t| t.class)
-                        .unwrap_or(rtmgr_core::class::TaskClass::Linux);
-                    report.lends += 1;
-                    let pid = observer.process_of(tid).unwrap_or(tid);
-                    lent.entry(pid).or_insert((tid, uptime_ticks(host)));
-                    mover.to_rt(tid, cpu, st, class)
-                }
-                Place::Nrt => mover.restore(tid),
-                Place::Fixed => Ok(()),
-            };
-            match r {
-                Ok(()) => {
-                    *report
-                        .moves
-                        .entry(reason_name(m.reason).into())
-                        .or_default() += 1
-                }
-                Err(e) if e.is_gone() => {}
-                Err(e) => {
-                    refused.insert(m.task);
-                    report.refused.push(format!("task {tid}: {e}"));
-                }
-            }
-        }
-        let guests = mover.guests();
-        if let Some(ev) = &cfg.events {
-            report_step(ev, &obs, &guests, policy, now);
-        }
-        if let Some(w) = watch.as_mut() {
-            w.watch(&guests);
-        }
-        if let Some(g) = &guard {
-            g.set_guests(&guests);
-        }
-        report.samples += 1;
-        report.tasks_known_max = report.tasks_known_max.max(observer.known_tasks());
-        progress(&report, &moves);
+        let moves = run.step(policy, now);
+        progress(&run.report, &moves);
         next += cfg.period_ns;
         sleep_until(next);
     }
-    report.lending = policy.lending_status(mono_ns());
-    let (restored, fails) = mover.restore_all();
-    drop(guard);
-    if let Some(w) = watch {
-        if let Ok(st) = w.finish() {
-            report.entry_events = st.events;
-            report.entry_watch_cpu_s = st.cpu_ns as f64 / 1e9;
-        }
-    }
-    report.restored = restored;
-    report.restore_failures = fails;
-    report.wall_s = mono_ns().saturating_sub(t0) as f64 / 1e9;
-    report.balancer_cpu_s = thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
-    report.overhead_percent = 100.0 * report.balancer_cpu_s / report.wall_s.max(1e-9);
-    report.mean_task_reads_per_sample = reads as f64 / report.samples.max(1) as f64;
-    report.prediction_hit_rate = (report.lends > 0)
-        .then(|| 1.0 - report.kernel_entry_evictions as f64 / report.lends as f64);
-    Ok(report)
+    Ok(run.finish(policy, t0, cpu0))
 }
 
 /// Threads and processes a guest created inherit its RT-CPU pinning (and
 /// SCHED_IDLE): each is made a guest of the same CPU under the same rules
 /// while the task it came from is still lent, else sent back at once to what
 /// that task had before its lend.
-fn track_children(
+pub(super) fn track_children(
     report: &mut LiveReport,
     mover: &mut Mover,
     observer: &Observer,
@@ -291,7 +117,7 @@ fn track_children(
 /// Late samples count as host-stalled when the CPU's steal advanced in the
 /// window (steal is accounted at the tick after the vCPU runs again, 10 ms
 /// resolution; the balancer's window is 50 ms).
-fn add_evidence(
+pub(super) fn add_evidence(
     obs: &mut Observation,
     counts: &BTreeMap<u32, Counts>,
     steal_ns: &BTreeMap<u32, u64>,
@@ -313,7 +139,7 @@ fn add_evidence(
 
 /// Tell the event sink (the daemon's live figures) each RT CPU's guests,
 /// host-stalled late samples and lending state after this step.
-fn report_step(
+pub(super) fn report_step(
     ev: &super::EventSink,
     obs: &Observation,
     guests: &BTreeMap<u32, u32>,
@@ -386,25 +212,27 @@ pub fn lending_prior(hp: &rtmgr_core::host_preemption::HostPreemption) -> Lendin
 
 /// Clock ticks since boot (the unit of a task's start time in /proc), rounded
 /// down; 0 when /proc/uptime cannot be read (every task then counts as new).
-fn uptime_ticks(host: &Host) -> u64 {
+pub(super) fn uptime_ticks(host: &Host) -> u64 {
     let secs = crate::unmovable::uptime_s(host).unwrap_or(0.0);
     (secs * procfs::ticks_per_second() as f64) as u64
 }
 
-/// A guard trip: the policy sees the late sample as the CPU's p99, so it
-/// closes the CPU to guests for its back-off (the guests already left).
-fn note_trips(report: &mut LiveReport, p99: &mut BTreeMap<u32, u64>, trips: &[Trip]) {
+/// The guard's trips since the last step: counted, and given to the policy
+/// as trips (`CpuObs::guard_trips`), so that it closes the CPU to guests
+/// for its back-off (the guests already left).
+pub(super) fn note_trips(report: &mut LiveReport, obs: &mut Observation, trips: &[Trip]) {
     for t in trips {
-        report.guard_trips += 1;
-        report.guard_evictions += t.evicted.len() as u64;
-        let p = p99.entry(t.cpu).or_insert(0);
-        *p = (*p).max(t.latency_ns);
+        report.guard_trips += t.trips;
+        report.guard_evictions += t.evicted;
+        if let Some(c) = obs.cpus.iter_mut().find(|c| c.cpu == t.cpu) {
+            c.guard_trips += t.trips.max(1);
+        }
     }
 }
 
 /// A guest the watch saw entering the kernel on its RT CPU was already sent
 /// away: the policy learns it as a non-preemptible entry (Fig. 3's history).
-fn mark_entries(report: &mut LiveReport, obs: &mut Observation, entries: &[Entry]) {
+pub(super) fn mark_entries(report: &mut LiveReport, obs: &mut Observation, entries: &[Entry]) {
     for e in entries {
         let n = report.kernel_entry_evictions;
         report.kernel_entry_evictions += 1;

@@ -64,31 +64,15 @@ impl LiveFigures {
             .cpus
             .iter()
             .map(|(&cpu, m)| {
-                let f = m.lock().unwrap_or_else(|p| p.into_inner());
-                let mut live = summarise(&f.recent, now_ns);
+                // Copy under the lock, read /proc after: a sink never waits
+                // for a file read (balance/events.rs).
+                let (mut live, guests) = {
+                    let f = m.lock().unwrap_or_else(|p| p.into_inner());
+                    (figures_of(&f, now_ns), f.guests.clone())
+                };
                 live.cpu = cpu;
-                live.guard_samples = f.samples;
-                live.evictions = f
-                    .evictions
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), *v))
-                    .collect();
-                live.starvation_boosts = f.boosts;
                 live.steal_ticks = steal.as_ref().and_then(|s| s.get(&cpu)).map(|t| t.steal);
-                live.host_stalls = f.host_stalls;
-                live.lending = f.lending.clone();
-                live.guests = f.guests.as_ref().map(|g| {
-                    g.iter()
-                        .map(|&tid| Guest {
-                            pid: tid,
-                            comm: host
-                                .read_opt(format!("/proc/{tid}/comm"))
-                                .map(|c| c.trim().to_string())
-                                .unwrap_or_default(),
-                            evictions: 0,
-                        })
-                        .collect()
-                });
+                live.guests = guests.map(|g| g.iter().map(|&tid| guest(host, tid)).collect());
                 live
             })
             .collect();
@@ -97,6 +81,32 @@ impl LiveFigures {
             window_ms: WINDOW_NS / 1_000_000,
             cpus,
         }
+    }
+}
+
+/// One RT CPU's figures but its guests and steal (under its lock: no I/O).
+fn figures_of(f: &CpuFigures, now_ns: u64) -> LiveCpu {
+    let mut live = summarise(&f.recent, now_ns);
+    live.guard_samples = f.samples;
+    live.evictions = f
+        .evictions
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    live.starvation_boosts = f.boosts;
+    live.host_stalls = f.host_stalls;
+    live.lending = f.lending.clone();
+    live
+}
+
+fn guest(host: &Host, tid: u32) -> Guest {
+    Guest {
+        pid: tid,
+        comm: host
+            .read_opt(format!("/proc/{tid}/comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_default(),
+        evictions: 0,
     }
 }
 
@@ -129,16 +139,19 @@ fn summarise(recent: &VecDeque<(u64, u64)>, now_ns: u64) -> LiveCpu {
 
 impl LiveEvents for LiveFigures {
     fn guard_sample(&self, cpu: u32, latency_ns: u64) {
-        let now = mono_ns();
+        self.guard_sample_at(cpu, mono_ns(), latency_ns);
+    }
+
+    fn guard_sample_at(&self, cpu: u32, at_ns: u64, latency_ns: u64) {
         self.with(cpu, |f| {
             if f.recent.len() == RING {
                 f.recent.pop_front();
             }
-            f.recent.push_back((now, latency_ns));
+            f.recent.push_back((at_ns, latency_ns));
             f.samples += 1;
         });
         if let Some(s) = &self.forward {
-            s.0.guard_sample(cpu, latency_ns);
+            s.0.guard_sample_at(cpu, at_ns, latency_ns);
         }
     }
 

@@ -84,6 +84,7 @@ impl Rtmgr {
                 } else {
                     0
                 },
+                guard_trips: 0,
             };
             c.w_fixed = 0;
             o

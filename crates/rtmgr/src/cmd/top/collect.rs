@@ -1,14 +1,15 @@
 //! Where `rtmgr top`'s figures come from (issue 23): a running `rtmgr serve`
 //! over its socket (status and list), else the partition in place; /proc/stat,
 //! /proc/interrupts and the reservations' schedstat for what changed since the
-//! last refresh. Read-only: only `--probe` (probe.rs) sets a thread's policy.
+//! last refresh. Read-only: only `--probe` (rtmgr_linux::probe::live) sets
+//! a thread's policy.
 
-use super::probe::Probe;
 use super::snapshot::{DaemonLine, NrtCpu, Reservation, RtCpu, Snapshot, SCHEMA};
 use rtmgr_core::proctext::{cpu_times, parse_schedstat, CpuTimes};
 use rtmgr_core::protocol::{LiveCpu, ReservationInfo, StatusInfo};
 use rtmgr_core::CpuSet;
 use rtmgr_lab::procstat::{deltas, parse_counters, CounterTable};
+use rtmgr_linux::probe::live::LiveProbe;
 use rtmgr_linux::Host;
 use rtmgr_rt::client::Client;
 use rtmgr_sys::time::mono_ns;
@@ -34,7 +35,7 @@ pub struct Collector {
     journal: PathBuf,
     client: Option<Client>,
     previous: Option<Previous>,
-    pub probe: Option<Probe>,
+    pub probe: Option<LiveProbe>,
 }
 
 /// What the daemon said this time.

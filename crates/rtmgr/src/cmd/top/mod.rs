@@ -3,11 +3,11 @@
 //! guests lent; per NRT CPU the load; the reservations and their budgets
 //! (budget-based RTAI §3); the daemon's counters (DROPS §4.1). Read-only but
 //! for `--probe`. Files: snapshot.rs (the data, JSON schema rtmgr.top/1),
-//! collect.rs (daemon or partition in place), probe.rs, view.rs (keys,
+//! collect.rs (daemon or partition in place; `--probe` is
+//! rtmgr_linux::probe::live), view.rs (keys,
 //! sorting); with the cargo feature `top`: render.rs and tui.rs (ratatui).
 
 mod collect;
-mod probe;
 #[cfg(feature = "top")]
 mod render;
 #[cfg(all(test, feature = "top"))]
@@ -21,6 +21,7 @@ mod view;
 use super::{bad_input, host, Outcome};
 use collect::Collector;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
+use rtmgr_linux::probe::live::LiveProbe;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -100,12 +101,10 @@ fn start_probe(c: &mut Collector, a: &TopArgs) -> anyhow::Result<()> {
     }
     let host = host()?;
     super::require_root(&host, "rtmgr top --probe")?;
-    c.probe = Some(probe::Probe::start(
-        &host,
-        &a.journal,
-        &rt,
-        a.probe_priority,
-    )?);
+    let applied = rtmgr_linux::partition::current(&host, &a.journal)
+        .ok()
+        .flatten();
+    c.probe = Some(LiveProbe::start(&host, applied, &rt, a.probe_priority)?);
     Ok(())
 }
 
