@@ -152,6 +152,22 @@ pub fn drift_kind(knob: &str) -> String {
     }
 }
 
+/// The drift repairs the daemon counts besides the knobs' (`drift_kind`),
+/// by name in `status` and its metrics (which start each at 0): grants put
+/// back or dropped, RT CPUs gone and back.
+pub mod drift_events {
+    pub const GRANTS_OF_EXITED_THREADS: &str = "grants_of_exited_threads";
+    pub const GRANTS_REAPPLIED: &str = "grants_reapplied";
+    pub const RT_CPU_OFFLINE: &str = "rt_cpu_offline";
+    pub const RT_CPU_ONLINE: &str = "rt_cpu_online";
+    pub const ALL: [&str; 4] = [
+        GRANTS_OF_EXITED_THREADS,
+        GRANTS_REAPPLIED,
+        RT_CPU_OFFLINE,
+        RT_CPU_ONLINE,
+    ];
+}
+
 /// What `partition apply` does beside a running irqbalance, which rewrites
 /// IRQ affinities every 10 s (`--irqbalance`, `irqbalance =` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ pub mod knobs;
 pub mod placement;
 pub mod tuned;
 
-pub use knobs::{drift_kind, IrqbalanceMode, KnobId, PreemptMode, ResourceKnobId};
+pub use knobs::{drift_events, drift_kind, IrqbalanceMode, KnobId, PreemptMode, ResourceKnobId};
 
 use crate::cpuset::{CpuSet, CpuSetError};
 use serde::{Deserialize, Serialize};

@@ -16,6 +16,7 @@ pub mod procfile;
 mod run;
 pub mod steal;
 mod step;
+mod step_evidence;
 pub mod v2_lending;
 
 pub use events::{EventSink, LiveEvents};

@@ -7,10 +7,10 @@ use super::entry_watch::EntryWatch;
 use super::guard::{GuardOptions, Immediate, LatencyGuard};
 use super::mover::Mover;
 use super::observe::Observer;
-use super::run::{
+use super::steal::StealWindow;
+use super::step_evidence::{
     add_evidence, mark_entries, note_trips, report_step, track_children, uptime_ticks,
 };
-use super::steal::StealWindow;
 use super::{reason_name, BalanceError, LiveConfig, LiveReport};
 use crate::partition::Applied;
 use crate::Host;

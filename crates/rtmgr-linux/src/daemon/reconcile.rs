@@ -84,18 +84,9 @@ fn knobs(m: &mut Manager, steered: &[u32]) {
 
 /// The metrics' and `status`'s name of a knob's drift repairs (the names of
 /// the IRQ and task repairs predate knobs).
-/// The repairs counted here besides the knobs' (`drift_kind`), by name in
-/// `status` and the metrics (which start each at 0).
-pub const GRANTS_OF_EXITED_THREADS: &str = "grants_of_exited_threads";
-pub const GRANTS_REAPPLIED: &str = "grants_reapplied";
-pub const RT_CPU_OFFLINE: &str = "rt_cpu_offline";
-pub const RT_CPU_ONLINE: &str = "rt_cpu_online";
-pub const EVENTS: [&str; 4] = [
-    GRANTS_OF_EXITED_THREADS,
-    GRANTS_REAPPLIED,
-    RT_CPU_OFFLINE,
-    RT_CPU_ONLINE,
-];
+use rtmgr_core::partition::drift_events::{
+    GRANTS_OF_EXITED_THREADS, GRANTS_REAPPLIED, RT_CPU_OFFLINE, RT_CPU_ONLINE,
+};
 
 fn bump(m: &mut Manager, what: &str) {
     add(m, what, 1);

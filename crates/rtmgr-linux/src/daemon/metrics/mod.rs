@@ -19,6 +19,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use rtmgr_core::admission::CpuRefusal;
+use rtmgr_core::partition::drift_events::ALL as DRIFT_EVENTS;
 use rtmgr_core::partition::{drift_kind, KnobId, ResourceKnobId};
 use rtmgr_core::protocol::{RefusalKind, Reply, Response};
 use rtmgr_core::CpuSet;
@@ -46,10 +47,6 @@ struct ReasonLabel {
 struct KindLabel {
     kind: String,
 }
-
-/// The drift repairs reconcile counts besides the knobs' (`drift_kind`):
-/// grants put back or dropped, RT CPUs gone and back.
-use crate::daemon::reconcile::EVENTS as DRIFT_EVENTS;
 
 /// Every drift kind a daemon may count, known at start.
 fn drift_kinds() -> impl Iterator<Item = String> {
