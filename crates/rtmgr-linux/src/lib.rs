@@ -35,6 +35,7 @@ pub mod irq;
 pub mod journal;
 pub mod launch;
 pub mod lock;
+pub mod machine_access;
 pub mod partition;
 pub mod preload;
 pub mod resource_records;

@@ -12,7 +12,7 @@ use crate::ablation::{
 };
 use crate::experiment::evaluate::EvaluateConfig;
 use crate::experiment::own_partition;
-use crate::experiment::session::{lock_memory, require_root, stop_flag, STOP_SIGNALS};
+use crate::experiment::session::{lock_memory, stop_flag, STOP_SIGNALS};
 use crate::experiment::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::measure::host_split::HostSplit;
 use crate::measure::probe::{max_fifo_priority, ProbeConfig};
@@ -25,6 +25,7 @@ use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::balance::background::BackgroundBalancer;
+use rtmgr_linux::machine_access::require_root;
 use rtmgr_linux::partition::{PartitionGuard, Role};
 use rtmgr_linux::Host;
 use std::sync::atomic::Ordering;

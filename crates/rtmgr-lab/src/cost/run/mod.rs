@@ -14,13 +14,14 @@ use crate::cost::{
     Measured, MicroBench, SweepConfigCost, SweepCost, COST_SCHEMA,
 };
 use crate::experiment::own_partition;
-use crate::experiment::session::{require_root, stop_flag, STOP_SIGNALS};
+use crate::experiment::session::{stop_flag, STOP_SIGNALS};
 use crate::experiment::{bad_input, Error, Reporter, Result};
 use crate::measure::{host_info, unix_now_s};
 use crate::report::Header;
 use build::BuildSource;
 use configs::{Config, Placement, Rounds};
 use rtmgr_core::CpuSet;
+use rtmgr_linux::machine_access::require_root;
 use rtmgr_linux::Host;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

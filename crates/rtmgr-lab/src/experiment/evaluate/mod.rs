@@ -15,7 +15,7 @@ mod configs;
 mod host_prior;
 
 use super::long_run::{rounds_for, write_checkpoint, CHECKPOINT_EVERY};
-use super::session::{lock_memory, machine_lock, report, require_root, stop_flag, STOP_SIGNALS};
+use super::session::{lock_memory, report, stop_flag, STOP_SIGNALS};
 use super::{bad_input, progress_line, Context, Error, Reporter, Result};
 use crate::load::{ComponentMetrics, LoadKind};
 use crate::measure::host_split::HostSplit;
@@ -41,6 +41,7 @@ use rtmgr_linux::balance::background::{background_config, BackgroundBalancer};
 use rtmgr_linux::balance::guard::GuardFeed;
 use rtmgr_linux::balance::lending_prior;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
+use rtmgr_linux::machine_access::{machine_lock, require_root};
 use rtmgr_linux::partition::{self, ApplyOptions, PartitionGuard};
 use rtmgr_linux::Host;
 use std::path::PathBuf;

@@ -1,14 +1,11 @@
-//! What `rtmgr measure …` and `rtmgr evaluate` share in the CLI: flag parsers
-//! (durations, CPU lists), the load engine, the progress line, and writing the
-//! JSON report and its plots where the user said.
+//! What the commands' flags parse into: durations, `--trace` thresholds, CPU
+//! lists, and the load engine (docs/architecture.md "Measuring": the loads;
+//! the CLI parses flags and hands a library config type on).
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use rtmgr_core::CpuSet;
-use rtmgr_lab::experiment::Reporter;
 use rtmgr_lab::load::LoadEngine;
 use rtmgr_lab::measure::load::EngineChoice;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Parse "100us", "1ms", "2.5s", "1m", "250000ns"; a bare number is seconds.
@@ -66,62 +63,6 @@ pub fn parse_cpus(s: &str) -> std::result::Result<CpuSet, String> {
     s.parse::<CpuSet>().map_err(|e| e.to_string())
 }
 
-pub fn write_file(path: &Path, text: &str) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
-}
-
-pub fn write_json(path: &Path, report: &impl serde::Serialize) -> Result<()> {
-    write_file(path, &(serde_json::to_string_pretty(report)? + "\n"))
-}
-
-/// Path with a suffix before the extension: a.svg + "-pct" → a-pct.svg.
-pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| format!(".{}", e.to_string_lossy()))
-        .unwrap_or_default();
-    path.with_file_name(format!("{stem}{suffix}{ext}"))
-}
-
-/// The engines' progress on a terminal line (hidden when stderr is not a
-/// terminal); notes go to stderr above it.
-pub struct Bar(ProgressBar);
-
-impl Bar {
-    pub fn new(total: Duration) -> Bar {
-        let pb = ProgressBar::new(total.as_millis().max(1) as u64);
-        pb.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] ETA {eta} {msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        Bar(pb)
-    }
-}
-
-impl Reporter for Bar {
-    fn progress(&mut self, elapsed: Duration, message: &str) {
-        self.0.set_position(elapsed.as_millis() as u64);
-        self.0.set_message(message.to_string());
-    }
-    fn note(&mut self, line: &str) {
-        self.0.suspend(|| eprintln!("{line}"));
-    }
-}
-
-impl Drop for Bar {
-    fn drop(&mut self) {
-        self.0.finish_and_clear();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,14 +78,5 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("fast").is_err());
-    }
-
-    #[test]
-    fn suffixes() {
-        assert_eq!(
-            with_suffix(Path::new("d/a.svg"), "-pct"),
-            Path::new("d/a-pct.svg")
-        );
-        assert_eq!(with_suffix(Path::new("a"), "-x"), Path::new("a-x"));
     }
 }
