@@ -20,6 +20,7 @@
 
 mod demand;
 pub mod edf;
+mod entry_demand;
 #[cfg(test)]
 mod equivalence_tests;
 mod fmt;
