@@ -3,38 +3,26 @@
 //! the CLI parses flags and hands a library config type on).
 
 use anyhow::{Context, Result};
+use rtmgr_core::duration::{self, BareNumber};
 use rtmgr_core::CpuSet;
 use rtmgr_lab::load::LoadEngine;
 use rtmgr_lab::measure::load::EngineChoice;
 use std::time::Duration;
 
-/// Parse "100us", "1ms", "2.5s", "1m", "250000ns"; a bare number is seconds.
+/// A measuring flag's duration: "100us", "1ms", "2.5s", "1m", "250000ns"; a
+/// bare number is seconds; at least 1 ns.
 pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration {s:?}: expected e.g. 100us, 1ms, 10s"))?;
-    let ns = match unit.trim() {
-        "ns" => v,
-        "us" | "µs" => v * 1e3,
-        "ms" => v * 1e6,
-        "" | "s" => v * 1e9,
-        "m" | "min" => v * 60e9,
-        "h" => v * 3600e9,
-        u => {
-            return Err(format!(
-                "bad duration unit {u:?} in {s:?}: use ns, us, ms, s, m or h"
-            ))
-        }
-    };
-    if !(ns.is_finite() && ns >= 1.0) {
-        return Err(format!("duration {s:?} must be at least 1ns"));
+    let ns = duration::parse_ns(s, BareNumber::Seconds)?;
+    if ns == 0 {
+        return Err(format!("duration {:?} must be at least 1ns", s.trim()));
     }
-    Ok(Duration::from_nanos(ns as u64))
+    Ok(Duration::from_nanos(ns))
+}
+
+/// A reservation's period, budget or deadline in ns ("4ms", "250us"): the
+/// unit is required, as in task sets.
+pub fn parse_reservation_ns(s: &str) -> std::result::Result<u64, String> {
+    Ok(duration::parse_ns(s, BareNumber::Refused)?)
 }
 
 /// `--trace[=THRESHOLD]`: without a value (or `p99.9`) the run's own p99.9;
@@ -75,7 +63,11 @@ mod tests {
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
         assert_eq!(parse_duration("8h").unwrap(), Duration::from_secs(8 * 3600));
-        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("0s").unwrap_err().contains("at least 1ns"));
+        assert_eq!(parse_reservation_ns("4ms"), Ok(4_000_000));
+        assert!(parse_reservation_ns("4")
+            .unwrap_err()
+            .contains("has no unit"));
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("fast").is_err());
     }
