@@ -12,15 +12,14 @@ use crate::ablation::{
 };
 use crate::experiment::evaluate::EvaluateConfig;
 use crate::experiment::own_partition;
-use crate::experiment::session::{lock_memory, stop_flag, STOP_SIGNALS};
+use crate::experiment::segment_session::SegmentSession;
 use crate::experiment::{bad_input, progress_line, Context, Error, Reporter, Result};
+use crate::measure::host_info;
 use crate::measure::host_split::HostSplit;
-use crate::measure::probe::{max_fifo_priority, ProbeConfig};
 use crate::measure::segment::{
-    merged, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator, SegmentPlan,
+    merged, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan, SegmentPlan,
 };
-use crate::measure::{host_info, unix_now_s, DmaLatencyGuard};
-use crate::report::{Header, PolicySpec, ProbeMode};
+use crate::report::Header;
 use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
@@ -99,22 +98,8 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             ev.interval
         ));
     }
-    let stop = stop_flag(&STOP_SIGNALS)?;
-    let _orchestrator = Orchestrator::enter(&plan.rt, online);
-    let _mlocked = lock_memory();
-    let _dma = DmaLatencyGuard::hold();
-    let started = unix_now_s();
-    let probe = ProbeConfig {
-        mode: ProbeMode::Absolute,
-        cpus: CpuSet::single(rt_cpu),
-        interval_ns: ev.interval.as_nanos() as u64,
-        duration_ns: Some(segment.as_nanos() as u64),
-        loops: None,
-        policy: PolicySpec::Fifo {
-            priority: max_fifo_priority(),
-        },
-        parallel: 1,
-    };
+    let session = SegmentSession::open(&plan.rt, online, rt_cpu, ev.interval, segment)?;
+    let (stop, probe, started) = (&session.stop, &session.probe, session.started);
     let base_load = LoadPlan::simple(ev.load, program, online.clone());
     rep.note(&format!(
         "evaluate --ablate: RT CPU {rt_cpu}, {} configurations ({}), {rounds} rounds x {segment:?}",
@@ -163,14 +148,14 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                 let seg = run_segment(
                     host,
                     SegmentPlan {
-                        probe: &probe,
+                        probe,
                         load: Some(&load),
                         applied,
                         prepare: applied.map(|a| rt_prepare(host, a)),
                         trace: None,
                         guard_feed: None,
                     },
-                    &stop,
+                    stop,
                     &mut |p, _| {
                         let msg =
                             format!("round {}/{rounds} {} {}", r + 1, name(c), progress_line(p));
