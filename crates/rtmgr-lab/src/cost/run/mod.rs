@@ -115,9 +115,8 @@ pub struct CostOutcome {
     pub failure: Option<Error>,
 }
 
-/// Check the request, take the machine, run every round, reset the partition.
-pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<CostOutcome> {
-    require_root(host, "rtmgr measure cost")?;
+/// Refuse a request that cannot run (bad input: nothing changed yet).
+fn check_request(cfg: &CostConfig) -> Result<()> {
     if cfg.rounds == 0 {
         return bad_input("--rounds must be at least 1");
     }
@@ -130,6 +129,13 @@ pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<Cost
             cfg.worker.display()
         ));
     }
+    Ok(())
+}
+
+/// Check the request, take the machine, run every round, reset the partition.
+pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<CostOutcome> {
+    require_root(host, "rtmgr measure cost")?;
+    check_request(cfg)?;
     let scratch = Scratch::create()?;
     let source = if cfg.parts.build {
         Some(BuildSource::prepare(&cfg.build_crate, scratch.path())?)
