@@ -30,6 +30,7 @@ pub mod capacity;
 pub mod cgroupfs;
 pub mod class;
 pub mod cpuset;
+pub mod duration;
 pub mod host_preemption;
 pub mod host_stall;
 pub mod partition;

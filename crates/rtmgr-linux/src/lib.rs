@@ -37,6 +37,7 @@ pub mod irq;
 pub mod journal;
 pub mod launch;
 pub mod lock;
+pub mod machine_access;
 pub mod partition;
 pub mod preload;
 pub mod probe;

@@ -10,7 +10,7 @@
 //! CPU's per-period summary (`summary::WithNew`, O(periods · log n) a point),
 //! [`Entries`] is the same set entry by entry (the reference of the tests).
 
-use super::summary::{entry_dbf, work};
+use super::entry_demand::{entry_dbf, work};
 use super::Entry;
 
 /// What the EDF test needs to know of a set of SCHED_DEADLINE reservations.

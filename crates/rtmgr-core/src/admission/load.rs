@@ -4,7 +4,8 @@
 //! SCHED_FIFO reservation, its processor demand at its own deadline — so
 //! that a decision reads cached sums instead of walking every reservation.
 
-use super::summary::{self, Summary};
+use super::entry_demand;
+use super::summary::Summary;
 use super::{Demand, Id, Kind};
 
 /// One admitted reservation on a CPU: `count` threads with the same demand.
@@ -54,8 +55,8 @@ impl Entry {
 /// What `other` brings into a window of length t of a soft reservation it disturbs.
 pub(super) fn interference(other: &Entry, t: u64) -> u128 {
     match other.demand.kind {
-        Kind::Hard => summary::hard_interference(other, t),
-        Kind::Soft { .. } => summary::soft_interference(other, t),
+        Kind::Hard => entry_demand::hard_interference(other, t),
+        Kind::Soft { .. } => entry_demand::soft_interference(other, t),
     }
 }
 

@@ -20,6 +20,7 @@
 
 mod demand;
 pub mod edf;
+mod entry_demand;
 #[cfg(test)]
 mod equivalence_tests;
 mod fmt;
@@ -39,7 +40,7 @@ pub mod taskset;
 mod tests;
 
 pub use demand::{Demand, DemandError, Kind, MAX_PERIOD_NS, MIN_BUDGET_NS};
-pub use fmt::{duration as fmt_duration, parse_duration};
+pub use fmt::duration as fmt_duration;
 pub use load::{CpuLoad, Entry};
 pub use place::{admit_set, Placement, SetTask, SetVerdict};
 pub use refusal::{CpuRefusal, Refusal};

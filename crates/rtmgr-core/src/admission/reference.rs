@@ -5,8 +5,8 @@
 //! one can delay. The property tests check the fast path against it.
 
 use super::edf::{self, Entries};
+use super::entry_demand::{hard_interference, soft_interference};
 use super::place::utilisation_rank;
-use super::summary::{hard_interference, soft_interference};
 use super::{Admission, CpuLoad, CpuRefusal, Demand, Entry, Id, Kind, Placement};
 
 /// Σ utilisation of a list, from +0.0.

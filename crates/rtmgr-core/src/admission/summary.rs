@@ -5,6 +5,7 @@
 //! and the SCHED_FIFO interference at any instant cost O(periods · log n)
 //! instead of a pass over every reservation. All sums are exact integers.
 
+use super::entry_demand::{entry_dbf, work};
 use super::{Entry, Kind};
 
 /// Exact Σ of utilisations: each entry's W/P·count (an f64) held as a
@@ -133,33 +134,6 @@ pub(super) struct Summary {
     soft: Vec<SoftGroup>,
     /// Hard reservations with D < P.
     constrained: usize,
-}
-
-/// W·count, the work one release of a reservation brings.
-pub(super) fn work(e: &Entry) -> u128 {
-    u128::from(e.demand.budget_ns) * u128::from(e.count)
-}
-
-/// ⌈(r + P − W)/P⌉·W·count: the most a SCHED_DEADLINE reservation runs in
-/// any window of length r (its budget may come anywhere in its period).
-pub(super) fn hard_interference(e: &Entry, r: u64) -> u128 {
-    let d = &e.demand;
-    let jitter = d.period_ns - d.budget_ns;
-    u128::from((r + jitter).div_ceil(d.period_ns)) * work(e)
-}
-
-/// ⌈r/P⌉·W·count: what a SCHED_FIFO reservation released with the window brings.
-pub(super) fn soft_interference(e: &Entry, r: u64) -> u128 {
-    u128::from(r.div_ceil(e.demand.period_ns)) * work(e)
-}
-
-/// Processor demand of one reservation's jobs released and due within [0, t).
-pub(super) fn entry_dbf(e: &Entry, t: u64) -> u128 {
-    let d = &e.demand;
-    if t < d.deadline_ns {
-        return 0;
-    }
-    u128::from((t - d.deadline_ns) / d.period_ns + 1) * work(e)
 }
 
 fn group_at<T>(
@@ -380,6 +354,7 @@ impl super::edf::HardSet for WithNew<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::edf::{Entries, HardSet};
+    use super::super::entry_demand::hard_interference;
     use super::super::{Demand, Entry, Kind};
     use super::*;
 

@@ -4,9 +4,10 @@
 //! threads) or an rt-app JSON file (SCHED_DEADLINE and SCHED_FIFO/RR tasks).
 //! Pure: files named inside the set are read by the caller's `wcet` function.
 
-use super::{fmt::parse_duration, Demand, Kind, SetTask};
+use super::{Demand, Kind, SetTask};
 use crate::class::TaskClass;
 use crate::cpuset::CpuSet;
+use crate::duration::{parse_ns, BareNumber};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -85,6 +86,7 @@ fn parse_toml(
                 .join(" ")
         )
     })?;
+    let parse_duration = |text: &str| parse_ns(text, BareNumber::Refused).map_err(String::from);
     let mut tasks = Vec::new();
     for t in set.task {
         let ctx = |e: String| format!("task {:?}: {e}", t.name);
@@ -236,6 +238,22 @@ threads = 2
         assert_eq!((f.tasks[1].count, f.tasks[1].cpu), (2, Some(2)));
         assert!(parse("[[task]]\nname='x'\nperiod='1ms'\n", &no_wcet).is_err());
         assert!(parse("bogus = 1\n", &no_wcet).is_err());
+    }
+
+    #[test]
+    fn task_set_durations_name_their_unit() {
+        let set = |period: &str| format!("[[task]]\nname='x'\nperiod='{period}'\nbudget='100us'\n");
+        let f = parse(&set("1.5 ms"), &no_wcet).unwrap();
+        assert_eq!(f.tasks[0].demand.period_ns, 1_500_000);
+        assert_eq!(
+            parse(&set("250µs"), &no_wcet).unwrap().tasks[0]
+                .demand
+                .period_ns,
+            250_000
+        );
+        let bare = parse(&set("4"), &no_wcet).unwrap_err();
+        assert!(bare.contains("has no unit"), "{bare}");
+        assert!(bare.contains("expected a number and a unit"), "{bare}");
     }
 
     #[test]

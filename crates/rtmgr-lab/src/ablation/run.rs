@@ -12,22 +12,24 @@ use crate::ablation::{
 };
 use crate::experiment::evaluate::EvaluateConfig;
 use crate::experiment::own_partition;
-use crate::experiment::session::{lock_memory, require_root, stop_flag, STOP_SIGNALS};
+use crate::experiment::segment_session::SegmentSession;
 use crate::experiment::{bad_input, progress_line, Context, Error, Reporter, Result};
+use crate::measure::host_info;
 use crate::measure::host_split::HostSplit;
-use crate::measure::probe::{max_fifo_priority, ProbeConfig};
+use crate::measure::probe::{ProbeConfig, Progress};
 use crate::measure::segment::{
-    merged, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan, Orchestrator, SegmentPlan,
+    merged, probe_result, rt_prepare, run_segment, LoadPart, LoadPlan, SegmentPlan,
 };
-use crate::measure::{host_info, unix_now_s, DmaLatencyGuard};
-use crate::report::{Header, PolicySpec, ProbeMode};
+use crate::report::Header;
 use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
 use rtmgr_linux::balance::background::BackgroundBalancer;
-use rtmgr_linux::partition::{PartitionGuard, Role};
+use rtmgr_linux::machine_access::require_root;
+use rtmgr_linux::partition::{ApplyOptions, PartitionGuard, Role};
 use rtmgr_linux::Host;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What to run: evaluate's settings, and the gates.
@@ -98,22 +100,8 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             ev.interval
         ));
     }
-    let stop = stop_flag(&STOP_SIGNALS)?;
-    let _orchestrator = Orchestrator::enter(&plan.rt, online);
-    let _mlocked = lock_memory();
-    let _dma = DmaLatencyGuard::hold();
-    let started = unix_now_s();
-    let probe = ProbeConfig {
-        mode: ProbeMode::Absolute,
-        cpus: CpuSet::single(rt_cpu),
-        interval_ns: ev.interval.as_nanos() as u64,
-        duration_ns: Some(segment.as_nanos() as u64),
-        loops: None,
-        policy: PolicySpec::Fifo {
-            priority: max_fifo_priority(),
-        },
-        parallel: 1,
-    };
+    let session = SegmentSession::open(&plan.rt, online, rt_cpu, ev.interval, segment)?;
+    let (stop, probe, started) = (&session.stop, &session.probe, session.started);
     let base_load = LoadPlan::simple(ev.load, program, online.clone());
     rep.note(&format!(
         "evaluate --ablate: RT CPU {rt_cpu}, {} configurations ({}), {rounds} rounds x {segment:?}",
@@ -139,54 +127,19 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
                 break 'rounds;
             }
             let c = &configs[i];
-            let step_plan = c.as_ref().map(|s| PartitionPlan {
-                knobs: s.knobs.clone(),
-                ..plan.clone()
-            });
             let load = load_plan(c, &base_load, online, plan);
-            let measured = (|| -> Result<(Hist, u64, HostSplit)> {
-                let guard = match &step_plan {
-                    Some(p) => Some(
-                        PartitionGuard::apply(host, p, opts)
-                            .context("apply the step's partition")?,
-                    ),
-                    None => None,
-                };
-                let applied = guard.as_ref().map(|g| g.applied());
-                let balancer = match (c, applied) {
-                    (Some(s), Some(a)) if s.balancer => {
-                        Some(BackgroundBalancer::start_fresh(host, a))
-                    }
-                    _ => None,
-                };
-                let seg = run_segment(
-                    host,
-                    SegmentPlan {
-                        probe: &probe,
-                        load: Some(&load),
-                        applied,
-                        prepare: applied.map(|a| rt_prepare(host, a)),
-                        trace: None,
-                        guard_feed: None,
-                    },
-                    &stop,
-                    &mut |p, _| {
-                        let msg =
-                            format!("round {}/{rounds} {} {}", r + 1, name(c), progress_line(p));
-                        rep.progress(t0.elapsed(), &msg)
-                    },
-                );
-                let balanced = balancer.map(|b| b.finish().0);
-                if let Some(g) = guard {
-                    g.reset().context("reset the step's partition")?;
-                }
-                let seg = seg?;
-                if let Some(Err(e)) = balanced {
-                    return Err(Error::from(e).context("live balancer"));
-                }
-                let (h, m) = merged(&seg.threads);
-                Ok((h, m, HostSplit::of(&seg.threads)))
-            })();
+            let step = StepRun {
+                host,
+                plan,
+                opts,
+                probe,
+                stop,
+                load: &load,
+            };
+            let measured = step.measure(c, &mut |p| {
+                let msg = format!("round {}/{rounds} {} {}", r + 1, name(c), progress_line(p));
+                rep.progress(t0.elapsed(), &msg)
+            });
             match measured {
                 Ok((h, m, split)) => {
                     per_round[i].push(h.to_data());
@@ -204,22 +157,7 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
             rounds_done += 1;
         }
     }
-    let mut results: Vec<AblationConfig> = configs
-        .iter()
-        .zip(&acc)
-        .zip(per_round)
-        .map(|((c, (h, missed, split)), rounds)| AblationConfig {
-            name: name(c).into(),
-            knobs: c.as_ref().map(|s| s.knobs.clone()).unwrap_or_default(),
-            balancer: c.as_ref().is_some_and(|s| s.balancer),
-            result: probe_result(rt_cpu, h, *missed, split),
-            missed: *missed,
-            p99_ci_ns: quantile_ci(h, 990_000),
-            p999_ci_ns: quantile_ci(h, 999_000),
-            rounds,
-            change: None,
-        })
-        .collect();
+    let mut results = config_results(&configs, &acc, per_round, rt_cpu);
     set_changes(&mut results);
     let gates = check_gates(&results, &cfg.gates, &cfg.gate_config);
     let partial = match (&failure, stop.load(Ordering::Relaxed)) {
@@ -240,4 +178,89 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
         gates,
     };
     Ok(AblateOutcome { report, failure })
+}
+
+/// Each configuration's figures over the rounds.
+fn config_results(
+    configs: &[Config],
+    acc: &[(Hist, u64, HostSplit)],
+    per_round: Vec<Vec<rtmgr_core::stats::HistData>>,
+    rt_cpu: u32,
+) -> Vec<AblationConfig> {
+    configs
+        .iter()
+        .zip(acc)
+        .zip(per_round)
+        .map(|((c, (h, missed, split)), rounds)| AblationConfig {
+            name: name(c).into(),
+            knobs: c.as_ref().map(|s| s.knobs.clone()).unwrap_or_default(),
+            balancer: c.as_ref().is_some_and(|s| s.balancer),
+            result: probe_result(rt_cpu, h, *missed, split),
+            missed: *missed,
+            p99_ci_ns: quantile_ci(h, 990_000),
+            p999_ci_ns: quantile_ci(h, 999_000),
+            rounds,
+            change: None,
+        })
+        .collect()
+}
+
+/// What one step's segment runs with.
+struct StepRun<'a> {
+    host: &'a Host,
+    plan: &'a PartitionPlan,
+    opts: &'a ApplyOptions,
+    probe: &'a ProbeConfig,
+    stop: &'a Arc<AtomicBool>,
+    load: &'a LoadPlan,
+}
+
+impl StepRun<'_> {
+    /// Apply the step's partition (and balancer), run the segment, reset
+    /// them: the merged histogram, the missed count and the host split.
+    fn measure(
+        &self,
+        c: &Config,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<(Hist, u64, HostSplit)> {
+        let host = self.host;
+        let step_plan = c.as_ref().map(|s| PartitionPlan {
+            knobs: s.knobs.clone(),
+            ..self.plan.clone()
+        });
+        let guard = match &step_plan {
+            Some(p) => Some(
+                PartitionGuard::apply(host, p, self.opts).context("apply the step's partition")?,
+            ),
+            None => None,
+        };
+        let applied = guard.as_ref().map(|g| g.applied());
+        let balancer = match (c, applied) {
+            (Some(s), Some(a)) if s.balancer => Some(BackgroundBalancer::start_fresh(host, a)),
+            _ => None,
+        };
+        let seg = run_segment(
+            host,
+            SegmentPlan {
+                probe: self.probe,
+                load: Some(self.load),
+                applied,
+                prepare: applied.map(|a| rt_prepare(host, a)),
+                trace: None,
+                guard_feed: None,
+            },
+            self.stop,
+            &mut |p, _| progress(p),
+        );
+        let balanced = balancer.map(|b| b.finish().0);
+        if let Some(g) = guard {
+            g.reset().context("reset the step's partition")?;
+        }
+        let seg = seg?;
+        if let Some(Err(e)) = balanced {
+            return Err(Error::from(e).context("live balancer"));
+        }
+        let (h, m) = merged(&seg.threads);
+        Ok((h, m, HostSplit::of(&seg.threads)))
+    }
 }

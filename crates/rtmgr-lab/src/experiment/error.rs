@@ -4,6 +4,7 @@
 
 use crate::measure::MeasureError;
 use rtmgr_linux::balance::BalanceError;
+use rtmgr_linux::machine_access::AccessError;
 use rtmgr_linux::partition::PartitionError;
 use rtmgr_linux::HostError;
 
@@ -52,6 +53,17 @@ impl Error {
         Error::Context {
             context: context.into(),
             cause: Box::new(self),
+        }
+    }
+}
+
+/// Not root (or a fake tree asked of a build without one) is bad input; a
+/// lock file that fails failed while running.
+impl From<AccessError> for Error {
+    fn from(e: AccessError) -> Self {
+        match e {
+            AccessError::Input(msg) => Error::Input(msg),
+            AccessError::Lock { what, cause } => Error::Io { what, cause },
         }
     }
 }

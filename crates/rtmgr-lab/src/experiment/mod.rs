@@ -12,6 +12,7 @@ pub mod latency;
 pub mod long_run;
 pub mod own_partition;
 pub mod periodicity;
+pub mod segment_session;
 pub mod session;
 pub mod trace_cost;
 

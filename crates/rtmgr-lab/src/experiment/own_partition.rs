@@ -4,12 +4,12 @@
 //! the kernel leaves most alone, ARTiS §2.1), a valid plan, the machine lock,
 //! no partition applied already, and a clean preflight. Nothing is changed.
 
-use super::session::machine_lock;
 use super::{bad_input, Error, Result};
 use rtmgr_core::partition::{validate, PartitionConfig, PartitionPlan};
 use rtmgr_core::CpuSet;
 use rtmgr_linux::journal::DEFAULT_JOURNAL;
 use rtmgr_linux::lock::MachineLock;
+use rtmgr_linux::machine_access::machine_lock;
 use rtmgr_linux::partition::{self, ApplyOptions};
 use rtmgr_linux::Host;
 use std::path::PathBuf;

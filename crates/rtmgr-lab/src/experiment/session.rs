@@ -9,49 +9,13 @@ use crate::measure::segment::LoadPlan;
 use crate::measure::{unix_now_s, DmaLatencyGuard};
 use crate::report::{Body, Header, Report, SCHEMA};
 use rtmgr_core::CpuSet;
-use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
+use rtmgr_linux::lock::MachineLock;
+use rtmgr_linux::machine_access::{machine_lock, require_root};
 use rtmgr_linux::partition::Applied;
 use rtmgr_linux::Host;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// The machine to work on: the real one, or (tests, feature `fake`) a fake
-/// tree named by RTMGR_SYSROOT (see `Host::from_env`).
-pub fn host_from_env() -> Result<Host> {
-    Host::from_env().or_else(bad_input)
-}
-
-/// Refuse to change the machine unless root (checked before anything changes).
-pub fn require_root(host: &Host, what: &str) -> Result<()> {
-    if !host.privileged() {
-        return bad_input(format!(
-            "{what} needs root (CAP_SYS_ADMIN and CAP_SYS_NICE): run it with sudo"
-        ));
-    }
-    Ok(())
-}
-
-/// Take the machine-wide lock so no other rtmgr changes the machine meanwhile.
-/// A test (or script) that already holds the lock and runs rtmgr under it sets
-/// RTMGR_LOCK_HELD=1; then no lock is taken (it would wait for its own parent).
-pub fn machine_lock(host: &Host) -> Result<Option<MachineLock>> {
-    if std::env::var_os("RTMGR_LOCK_HELD").is_some() {
-        return Ok(None);
-    }
-    let path = host.path(DEFAULT_LOCK_PATH);
-    let what = || format!("take the machine lock {DEFAULT_LOCK_PATH}");
-    if let Some(l) = MachineLock::try_acquire(&path).map_err(|e| super::Error::io(what(), e))? {
-        return Ok(Some(l));
-    }
-    eprintln!(
-        "rtmgr: waiting for another rtmgr to release {}",
-        Path::new(DEFAULT_LOCK_PATH).display()
-    );
-    Ok(Some(
-        MachineLock::acquire(&path).map_err(|e| super::Error::io(what(), e))?,
-    ))
-}
 
 /// Signals that set the returned flag instead of killing rtmgr, so every guard
 /// runs and a partial report is written.

@@ -5,7 +5,6 @@
 
 pub mod fake_tasks;
 
-use crate::experiment::session::{machine_lock, require_root};
 use crate::experiment::{bad_input, Context, Error, Result};
 use fake_tasks::{FakeResult, FakeTask};
 use rtmgr_core::balance::lbu::{BalancerKind, LbResult, TaskReport};
@@ -17,6 +16,7 @@ use rtmgr_core::CpuSet;
 use rtmgr_linux::balance::background::check_restored;
 use rtmgr_linux::balance::observe::Scope;
 use rtmgr_linux::balance::{run_balancer, BalanceError, LiveConfig};
+use rtmgr_linux::machine_access::{machine_lock, require_root};
 use rtmgr_linux::partition::{self, Applied, ApplyOptions, PartitionGuard};
 use rtmgr_linux::{cgroup, cpus, Host};
 use std::collections::BTreeSet;

@@ -72,28 +72,13 @@ pub fn run(
         let h = std::thread::Builder::new()
             .name(format!("rtmgr-periodic{k}"))
             .spawn(move || -> Result<TaskLog> {
-                let mut log = TaskLog {
-                    times: Vec::with_capacity(expected_cap),
-                    coalesced: 0,
-                };
                 let r = setup_rt_thread(cpu, Policy::Fifo { priority: prio }, prepare.as_ref());
                 if r.is_err() {
                     failed.store(true, SeqCst);
                 }
                 ready.wait();
                 r?;
-                loop {
-                    let v = fds[k].wait();
-                    let t = mono_ns();
-                    let real = v % TERM;
-                    if real > 0 {
-                        log.times.push(t);
-                        log.coalesced += real - 1;
-                    }
-                    if v >= TERM {
-                        return Ok(log);
-                    }
-                }
+                Ok(record_activations(&fds[k], expected_cap))
             })
             .map_err(|e| MeasureError::io("spawn periodic task", e))?;
         tasks.push(h);
@@ -120,28 +105,9 @@ pub fn run(
                 finish(&fds2);
                 return Ok((0, 0, false));
             }
-            let t0 = mono_ns() + 1_000_000;
-            let end = t0 + duration;
-            let (mut next, mut k, mut overruns, mut interrupted) = (t0 + period, 0u64, 0u64, false);
-            while next <= end {
-                if stop.load(Relaxed) {
-                    interrupted = true;
-                    break;
-                }
-                sleep_until(next);
-                fds2[(k % 2) as usize].add(1);
-                k += 1;
-                let now = mono_ns();
-                next += period;
-                while next <= now && next <= end {
-                    // The timer itself was late: those activations are lost.
-                    overruns += 1;
-                    k += 1;
-                    next += period;
-                }
-            }
+            let released = release(&fds2, &stop, period, duration);
             finish(&fds2);
-            Ok((k, overruns, interrupted))
+            Ok(released)
         })
         .map_err(|e| MeasureError::io("spawn timer task", e))?;
     let timer_res = timer
@@ -160,6 +126,68 @@ pub fn run(
         let l = l?;
         times.extend(l.times);
     }
+    Ok(summarise(times, cfg.period_ns, expected, interrupted))
+}
+
+/// One periodic task's log: when each activation woke it, until told to end.
+fn record_activations(fd: &EventCounter, expected: usize) -> TaskLog {
+    let mut log = TaskLog {
+        times: Vec::with_capacity(expected),
+        coalesced: 0,
+    };
+    loop {
+        let v = fd.wait();
+        let t = mono_ns();
+        let real = v % TERM;
+        if real > 0 {
+            log.times.push(t);
+            log.coalesced += real - 1;
+        }
+        if v >= TERM {
+            return log;
+        }
+    }
+}
+
+/// Release the two tasks in turn every `period` for `duration` (DROPS §5.3):
+/// activations released, those lost because the timer was late, and
+/// whether a stop cut the run short.
+fn release(
+    fds: &[EventCounter; 2],
+    stop: &AtomicBool,
+    period: u64,
+    duration: u64,
+) -> (u64, u64, bool) {
+    let t0 = mono_ns() + 1_000_000;
+    let end = t0 + duration;
+    let (mut next, mut k, mut overruns, mut interrupted) = (t0 + period, 0u64, 0u64, false);
+    while next <= end {
+        if stop.load(Relaxed) {
+            interrupted = true;
+            break;
+        }
+        sleep_until(next);
+        fds[(k % 2) as usize].add(1);
+        k += 1;
+        let now = mono_ns();
+        next += period;
+        while next <= now && next <= end {
+            // The timer itself was late: those activations are lost.
+            overruns += 1;
+            k += 1;
+            next += period;
+        }
+    }
+    (k, overruns, interrupted)
+}
+
+/// The inter-activation times and their deviation from the period.
+fn summarise(
+    mut times: Vec<u64>,
+    period_ns: u64,
+    expected: u64,
+    interrupted: bool,
+) -> PeriodicityOutcome {
     times.sort_unstable();
     let activations = times.len() as u64;
     let mut inter = Hist::new();
@@ -168,12 +196,12 @@ pub fn run(
     for w in times.windows(2) {
         let d = (w[1] - w[0]) as i64;
         inter.record(d);
-        dev.record(d - cfg.period_ns as i64);
+        dev.record(d - period_ns as i64);
         if series.len() < SERIES_POINTS {
             series.push(d);
         }
     }
-    Ok(PeriodicityOutcome {
+    PeriodicityOutcome {
         expected,
         activations,
         lost: expected.saturating_sub(activations),
@@ -181,7 +209,7 @@ pub fn run(
         deviation: dev,
         series_ns: series,
         interrupted,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -162,6 +162,20 @@ impl FakeBuilder {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, s).unwrap();
         };
+        self.write_cpus(&w);
+        self.write_irqs(&w);
+        knobs::write(r, self.ncpu, &w, self.knob_files);
+        let cgline = self.write_cgroups(r, &w);
+        self.write_tasks(r, &w, cgline);
+        FakeMachine {
+            dir,
+            cgroup: self.cgroup,
+        }
+    }
+
+    /// The CPUs online, possible, isolated and their SMT siblings; the
+    /// workqueue and default IRQ masks.
+    fn write_cpus(&self, w: &dyn Fn(&str, &str)) {
         let all = format!("0-{}", self.ncpu - 1);
         w("/sys/devices/system/cpu/online", &format!("{all}\n"));
         w("/sys/devices/system/cpu/possible", &format!("{all}\n"));
@@ -184,6 +198,12 @@ impl FakeBuilder {
             &format!("{mask}\n"),
         );
         w("/proc/irq/default_smp_affinity", &format!("{mask}\n"));
+    }
+
+    /// Each IRQ's affinity files (managed ones on their CPU) and /proc/interrupts.
+    fn write_irqs(&self, w: &dyn Fn(&str, &str)) {
+        let all = format!("0-{}", self.ncpu - 1);
+        let mask = rtmgr_core::CpuSet::parse_list(&all).unwrap().to_mask(1);
         let mut interrupts = String::from("           ");
         for c in 0..self.ncpu {
             interrupts.push_str(&format!("CPU{c:<8}"));
@@ -220,7 +240,12 @@ impl FakeBuilder {
         let loc: String = (0..self.ncpu).map(|_| " 1000").collect();
         interrupts.push_str(&format!("LOC: {loc}  Local timer interrupts\n"));
         w("/proc/interrupts", &interrupts);
-        knobs::write(r, self.ncpu, &w, self.knob_files);
+    }
+
+    /// The cgroup mounts and the root cgroup's files; how a task's
+    /// /proc/PID/cgroup line reads.
+    fn write_cgroups(&self, r: &Path, w: &dyn Fn(&str, &str)) -> fn(&str) -> String {
+        let all = format!("0-{}", self.ncpu - 1);
         let (mountinfo, cgline): (String, fn(&str) -> String) = match self.cgroup {
             FakeCgroup::V1 => (
                 "30 25 0:26 / /sys/fs/cgroup/cpuset rw,relatime shared:9 - cgroup cgroup rw,cpuset\n\
@@ -261,6 +286,11 @@ impl FakeBuilder {
         if self.cgroup == FakeCgroup::V1 {
             std::fs::create_dir_all(r.join("sys/fs/cgroup/cpuset/init.scope")).unwrap();
         }
+        cgline
+    }
+
+    /// Each task's stat, status, cgroup and task directory.
+    fn write_tasks(&self, r: &Path, w: &dyn Fn(&str, &str), cgline: fn(&str) -> String) {
         for t in &self.tasks {
             let flags: u64 = (if t.kthread { 0x0020_0000 } else { 0 })
                 | (if t.per_cpu { 0x0400_0000 } else { 0 });
@@ -280,10 +310,6 @@ impl FakeBuilder {
             );
             w(&format!("/proc/{pid}/cgroup"), &cgline(&t.cgroup));
             std::fs::create_dir_all(r.join(format!("proc/{pid}/task/{pid}"))).unwrap();
-        }
-        FakeMachine {
-            dir,
-            cgroup: self.cgroup,
         }
     }
 }

@@ -46,6 +46,15 @@ impl HostError {
         }
     }
 
+    /// The error as an I/O error (a parse error becomes `ErrorKind::Other`),
+    /// for callers whose errors carry one.
+    pub fn into_io(self) -> std::io::Error {
+        match self {
+            HostError::Io { source, .. } => source,
+            HostError::Parse { path, msg } => std::io::Error::other(format!("{path}: {msg}")),
+        }
+    }
+
     /// True when the object (file, task, IRQ) vanished.
     pub fn is_gone(&self) -> bool {
         matches!(self, HostError::Io { source, .. }
@@ -216,6 +225,45 @@ impl Host {
         self.kernel.write(self, abs.as_ref(), value)
     }
 
+    /// Write a file opened with O_TRUNC, in one write(2): tracefs lists such
+    /// as `set_event_pid` are then replaced, not appended to.
+    pub fn write_truncating(&self, abs: impl AsRef<Path>, value: &str) -> Result<()> {
+        let p = self.path(abs);
+        std::fs::write(&p, value).map_err(|e| io_err("write", &p, e))
+    }
+
+    /// Read a file in one large read(2): some tracefs files
+    /// (`events/header_page`) answer only the first read of an open file, so
+    /// a small first read would truncate them.
+    pub fn read_in_one(&self, abs: impl AsRef<Path>) -> Result<String> {
+        let p = self.path(abs);
+        let mut f = std::fs::File::open(&p).map_err(|e| io_err("open", &p, e))?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0;
+        loop {
+            match std::io::Read::read(&mut f, &mut buf[n..]).map_err(|e| io_err("read", &p, e))? {
+                0 => break,
+                k => n += k,
+            }
+            if n == buf.len() {
+                buf.resize(buf.len() * 2, 0);
+            }
+        }
+        buf.truncate(n);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// Open a file for non-blocking reads (tracefs `trace_pipe_raw`).
+    pub fn open_nonblocking(&self, abs: impl AsRef<Path>) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let p = self.path(abs);
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&p)
+            .map_err(|e| io_err("open", &p, e))
+    }
+
     pub fn list_dir(&self, abs: impl AsRef<Path>) -> Result<Vec<String>> {
         let p = self.path(abs.as_ref());
         let mut names: Vec<String> = std::fs::read_dir(&p)
@@ -331,4 +379,26 @@ pub(crate) fn io_err(op: &'static str, p: &Path, source: std::io::Error) -> Host
 /// The error of a scheduling call on a task.
 pub(crate) fn task_err(op: &'static str, tid: u32, source: std::io::Error) -> HostError {
     io_err(op, Path::new(&format!("task {tid}")), source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracefs_style_files_are_replaced_read_whole_and_opened_nonblocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        host.mkdir("/t").unwrap();
+        host.write_truncating("/t/set_event_pid", "1 2 3").unwrap();
+        host.write_truncating("/t/set_event_pid", "4").unwrap();
+        assert_eq!(host.read_in_one("/t/set_event_pid").unwrap(), "4");
+        let big = "x".repeat(200_000);
+        host.write_truncating("/t/big", &big).unwrap();
+        assert_eq!(host.read_in_one("/t/big").unwrap(), big);
+        assert!(host.open_nonblocking("/t/big").is_ok());
+        let gone = host.read_in_one("/t/none").unwrap_err();
+        assert!(gone.is_gone());
+        assert_eq!(gone.into_io().kind(), std::io::ErrorKind::NotFound);
+    }
 }

@@ -6,14 +6,15 @@
 //! text formatting in the kernel) to a sink, and removes the instance when it
 //! stops — also on error. An instance
 //! left by a killed rtmgr is removed by `remove_stale_instances` (called by
-//! `rtmgr partition reset`).
+//! `rtmgr partition reset`). Every file access goes through a `Host`: the real
+//! one, as tracefs exists only on the running kernel (mounted privately here).
 
+use crate::{Host, HostError};
 use rtmgr_core::trace::format::{parse_format, parse_header_page, EventFormat};
 use rtmgr_core::trace::raw::Decoder;
 use rtmgr_core::trace::{Comm, Event};
 use rtmgr_core::CpuSet;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -43,6 +44,15 @@ pub enum TraceError {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TraceError {
     let what = what.into();
     move |cause| TraceError::Io { what, cause }
+}
+
+/// A host error as a tracefs error doing `what` (the same message as the I/O error).
+fn host_io(what: impl Into<String>) -> impl FnOnce(HostError) -> TraceError {
+    let what = what.into();
+    move |e| TraceError::Io {
+        what,
+        cause: e.into_io(),
+    }
 }
 
 /// What to trace.
@@ -174,33 +184,24 @@ fn mount_privately() -> Result<PathBuf, TraceError> {
     Ok(m.to_path_buf())
 }
 
-/// Read a tracefs file in one large read: some (events/header_page) answer
-/// only the first read(2) of an open file, so a small first read truncates them.
-fn read_whole(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut n = 0;
-    loop {
-        match f.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-        if n == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-    }
-    buf.truncate(n);
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+fn write(host: &Host, path: &Path, value: &str) -> Result<(), TraceError> {
+    host.write_truncating(path, value)
+        .map_err(host_io(format!("write {value:?} to {}", path.display())))
 }
 
-fn write(path: &Path, value: &str) -> Result<(), TraceError> {
-    std::fs::write(path, value).map_err(io(format!("write {value:?} to {}", path.display())))
+/// Turn the instance off and remove it (best effort: after a failure).
+fn discard(host: &Host, inst: &Path) {
+    let _ = host.write_truncating(inst.join("tracing_on"), "0");
+    let _ = host.rmdir(inst);
 }
 
 /// Events per CPU the kernel overwrote ("overrun:" in per_cpu/cpuN/stats).
-fn overruns(inst: &Path, cpus: &CpuSet) -> u64 {
+fn overruns(host: &Host, inst: &Path, cpus: &CpuSet) -> u64 {
     cpus.iter()
-        .filter_map(|c| read_whole(&inst.join(format!("per_cpu/cpu{c}/stats"))).ok())
+        .filter_map(|c| {
+            host.read_in_one(inst.join(format!("per_cpu/cpu{c}/stats")))
+                .ok()
+        })
         .flat_map(|t| {
             t.lines()
                 .filter_map(|l| l.strip_prefix("overrun:"))
@@ -210,27 +211,36 @@ fn overruns(inst: &Path, cpus: &CpuSet) -> u64 {
         .sum()
 }
 
-fn configure(inst: &Path, spec: &TraceSpec, stats: &mut TraceStats) -> Result<(), TraceError> {
-    write(&inst.join("trace_clock"), "mono")?;
+fn configure(
+    host: &Host,
+    inst: &Path,
+    spec: &TraceSpec,
+    stats: &mut TraceStats,
+) -> Result<(), TraceError> {
+    write(host, &inst.join("trace_clock"), "mono")?;
     // A watch wakes at the first event, not when half the buffer is full.
     let percent = inst.join("buffer_percent");
-    if spec.react_at_priority.is_some() && percent.exists() {
-        write(&percent, "0")?;
+    if spec.react_at_priority.is_some() && host.exists(&percent) {
+        write(host, &percent, "0")?;
     }
-    write(&inst.join("buffer_size_kb"), &spec.buffer_kb.to_string())?;
-    write(&inst.join("tracing_cpumask"), &spec.cpus.to_mask(1))?;
+    write(
+        host,
+        &inst.join("buffer_size_kb"),
+        &spec.buffer_kb.to_string(),
+    )?;
+    write(host, &inst.join("tracing_cpumask"), &spec.cpus.to_mask(1))?;
     if let Some(p) = &spec.pids {
-        set_pids(inst, p)?;
+        set_pids(host, inst, p)?;
     }
     for ev in &spec.events {
-        if !inst.join("events").join(ev).join("enable").exists() {
+        if !host.exists(inst.join("events").join(ev).join("enable")) {
             stats.missing_events.push(ev.clone());
         }
     }
     if events_wanted(spec, spec.pids.as_deref()) {
-        enable_events(inst, &spec.events, true)?;
+        enable_events(host, inst, &spec.events, true)?;
     }
-    write(&inst.join("tracing_on"), "1")
+    write(host, &inst.join("tracing_on"), "1")
 }
 
 /// Should the events be on, with these pids recorded?
@@ -239,17 +249,17 @@ fn events_wanted(spec: &TraceSpec, pids: Option<&[u32]>) -> bool {
 }
 
 /// Turn the events the kernel has on or off.
-fn enable_events(inst: &Path, events: &[String], on: bool) -> Result<(), TraceError> {
+fn enable_events(host: &Host, inst: &Path, events: &[String], on: bool) -> Result<(), TraceError> {
     for ev in events {
         let path = inst.join("events").join(ev).join("enable");
-        if path.exists() {
-            write(&path, if on { "1" } else { "0" })?;
+        if host.exists(&path) {
+            write(host, &path, if on { "1" } else { "0" })?;
         }
     }
     Ok(())
 }
 
-fn set_pids(inst: &Path, pids: &[u32]) -> Result<(), TraceError> {
+fn set_pids(host: &Host, inst: &Path, pids: &[u32]) -> Result<(), TraceError> {
     // An empty set_event_pid records every task: a pid that cannot exist
     // (beyond pid_max) records none.
     let text = if pids.is_empty() {
@@ -260,12 +270,14 @@ fn set_pids(inst: &Path, pids: &[u32]) -> Result<(), TraceError> {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    write(&inst.join("set_event_pid"), &text)
+    write(host, &inst.join("set_event_pid"), &text)
 }
 
+/// The tracer thread: set the instance up, say whether that worked, stream
+/// until stopped, then remove the instance.
 fn run(
     spec: TraceSpec,
-    mut sink: Sink,
+    sink: Sink,
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
     control: mpsc::Receiver<Control>,
@@ -276,104 +288,186 @@ fn run(
             tracing::debug!("tracer at SCHED_FIFO {p}: {e}");
         }
     }
-    let root = match mount_privately() {
-        Ok(r) => r,
+    let host = Host::real();
+    let mut live = match Instance::set_up(&host, &spec) {
+        Ok(live) => {
+            let _ = ready.send(Ok(()));
+            live
+        }
         Err(e) => {
             let _ = ready.send(Err(TraceError::Unavailable(e.to_string())));
             return Err(e);
         }
     };
-    let name = format!(
-        "{INSTANCE_PREFIX}{}-{}",
-        std::process::id(),
-        INSTANCES.fetch_add(1, Ordering::Relaxed)
-    );
-    let inst = root.join("instances").join(&name);
-    let mut stats = TraceStats {
-        instance: name,
-        ..Default::default()
+    let streams = Streams {
+        spec: &spec,
+        stop: &stop,
+        count: &count,
+        control: &control,
     };
-    if let Err(e) = std::fs::create_dir(&inst).map_err(io(format!("create {}", inst.display()))) {
-        let _ = ready.send(Err(TraceError::Unavailable(e.to_string())));
+    if let Err(e) = streams.run(&host, &mut live, sink) {
+        discard(&host, &live.path);
         return Err(e);
     }
-    let result = configure(&inst, &spec, &mut stats).and_then(|()| {
-        let decoder = decoder(&root, &inst, &spec)?;
-        let files = spec
-            .cpus
-            .iter()
-            .map(|c| {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(inst.join(format!("per_cpu/cpu{c}/trace_pipe_raw")))
-                    .map(|f| (c, f))
-                    .map_err(io(format!("open cpu{c}/trace_pipe_raw")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((decoder, files))
-    });
-    let (mut decoder, mut files) = match result {
-        Ok(r) => {
-            let _ = ready.send(Ok(()));
-            r
+    let Instance {
+        path,
+        mut stats,
+        files,
+        ..
+    } = live;
+    stats.lost = stats.lost.max(overruns(&host, &path, &spec.cpus));
+    stats.cpu_ns = rtmgr_sys::time::thread_cpu_ns();
+    drop(files);
+    host.rmdir(&path)
+        .map_err(host_io(format!("remove {}", path.display())))?;
+    Ok(stats)
+}
+
+/// A configured instance, tracing, with its decoder and per-CPU pipes.
+struct Instance {
+    path: PathBuf,
+    stats: TraceStats,
+    decoder: Decoder,
+    files: Vec<(u32, std::fs::File)>,
+}
+
+impl Instance {
+    /// Mount tracefs privately, create and configure the instance, open each
+    /// CPU's pipe; on a failure after the instance exists, remove it.
+    fn set_up(host: &Host, spec: &TraceSpec) -> Result<Instance, TraceError> {
+        let root = mount_privately()?;
+        let name = format!(
+            "{INSTANCE_PREFIX}{}-{}",
+            std::process::id(),
+            INSTANCES.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = root.join("instances").join(&name);
+        let mut stats = TraceStats {
+            instance: name,
+            ..Default::default()
+        };
+        host.mkdir(&path)
+            .map_err(host_io(format!("create {}", path.display())))?;
+        let opened = configure(host, &path, spec, &mut stats).and_then(|()| {
+            let decoder = decoder(host, &root, &path, spec)?;
+            let files = spec
+                .cpus
+                .iter()
+                .map(|c| {
+                    host.open_nonblocking(path.join(format!("per_cpu/cpu{c}/trace_pipe_raw")))
+                        .map(|f| (c, f))
+                        .map_err(host_io(format!("open cpu{c}/trace_pipe_raw")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((decoder, files))
+        });
+        match opened {
+            Ok((decoder, files)) => Ok(Instance {
+                path,
+                stats,
+                decoder,
+                files,
+            }),
+            Err(e) => {
+                discard(host, &path);
+                Err(e)
+            }
         }
-        Err(e) => {
-            let _ = std::fs::write(inst.join("tracing_on"), "0");
-            let _ = std::fs::remove_dir(&inst);
-            let _ = ready.send(Err(TraceError::Unavailable(e.to_string())));
-            return Err(e);
+    }
+}
+
+/// What the streaming loop reads its orders from and reports to.
+struct Streams<'a> {
+    spec: &'a TraceSpec,
+    stop: &'a AtomicBool,
+    count: &'a AtomicU64,
+    control: &'a mpsc::Receiver<Control>,
+}
+
+impl Streams<'_> {
+    /// Stream every CPU's pipe to the sink until stopped and drained.
+    fn run(&self, host: &Host, live: &mut Instance, mut sink: Sink) -> Result<(), TraceError> {
+        let spec = self.spec;
+        let page_size = host
+            .read_in_one(live.path.join("buffer_subbuf_size_kb"))
+            .ok()
+            .and_then(|t| t.trim().parse::<usize>().ok())
+            .unwrap_or(4)
+            * 1024;
+        let mut page = vec![0u8; page_size];
+        let mut batch: Vec<Event> = Vec::with_capacity(4096);
+        let mut draining = false;
+        let mut enabled = events_wanted(spec, spec.pids.as_deref());
+        let inst = live.path.clone();
+        let apply = |msg: Control, enabled: &mut bool| {
+            let Control::Pids(p) = msg;
+            let want = events_wanted(spec, Some(&p));
+            // Pids first when turning on (no event of another task slips in),
+            // events first when turning off.
+            if want {
+                let _ = set_pids(host, &inst, &p);
+            }
+            if want != *enabled && enable_events(host, &inst, &spec.events, want).is_ok() {
+                *enabled = want;
+            }
+            if !want {
+                let _ = set_pids(host, &inst, &p);
+            }
+        };
+        loop {
+            while let Ok(msg) = self.control.try_recv() {
+                apply(msg, &mut enabled);
+            }
+            if self.stop.load(Ordering::Relaxed) && !draining {
+                let _ = write(host, &inst.join("tracing_on"), "0");
+                draining = true;
+            }
+            let got = self.read_turn(host, live, &mut page, &mut batch, &mut sink)?;
+            if got == 0 {
+                sink(&[]);
+                if draining {
+                    return Ok(());
+                }
+                if !enabled {
+                    // Paused: nothing can arrive until the controls change.
+                    if let Ok(msg) = self.control.recv_timeout(PAUSED_POLL) {
+                        apply(msg, &mut enabled);
+                    }
+                    continue;
+                }
+                use std::os::fd::AsFd;
+                let fds: Vec<_> = live.files.iter().map(|(_, f)| f.as_fd()).collect();
+                if rtmgr_sys::fd::wait_readable(&fds, IDLE_POLL.as_nanos() as u64).is_err() {
+                    std::thread::sleep(IDLE_POLL);
+                }
+            }
         }
-    };
-    let page_size = read_whole(&inst.join("buffer_subbuf_size_kb"))
-        .ok()
-        .and_then(|t| t.trim().parse::<usize>().ok())
-        .unwrap_or(4)
-        * 1024;
-    let mut page = vec![0u8; page_size];
-    let mut batch: Vec<Event> = Vec::with_capacity(4096);
-    let mut draining = false;
-    let mut enabled = events_wanted(&spec, spec.pids.as_deref());
-    let apply = |msg: Control, enabled: &mut bool| {
-        let Control::Pids(p) = msg;
-        let want = events_wanted(&spec, Some(&p));
-        // Pids first when turning on (no event of another task slips in),
-        // events first when turning off.
-        if want {
-            let _ = set_pids(&inst, &p);
-        }
-        if want != *enabled && enable_events(&inst, &spec.events, want).is_ok() {
-            *enabled = want;
-        }
-        if !want {
-            let _ = set_pids(&inst, &p);
-        }
-    };
-    loop {
-        while let Ok(msg) = control.try_recv() {
-            apply(msg, &mut enabled);
-        }
-        if stop.load(Ordering::Relaxed) && !draining {
-            let _ = write(&inst.join("tracing_on"), "0");
-            draining = true;
-        }
+    }
+
+    /// One turn over the CPUs' pipes, a few pages each (so no CPU starves the
+    /// others), events to the sink; the bytes read.
+    fn read_turn(
+        &self,
+        host: &Host,
+        live: &mut Instance,
+        page: &mut [u8],
+        batch: &mut Vec<Event>,
+        sink: &mut Sink,
+    ) -> Result<usize, TraceError> {
         let mut got = 0;
-        for (cpu, f) in files.iter_mut() {
+        for (cpu, f) in live.files.iter_mut() {
             batch.clear();
-            // At most a few pages per CPU per turn, so no CPU starves the others.
             for _ in 0..16 {
-                match f.read(&mut page) {
+                match f.read(page) {
                     Ok(0) => break,
                     Ok(n) => {
-                        let info = decoder.page(*cpu, &page[..n], &mut batch);
-                        stats.lost += info.missed;
+                        let info = live.decoder.page(*cpu, &page[..n], batch);
+                        live.stats.lost += info.missed;
                         got += n;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        let _ = std::fs::write(inst.join("tracing_on"), "0");
-                        let _ = std::fs::remove_dir(&inst);
                         return Err(TraceError::Io {
                             what: format!("read cpu{cpu}/trace_pipe_raw"),
                             cause: e,
@@ -381,47 +475,26 @@ fn run(
                     }
                 }
             }
-            name_tasks(&mut decoder, &mut batch);
-            stats.events += batch.len() as u64;
-            count.store(stats.events, Ordering::Relaxed);
+            name_tasks(host, &mut live.decoder, batch);
+            live.stats.events += batch.len() as u64;
+            self.count.store(live.stats.events, Ordering::Relaxed);
             if !batch.is_empty() {
-                sink(&batch);
+                sink(batch);
             }
         }
-        if got == 0 {
-            sink(&[]);
-            if draining {
-                break;
-            }
-            if !enabled {
-                // Paused: nothing can arrive until the controls change.
-                if let Ok(msg) = control.recv_timeout(PAUSED_POLL) {
-                    apply(msg, &mut enabled);
-                }
-                continue;
-            }
-            use std::os::fd::AsFd;
-            let fds: Vec<_> = files.iter().map(|(_, f)| f.as_fd()).collect();
-            if rtmgr_sys::fd::wait_readable(&fds, IDLE_POLL.as_nanos() as u64).is_err() {
-                std::thread::sleep(IDLE_POLL);
-            }
-        }
+        Ok(got)
     }
-    stats.lost = stats.lost.max(overruns(&inst, &spec.cpus));
-    stats.cpu_ns = rtmgr_sys::time::thread_cpu_ns();
-    drop(files);
-    std::fs::remove_dir(&inst).map_err(io(format!("remove {}", inst.display())))?;
-    Ok(stats)
 }
 
 /// Raw records carry only pids: name the tasks no switch named yet from /proc.
-fn name_tasks(decoder: &mut Decoder, batch: &mut [Event]) {
+fn name_tasks(host: &Host, decoder: &mut Decoder, batch: &mut [Event]) {
     let unnamed = decoder.unnamed(batch);
     if unnamed.is_empty() {
         return;
     }
     for pid in &unnamed {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        let comm = host
+            .read(format!("/proc/{pid}/comm"))
             .map(|c| c.trim().to_string())
             .unwrap_or_else(|_| format!("pid {pid}"));
         decoder.learn_comm(*pid, &comm);
@@ -434,9 +507,11 @@ fn name_tasks(decoder: &mut Decoder, batch: &mut [Event]) {
 
 /// The layouts of the enabled events (whole groups expanded) and the page
 /// header; kernel symbols when workqueue functions must be named.
-fn decoder(root: &Path, inst: &Path, spec: &TraceSpec) -> Result<Decoder, TraceError> {
+fn decoder(host: &Host, root: &Path, inst: &Path, spec: &TraceSpec) -> Result<Decoder, TraceError> {
     let path = root.join("events/header_page");
-    let text = read_whole(&path).map_err(io(format!("read {}", path.display())))?;
+    let text = host
+        .read_in_one(&path)
+        .map_err(host_io(format!("read {}", path.display())))?;
     let header = parse_header_page(&text).ok_or_else(|| {
         TraceError::Unavailable(format!("{}: unknown layout: {text:?}", path.display()))
     })?;
@@ -444,14 +519,15 @@ fn decoder(root: &Path, inst: &Path, spec: &TraceSpec) -> Result<Decoder, TraceE
     for ev in &spec.events {
         let dir = inst.join("events").join(ev);
         let one = dir.join("format");
-        let files: Vec<PathBuf> = if one.exists() {
+        let files: Vec<PathBuf> = if host.exists(&one) {
             vec![one]
         } else {
-            std::fs::read_dir(&dir)
-                .map(|d| {
-                    d.flatten()
-                        .map(|e| e.path().join("format"))
-                        .filter(|p| p.exists())
+            host.list_dir(&dir)
+                .map(|names| {
+                    names
+                        .iter()
+                        .map(|n| dir.join(n).join("format"))
+                        .filter(|p| host.exists(p))
                         .collect()
                 })
                 .unwrap_or_default()
@@ -459,12 +535,12 @@ fn decoder(root: &Path, inst: &Path, spec: &TraceSpec) -> Result<Decoder, TraceE
         formats.extend(
             files
                 .iter()
-                .filter_map(|f| read_whole(f).ok())
+                .filter_map(|f| host.read_in_one(f).ok())
                 .filter_map(|t| parse_format(&t)),
         );
     }
     let symbols = if spec.events.iter().any(|e| e.starts_with("workqueue")) {
-        kernel_symbols()
+        kernel_symbols(host)
     } else {
         Vec::new()
     };
@@ -472,8 +548,8 @@ fn decoder(root: &Path, inst: &Path, spec: &TraceSpec) -> Result<Decoder, TraceE
 }
 
 /// Text symbols of /proc/kallsyms (zeros when not root: then addresses show).
-fn kernel_symbols() -> Vec<(u64, String)> {
-    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+fn kernel_symbols(host: &Host) -> Vec<(u64, String)> {
+    let text = host.read_opt("/proc/kallsyms").unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
@@ -488,20 +564,20 @@ fn kernel_symbols() -> Vec<(u64, String)> {
 /// Run `f` on the instances directory of a private tracefs mount, in a
 /// short-lived thread (path operations need the private namespace).
 fn with_instances<T: Send + 'static>(
-    f: impl FnOnce(&Path) -> Result<T, TraceError> + Send + 'static,
+    f: impl FnOnce(&Host, &Path) -> Result<T, TraceError> + Send + 'static,
 ) -> Result<T, TraceError> {
-    std::thread::spawn(move || f(&mount_privately()?.join("instances")))
+    std::thread::spawn(move || f(&Host::real(), &mount_privately()?.join("instances")))
         .join()
         .map_err(|_| TraceError::Thread("panicked".into()))?
 }
 
 /// rtmgr's instances now (names), live or stale.
 pub fn list_instances() -> Result<Vec<String>, TraceError> {
-    with_instances(|dir| {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .map_err(io("list instances"))?
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+    with_instances(|host, dir| {
+        let mut v: Vec<String> = host
+            .list_dir(dir)
+            .map_err(host_io("list instances"))?
+            .into_iter()
             .filter(|n| n.starts_with(INSTANCE_PREFIX))
             .collect();
         v.sort();
@@ -512,21 +588,19 @@ pub fn list_instances() -> Result<Vec<String>, TraceError> {
 /// Remove instances whose rtmgr is gone (killed before it could clean up);
 /// returns their names.
 pub fn remove_stale_instances() -> Result<Vec<String>, TraceError> {
-    with_instances(|dir| {
+    with_instances(|host, dir| {
         let mut removed = Vec::new();
-        for e in std::fs::read_dir(dir)
-            .map_err(io("list instances"))?
-            .flatten()
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
+        for name in host.list_dir(dir).map_err(host_io("list instances"))? {
             let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else {
                 continue;
             };
             let pid: Option<u32> = rest.split('-').next().and_then(|p| p.parse().ok());
             let alive = pid.is_some_and(|p| !rtmgr_sys::process::is_gone(p as i32));
             if !alive {
-                let _ = std::fs::write(e.path().join("tracing_on"), "0");
-                std::fs::remove_dir(e.path()).map_err(io(format!("remove instance {name}")))?;
+                let path = dir.join(&name);
+                let _ = host.write_truncating(path.join("tracing_on"), "0");
+                host.rmdir(&path)
+                    .map_err(host_io(format!("remove instance {name}")))?;
                 removed.push(name);
             }
         }

@@ -2,16 +2,18 @@
 //! ablation engine `rtmgr_lab::ablation::run` — which knob buys what —
 //! with the exit-code gates for CI pipelines (exit 3 when a gate fails).
 
-use super::measure::common::{parse_duration, write_file, write_json, Bar};
+use super::flags::parse_duration;
+use super::output::{write_file, write_json};
+use super::progress::Bar;
 use super::{output, Outcome};
 use anyhow::Result;
 use clap::Args;
 use rtmgr_lab::ablation::run::{self as ablate, AblateConfig};
 use rtmgr_lab::ablation::{ablation_table, Gate, FULL};
 use rtmgr_lab::experiment::evaluate::EvaluateConfig;
-use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::plot::percentile_svg;
 use rtmgr_lab::report::us;
+use rtmgr_linux::machine_access::host_from_env;
 use std::time::Duration;
 
 /// `rtmgr evaluate`'s ablation flags (flattened into its arguments).

@@ -4,14 +4,15 @@
 //! reports; `rtmgr_lab::advice` decides. Prints the answer with every reason,
 //! or the versioned JSON (`rtmgr.advice/1`) with `--json`.
 
-use super::measure::common::{parse_duration, write_file, write_json};
+use super::flags::parse_duration;
+use super::output::{write_file, write_json};
 use super::{bad_input, Outcome};
 use anyhow::{Context, Result};
 use rtmgr_lab::advice::curves::{crossovers_text, delay_curves, DelayCurves};
 use rtmgr_lab::advice::delay_svg;
 use rtmgr_lab::advice::run::{gather, FactsConfig};
 use rtmgr_lab::advice::{advice_text, advise, parse_workload, Workload};
-use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_linux::machine_access::host_from_env;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use anyhow::Context;
 use rtmgr_lab::budget::budget_rates_svg;
 use rtmgr_lab::budget::run::{self as budget, taskset, BudgetConfig, Experiment};
 use rtmgr_lab::budget::{budget_table, BudgetRun};
-use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_linux::machine_access::host_from_env;
 use rtmgr_rt::periodic::SoftVariant;
 use std::path::PathBuf;
 

@@ -3,17 +3,17 @@
 //! report.json, report.html and the SVG plots in the output directory.
 
 use super::ablate::AblationFlags;
-use super::measure::common::{
-    engine_choice, parse_duration, parse_trace, write_file, write_json, Bar, TraceThreshold,
-};
+use super::flags::{engine_choice, parse_duration, parse_trace, TraceThreshold};
+use super::output::{write_file, write_json};
+use super::progress::Bar;
 use super::{output, Outcome};
 use anyhow::{Context, Result};
 use rtmgr_lab::experiment::evaluate::{self, EvaluateConfig};
-use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::load::{LoadEngine, LoadKind};
 use rtmgr_lab::plot::{histogram_svg, percentile_svg, XScale};
 use rtmgr_lab::report::{disturbance_text, evaluate_html, evaluate_table, EvaluateRun, Report};
 use rtmgr_lab::trace::causes_text;
+use rtmgr_linux::machine_access::host_from_env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -215,7 +215,7 @@ pub fn run(args: LbArgs) -> anyhow::Result<Outcome> {
     };
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(p) = &args.save {
-        super::measure::common::write_file(p, &json)?;
+        super::output::write_file(p, &json)?;
     }
     if args.json {
         println!("{json}");

@@ -2,28 +2,29 @@
 //! §3; ARTiS §3.1 loads), execution-time variation (ARTiS §3.2), periodicity
 //! (DROPS §5.3), and the side-by-side cross-check with cyclictest.
 
-pub mod common;
 pub mod cost;
 pub mod parallel;
 pub mod resources;
 
+use super::flags::*;
 use super::output::{write_report, OutArgs};
+use super::progress::Bar;
 use super::{bad_input, Outcome};
 use anyhow::Result;
-use common::*;
 use rtmgr_core::stats::HistData;
 use rtmgr_core::CpuSet;
 use rtmgr_lab::experiment::compare::CompareConfig;
 use rtmgr_lab::experiment::exec::ExecConfig;
 use rtmgr_lab::experiment::latency::LatencyConfig;
 use rtmgr_lab::experiment::periodicity::PeriodicityConfig;
-use rtmgr_lab::experiment::session::{host_from_env, LoadRequest};
+use rtmgr_lab::experiment::session::LoadRequest;
 use rtmgr_lab::experiment::{self, Session};
 use rtmgr_lab::load::{LoadEngine, LoadKind};
 use rtmgr_lab::measure::probe::max_fifo_priority;
 use rtmgr_lab::plot::{histogram_svg, percentile_svg, series_svg, XScale};
 use rtmgr_lab::report::{disturbance_text, ratio_text, summary_table, Body, PolicySpec};
 use rtmgr_lab::trace::causes_text;
+use rtmgr_linux::machine_access::host_from_env;
 use std::time::Duration;
 
 #[derive(clap::Subcommand)]

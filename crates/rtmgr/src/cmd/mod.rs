@@ -7,12 +7,14 @@ pub mod advise;
 pub mod balance;
 pub mod budget;
 pub mod evaluate;
+pub mod flags;
 pub mod lb;
 pub mod load_worker;
 pub mod manuals;
 pub mod measure;
 pub mod output;
 pub mod partition;
+pub mod progress;
 pub mod reserve;
 pub mod run;
 pub mod serve;
@@ -21,7 +23,7 @@ pub mod top;
 
 use std::process::ExitCode;
 
-pub use rtmgr_lab::experiment::session::{host_from_env as host, machine_lock, require_root};
+pub use rtmgr_linux::machine_access::{host_from_env as host, machine_lock, require_root};
 
 /// An error caused by the user's input, detected before anything changed: exit 2.
 #[derive(Debug)]
@@ -78,4 +80,6 @@ pub fn finish(result: anyhow::Result<Outcome>) -> ExitCode {
 fn is_engine_input(e: &anyhow::Error) -> bool {
     e.downcast_ref::<rtmgr_lab::experiment::Error>()
         .is_some_and(|x| x.is_input())
+        || e.downcast_ref::<rtmgr_linux::machine_access::AccessError>()
+            .is_some_and(|x| x.is_input())
 }

@@ -1,9 +1,9 @@
 //! Where a command's report and plots go: where `--out`/`--json`/`--svg` say,
 //! plots beside their JSON report, and without any of them into a fresh
 //! directory under the user's state directory — never into the current
-//! directory unasked.
+//! directory unasked; and the file writers every command uses.
 
-use super::measure::common::{with_suffix, write_file, write_json};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// Where a measuring command writes its report and plots.
@@ -107,6 +107,30 @@ pub fn paths(kind: &str, out: Option<&Path>, json: Option<&Path>, svg: Option<&P
     Paths { json, svg }
 }
 
+pub fn write_file(path: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+pub fn write_json(path: &Path, report: &impl serde::Serialize) -> Result<()> {
+    write_file(path, &(serde_json::to_string_pretty(report)? + "\n"))
+}
+
+/// Path with a suffix before the extension: a.svg + "-pct" → a-pct.svg.
+pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}{suffix}{ext}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +152,14 @@ mod tests {
     fn stamps_are_digits() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
         assert_eq!(stamp(t), "20261118-110640");
+    }
+
+    #[test]
+    fn suffixes() {
+        assert_eq!(
+            with_suffix(Path::new("d/a.svg"), "-pct"),
+            Path::new("d/a-pct.svg")
+        );
+        assert_eq!(with_suffix(Path::new("a"), "-x"), Path::new("a-x"));
     }
 }

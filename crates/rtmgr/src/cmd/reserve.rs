@@ -5,9 +5,10 @@
 //! the reservation lives as long as CMD; with `--pid` it is for an existing
 //! process, and lives as long as that one.
 
+use super::flags::parse_reservation_ns;
 use super::{bad_input, Outcome};
+use rtmgr_core::admission::fmt_duration;
 use rtmgr_core::admission::memory::{fmt_bytes, parse_bytes};
-use rtmgr_core::admission::{fmt_duration, parse_duration};
 use rtmgr_rt::client::{socket_path, Client, ClientError, IrqRef, ReservationInfo, ReserveRequest};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -15,13 +16,13 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct ReserveArgs {
     /// Period P, e.g. 4ms.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_reservation_ns)]
     pub period: u64,
     /// Budget W per period, e.g. 1ms.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_reservation_ns)]
     pub budget: u64,
     /// Deadline D ≤ P (default P).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_reservation_ns)]
     pub deadline: Option<u64>,
     /// rt0 (hard: SCHED_DEADLINE) or rt1[:PRIO] (soft: SCHED_FIFO).
     #[arg(long, default_value = "rt0")]

@@ -4,7 +4,7 @@
 //! every CPU for a few seconds) and caches its result for status, advise and
 //! the balancer.
 
-use super::measure::common::parse_duration;
+use super::flags::parse_duration;
 use super::{host, Outcome};
 use rtmgr_core::CpuSet;
 use rtmgr_lab::experiment::session::Session;

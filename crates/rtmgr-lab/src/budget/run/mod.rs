@@ -9,8 +9,9 @@ mod tasks;
 pub mod taskset;
 
 use crate::budget::{BudgetReport, BudgetRun, BUDGET_SCHEMA};
-use crate::experiment::session::{machine_lock, stop_flag, STOP_SIGNALS};
+use crate::experiment::session::{stop_flag, STOP_SIGNALS};
 use crate::experiment::{bad_input, Error, Reporter, Result};
+use rtmgr_linux::machine_access::machine_lock;
 use rtmgr_linux::Host;
 use rtmgr_rt::periodic::SoftVariant;
 use serde::Serialize;

@@ -14,13 +14,14 @@ use crate::cost::{
     Measured, MicroBench, SweepConfigCost, SweepCost, COST_SCHEMA,
 };
 use crate::experiment::own_partition;
-use crate::experiment::session::{require_root, stop_flag, STOP_SIGNALS};
+use crate::experiment::session::{stop_flag, STOP_SIGNALS};
 use crate::experiment::{bad_input, Error, Reporter, Result};
 use crate::measure::{host_info, unix_now_s};
 use crate::report::Header;
 use build::BuildSource;
 use configs::{Config, Placement, Rounds};
 use rtmgr_core::CpuSet;
+use rtmgr_linux::machine_access::require_root;
 use rtmgr_linux::Host;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -114,9 +115,8 @@ pub struct CostOutcome {
     pub failure: Option<Error>,
 }
 
-/// Check the request, take the machine, run every round, reset the partition.
-pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<CostOutcome> {
-    require_root(host, "rtmgr measure cost")?;
+/// Refuse a request that cannot run (bad input: nothing changed yet).
+fn check_request(cfg: &CostConfig) -> Result<()> {
     if cfg.rounds == 0 {
         return bad_input("--rounds must be at least 1");
     }
@@ -129,6 +129,13 @@ pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<Cost
             cfg.worker.display()
         ));
     }
+    Ok(())
+}
+
+/// Check the request, take the machine, run every round, reset the partition.
+pub fn run(host: &Host, cfg: &CostConfig, rep: &mut dyn Reporter) -> Result<CostOutcome> {
+    require_root(host, "rtmgr measure cost")?;
+    check_request(cfg)?;
     let scratch = Scratch::create()?;
     let source = if cfg.parts.build {
         Some(BuildSource::prepare(&cfg.build_crate, scratch.path())?)

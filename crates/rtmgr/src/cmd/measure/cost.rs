@@ -3,13 +3,14 @@
 //! tables, the JSON report (`rtmgr.cost/1`) and the Fig. 4 / Fig. 5 plots;
 //! and the hidden `__cost` worker it starts.
 
-use super::common::{parse_duration, Bar};
+use crate::cmd::flags::parse_duration;
 use crate::cmd::output::{write_report, OutArgs};
+use crate::cmd::progress::Bar;
 use crate::cmd::Outcome;
 use anyhow::{Context, Result};
 use rtmgr_lab::cost::run::{self as cost, CostConfig, Parts};
 use rtmgr_lab::cost::{build_table, micro_table, slowdown_svg, sweep_svg, sweep_table, CostReport};
-use rtmgr_lab::experiment::session::host_from_env;
+use rtmgr_linux::machine_access::host_from_env;
 use std::time::Duration;
 
 #[derive(clap::Args)]

@@ -3,16 +3,16 @@
 //! (average, p99.999, max per number of tasks), the JSON report
 //! (`rtmgr.parallel/1`) and the Fig. 8-style plot.
 
-use super::common::Bar;
 use super::{latency_config, outcome, LatencyArgs};
 use crate::cmd::output::write_report;
+use crate::cmd::progress::Bar;
 use crate::cmd::Outcome;
 use anyhow::Result;
-use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::experiment::Session;
 use rtmgr_lab::parallel::parallel_svg;
 use rtmgr_lab::parallel::parallel_table;
 use rtmgr_lab::parallel::run as parallel;
+use rtmgr_linux::machine_access::host_from_env;
 
 pub fn sweep(a: LatencyArgs, max_tasks: u32) -> Result<Outcome> {
     let cfg = latency_config(&a)?;

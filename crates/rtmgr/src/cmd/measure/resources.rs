@@ -5,10 +5,10 @@
 use crate::cmd::output::{write_report, OutArgs};
 use crate::cmd::Outcome;
 use anyhow::Result;
-use rtmgr_lab::experiment::session::host_from_env;
 use rtmgr_lab::experiment::{Quiet, Session};
 use rtmgr_lab::resources::run::{check, run, ResourcesConfig};
 use rtmgr_lab::resources::text;
+use rtmgr_linux::machine_access::host_from_env;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
