@@ -45,26 +45,12 @@ OWN_FILES = {
     "crates/rtmgr-linux/src/daemon/rtkit/rules.rs": "the owner (metadata) of /proc/<pid>",
 }
 
-# KNOWN VIOLATIONS, being fixed in other branches of issue 29 today. The test
-# command passes with them; each entry is removed when its fix is merged
-# (the lead deletes this list after the merge). Key: (rule, file).
-KNOWN_VIOLATIONS = {
-    # Item 4: rtmgr-core/src/admission/edf.rs <-> summary.rs import each other.
-    ("import circle", "crates/rtmgr-core/src/admission"),
-    # Item 6: trace/tracefs.rs reads and writes tracefs with std::fs, not through the Host.
-    ("std::fs outside host/", "crates/rtmgr-linux/src/trace/tracefs.rs"),
-    # Item 1/2: `rtmgr top` holds collectors and probe threads in the CLI.
-    ("engine in the CLI", "crates/rtmgr/src/cmd/top/collect.rs"),
-    ("engine in the CLI", "crates/rtmgr/src/cmd/top/probe.rs"),
-    # Item 1: the balancer knows evaluate (background balancer, GuardFeed).
-    ("rtmgr-linux knows experiments", "crates/rtmgr-linux/src/balance/background.rs"),
-    ("rtmgr-linux knows experiments", "crates/rtmgr-linux/src/balance/guard.rs"),
-    ("rtmgr-linux knows experiments", "crates/rtmgr-linux/src/balance/mod.rs"),
-    ("rtmgr-linux knows experiments", "crates/rtmgr-linux/src/balance/run.rs"),
-}
+# Known violations, each with the reason it is tolerated, key (rule, file):
+# none today. A listed violation that no longer occurs fails the check.
+KNOWN_VIOLATIONS = set()
 
 # Words that name the lab's experiments; rtmgr-linux never says them.
-EXPERIMENT_WORDS = re.compile(r"(?i)\b(evaluate|experiments?|ablat\w*)\b|\bGuardFeed\b|rtmgr_lab")
+EXPERIMENT_WORDS = re.compile(r"(?i)\b(evaluate|experiments?|ablat\w*)\b|rtmgr_lab")
 # What makes an engine: threads, clocks and sleeps, RT set-up (the CLI parses,
 # calls a library, prints).
 ENGINE = re.compile(

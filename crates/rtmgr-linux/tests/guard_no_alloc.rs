@@ -4,7 +4,7 @@
 //! guard's sample path and the paced loop allocate on this thread.
 
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::guard::{GuardFeed, GuardOptions, LatencyGuard};
+use rtmgr_linux::balance::guard::{GuardOptions, LatencyGuard, SampleFeed};
 use rtmgr_linux::probe::{run_paced, Pace, SampleRing};
 use rtmgr_sys::count_alloc::{allocations_of, Counting};
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ fn the_counter_sees_an_allocation() {
 #[test]
 fn the_guards_probe_loop_allocates_nothing() {
     let cpus = CpuSet::parse_list("1-2").unwrap();
-    let feed = GuardFeed::new(&cpus);
+    let feed = SampleFeed::new(&cpus);
     let mut guard = LatencyGuard::fed(
         &feed,
         GuardOptions {

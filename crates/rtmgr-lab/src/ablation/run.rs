@@ -10,6 +10,7 @@ use crate::ablation::{
     check_gates, quantile_ci, set_changes, steps, AblationConfig, AblationReport, Gate, Step,
     ABLATION_SCHEMA,
 };
+use crate::experiment::background_balancer::BackgroundBalancer;
 use crate::experiment::evaluate::EvaluateConfig;
 use crate::experiment::own_partition;
 use crate::experiment::segment_session::SegmentSession;
@@ -24,7 +25,6 @@ use crate::report::Header;
 use rtmgr_core::partition::{KnobId, PartitionPlan};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::background::BackgroundBalancer;
 use rtmgr_linux::machine_access::require_root;
 use rtmgr_linux::partition::{ApplyOptions, PartitionGuard, Role};
 use rtmgr_linux::Host;

@@ -4,6 +4,7 @@
 //! for progress, and returns the report body; the CLI parses flags, prints and
 //! writes files.
 
+pub mod background_balancer;
 pub mod compare;
 pub mod error;
 pub mod evaluate;

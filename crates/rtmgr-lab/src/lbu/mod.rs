@@ -13,7 +13,7 @@ use rtmgr_core::class::TaskClass;
 use rtmgr_core::partition::{validate, PartitionConfig};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::background::check_restored;
+use rtmgr_linux::balance::check_restored;
 use rtmgr_linux::balance::observe::Scope;
 use rtmgr_linux::balance::{run_balancer, BalanceError, LiveConfig};
 use rtmgr_linux::machine_access::{machine_lock, require_root};

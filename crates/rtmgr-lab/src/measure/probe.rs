@@ -13,7 +13,7 @@ use crate::trace::LateTx;
 use crate::trace::Sample;
 use rtmgr_core::host_stall::{HostLabel, LateWake, LATE_FLOOR_NS};
 use rtmgr_core::stats::Hist;
-use rtmgr_linux::balance::guard::GuardFeed;
+use rtmgr_linux::balance::guard::SampleFeed;
 use rtmgr_linux::probe::spawn_pinned;
 use rtmgr_linux::sched::Policy;
 use rtmgr_sys::time::{diff_ns, sleep_for};
@@ -131,7 +131,7 @@ impl Probe {
         stop: Arc<AtomicBool>,
         prepare: Option<Prepare>,
         late: Vec<LateTx>,
-        guard_feed: Option<GuardFeed>,
+        guard_feed: Option<SampleFeed>,
     ) -> Result<Probe> {
         if cfg.interval_ns == 0 || cfg.cpus.is_empty() || cfg.parallel == 0 {
             return Err(MeasureError::Setup(
@@ -237,7 +237,7 @@ fn run_thread(
     (cpu, index): (u32, u32),
     failed: bool,
     late: Option<LateTx>,
-    guard_feed: Option<GuardFeed>,
+    guard_feed: Option<SampleFeed>,
 ) -> ThreadOutcome {
     let me = &shared.slots[slot];
     let mut rec = Recorder::new(cfg, cpu, index, late, guard_feed);
@@ -293,7 +293,7 @@ struct Recorder<'a> {
     delta: Hist,
     late: Option<LateTx>,
     late_capacity: usize,
-    guard_feed: Option<GuardFeed>,
+    guard_feed: Option<SampleFeed>,
     next: Nanos,
     last_pub: Nanos,
     samples: u64,
@@ -306,7 +306,7 @@ impl<'a> Recorder<'a> {
         cpu: u32,
         index: u32,
         late: Option<LateTx>,
-        guard_feed: Option<GuardFeed>,
+        guard_feed: Option<SampleFeed>,
     ) -> Self {
         let mut out = ThreadOutcome {
             cpu,

@@ -13,7 +13,7 @@ use crate::report::{CpuResult, Disturbance, LatencyRun, LoadResult, ProbeSetting
 use crate::trace::{TailTrace, TailTracer};
 use rtmgr_core::stats::Hist;
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::guard::GuardFeed;
+use rtmgr_linux::balance::guard::SampleFeed;
 use rtmgr_linux::partition::{self, Applied, Role};
 use rtmgr_linux::sched;
 use rtmgr_linux::Host;
@@ -273,7 +273,7 @@ pub struct SegmentPlan<'a> {
     /// `Some(floor)`, or (None inside) above each thread's running p99.
     pub trace: Option<Option<u64>>,
     /// The live balancer's guard, fed by the probe (evaluate's "balanced").
-    pub guard_feed: Option<GuardFeed>,
+    pub guard_feed: Option<SampleFeed>,
 }
 
 /// Load up, probe (traced if asked), load down. Loads are killed on every

@@ -6,7 +6,6 @@
 //! once. Every change is kept in memory and undone when it stops (also on
 //! error). `run` is the loop, `mover` applies and undoes, `observe` reads /proc.
 
-pub mod background;
 pub mod entry_watch;
 pub mod events;
 pub mod guard;
@@ -20,8 +19,9 @@ mod step_evidence;
 pub mod v2_lending;
 
 pub use events::{EventSink, LiveEvents};
+pub use guard::SampleFeed;
 pub use mover::{Evictor, Mover};
-pub use run::{lending_prior, run_balancer, run_balancer_with};
+pub use run::{check_restored, lending_prior, run_balancer, run_balancer_with};
 
 use crate::host::HostError;
 use crate::partition::Applied;
@@ -53,8 +53,8 @@ pub struct LiveConfig {
     /// Run the latency guard (one probe thread per RT CPU, or `guard_feed`).
     pub guard: bool,
     /// A probe that samples the RT CPUs anyway feeds the guard in place of
-    /// its own threads (evaluate's probe: no second SCHED_FIFO thread there).
-    pub guard_feed: Option<guard::GuardFeed>,
+    /// its own threads (no second SCHED_FIFO thread per RT CPU).
+    pub guard_feed: Option<guard::SampleFeed>,
     pub guard_interval_ns: u64,
     /// Stop by itself after this long.
     pub duration_ns: Option<u64>,

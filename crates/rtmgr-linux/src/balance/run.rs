@@ -30,7 +30,7 @@ pub fn run_balancer(
 
 /// `run_balancer` with a policy that outlives the run: its memory (back-offs,
 /// the lending controller's state, the guards' baselines) carries over to the
-/// next run, as between evaluate's "balanced" segments. Its times are
+/// next run, as between a measurement's segments. Its times are
 /// CLOCK_MONOTONIC, so a pause between runs counts as time passed.
 pub fn run_balancer_with(
     host: &Host,
@@ -121,5 +121,14 @@ pub fn lending_prior(hp: &rtmgr_core::host_preemption::HostPreemption) -> Lendin
         measured_at_unix_s: hp.setup.measured_at_unix_s,
         marginal_capacity: cap.map(|c| c.marginal),
         effective_cpus: cap.map(|c| c.effective_cpus),
+    }
+}
+
+/// A run that could not undo every change is an error (the machine is not as it was).
+pub fn check_restored(rep: &LiveReport) -> Result<(), BalanceError> {
+    if rep.restore_failures.is_empty() {
+        Ok(())
+    } else {
+        Err(BalanceError::Restore(rep.restore_failures.join("; ")))
     }
 }

@@ -185,36 +185,7 @@ fn run(
         true => Some(rtkit::start(&cfg.rtkit, stop.clone()).map_err(ServeError::Rtkit)?),
         false => None,
     };
-    let resources = crate::resources::start(host, resources, &applied.journal, &applied.plan.rt)?;
-    let domains = domains::ensure(host, applied)?;
-    let (keep, dropped) = startup::split_live(host, &applied.layout, old);
-    report.dropped_at_start = dropped.len();
-    let journal = journal::GrantJournal::open(host, &cfg.grants_journal())?;
-    let admission = AdmissionConfig {
-        cap: cfg.admission.cap,
-        dl_share: rt_share(host),
-        placement: cfg.admission.placement,
-    };
-    let next_id = keep.iter().map(|g| g.id).max().unwrap_or(0) + 1;
-    let mut m = Manager::new(
-        host.clone(),
-        applied.clone(),
-        domains,
-        cfg.policy.clone(),
-        admission,
-        journal,
-        header,
-        next_id,
-    );
-    m.resources = resources;
-    m.existing_processes = cfg.existing_processes.clone();
-    report.adopted = keep.len();
-    // Their drift (a cache group re-created by `resources::start` too) was
-    // repaired by `split_live`.
-    for g in keep {
-        m.adopt(g);
-    }
-    m.rewrite_journal()?;
+    let mut m = start_manager(host, cfg, applied, header, old, report, resources)?;
     let sock = cfg.socket();
     let listener = bind(host, &sock)?;
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
@@ -292,6 +263,51 @@ fn run(
         path: sock.display().to_string(),
         source,
     })
+}
+
+/// The Manager of a starting daemon: resources given out, one root domain
+/// per RT CPU, the grants of a predecessor that still hold re-adopted (the
+/// dead ones dropped), the journal rewritten with them.
+fn start_manager(
+    host: &Host,
+    cfg: &ServeConfig,
+    applied: &partition::Applied,
+    header: Vec<journal::Record>,
+    old: Vec<journal::Grant>,
+    report: &mut ServeReport,
+    resources: &crate::resources::Prepared,
+) -> Result<Manager, ServeError> {
+    let resources = crate::resources::start(host, resources, &applied.journal, &applied.plan.rt)?;
+    let domains = domains::ensure(host, applied)?;
+    let (keep, dropped) = startup::split_live(host, &applied.layout, old);
+    report.dropped_at_start = dropped.len();
+    let journal = journal::GrantJournal::open(host, &cfg.grants_journal())?;
+    let admission = AdmissionConfig {
+        cap: cfg.admission.cap,
+        dl_share: rt_share(host),
+        placement: cfg.admission.placement,
+    };
+    let next_id = keep.iter().map(|g| g.id).max().unwrap_or(0) + 1;
+    let mut m = Manager::new(
+        host.clone(),
+        applied.clone(),
+        domains,
+        cfg.policy.clone(),
+        admission,
+        journal,
+        header,
+        next_id,
+    );
+    m.resources = resources;
+    m.existing_processes = cfg.existing_processes.clone();
+    report.adopted = keep.len();
+    // Their drift (a cache group re-created by `resources::start` too) was
+    // repaired by `split_live`.
+    for g in keep {
+        m.adopt(g);
+    }
+    m.rewrite_journal()?;
+    Ok(m)
 }
 
 type BalancerThread = (

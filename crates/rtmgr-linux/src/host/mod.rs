@@ -10,6 +10,8 @@ mod real;
 
 use rtmgr_core::CpuSet;
 pub use rtmgr_sys::process::{Limit, LimitKind};
+/// An open file a Host handed out (`open_nonblocking`): read it directly.
+pub use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

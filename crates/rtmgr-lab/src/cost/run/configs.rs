@@ -6,10 +6,10 @@
 //! live balancer runs as in `rtmgr evaluate`.
 
 use crate::cost::CostConfig;
+use crate::experiment::background_balancer::BackgroundBalancer;
 use crate::experiment::{Context, Error, Reporter, Result};
 use rtmgr_core::partition::{KnobId, PartitionPlan, PreemptMode};
 use rtmgr_core::CpuSet;
-use rtmgr_linux::balance::background::BackgroundBalancer;
 use rtmgr_linux::partition::{self, Applied, ApplyOptions, PartitionGuard};
 use rtmgr_linux::Host;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,6 +6,7 @@
 use super::config::EvaluateConfig;
 use super::configs::Config;
 use super::prepare::Prepared;
+use crate::experiment::background_balancer::{background_config, BackgroundBalancer};
 use crate::experiment::long_run::{write_checkpoint, CHECKPOINT_EVERY};
 use crate::experiment::segment_session::SegmentSession;
 use crate::experiment::{progress_line, Context, Error, Reporter, Result};
@@ -19,8 +20,7 @@ use crate::report::{BalancerSummary, Disturbance, Report, RoundFigures};
 use crate::trace::Attribution;
 use rtmgr_core::balance::Balancer;
 use rtmgr_core::stats::Hist;
-use rtmgr_linux::balance::background::{background_config, BackgroundBalancer};
-use rtmgr_linux::balance::guard::GuardFeed;
+use rtmgr_linux::balance::guard::SampleFeed;
 use rtmgr_linux::balance::lending_prior;
 use rtmgr_linux::partition::{Applied, PartitionGuard};
 use rtmgr_linux::Host;
@@ -66,7 +66,7 @@ pub(super) struct Tally {
     /// The balancer's policy lives across the "balanced" segments (its
     /// lending controller, back-offs and baselines), and evaluate's probe is
     /// its latency guard: no second SCHED_FIFO thread on the RT CPU.
-    feed: GuardFeed,
+    feed: SampleFeed,
     policy: Option<Balancer>,
     t0: Instant,
     last_checkpoint: Instant,
@@ -78,7 +78,7 @@ impl Rounds<'_> {
         let mut tally = Tally {
             acc: self.prep.configs.iter().map(|_| Acc::default()).collect(),
             rounds_done: 0,
-            feed: GuardFeed::new(&self.prep.plan.rt),
+            feed: SampleFeed::new(&self.prep.plan.rt),
             policy: None,
             t0: Instant::now(),
             last_checkpoint: Instant::now(),

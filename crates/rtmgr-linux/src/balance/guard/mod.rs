@@ -1,7 +1,7 @@
 //! The latency guard of `rtmgr balance` (ARTiS §2.2: RT0's latency first):
 //! the probe service (`crate::probe`, one SCHED_FIFO thread per RT CPU in
 //! the partition's RT cpuset), or the samples of a probe that runs anyway
-//! (`GuardFeed`). A sample on a CPU with guests over core's
+//! (`SampleFeed`). A sample on a CPU with guests over core's
 //! `guard_limit_ns` sends them to the NRT CPUs at once from the probe
 //! thread; the policy learns of the trip at its next step. The probe thread
 //! only writes atomics (`cpu.rs`); the balancer loop reads them, does the
@@ -57,7 +57,7 @@ pub struct Counts {
 }
 
 /// The guard's state, fed one sample at a time by its own threads or by a
-/// latency probe that runs anyway (`GuardFeed`).
+/// latency probe that runs anyway (`SampleFeed`).
 struct State {
     cpus: Vec<CpuGuard>,
     /// Each RT CPU's probe rate (the guard's own threads).
@@ -154,21 +154,21 @@ impl State {
     }
 }
 
-/// A latency probe that already samples the RT CPUs (evaluate's) feeding
+/// A latency probe that already samples the RT CPUs (a measurement's) feeding
 /// the balancer's guard, in place of the guard's own threads. Clone it to
 /// the probe; give it to the balancer in `LiveConfig::guard_feed`.
 #[derive(Clone)]
-pub struct GuardFeed(Arc<State>);
+pub struct SampleFeed(Arc<State>);
 
-impl std::fmt::Debug for GuardFeed {
+impl std::fmt::Debug for SampleFeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GuardFeed")
+        f.write_str("SampleFeed")
     }
 }
 
-impl GuardFeed {
-    pub fn new(cpus: &CpuSet) -> GuardFeed {
-        GuardFeed(Arc::new(State::new(cpus, 1)))
+impl SampleFeed {
+    pub fn new(cpus: &CpuSet) -> SampleFeed {
+        SampleFeed(Arc::new(State::new(cpus, 1)))
     }
 
     /// One wake-up of the probe on `cpu`, `late_ns` after its release (now).
@@ -203,7 +203,7 @@ pub struct LatencyGuard {
 
 impl LatencyGuard {
     /// The guard over a feed: no threads of its own; the feed's probe samples.
-    pub fn fed(feed: &GuardFeed, opts: GuardOptions) -> LatencyGuard {
+    pub fn fed(feed: &SampleFeed, opts: GuardOptions) -> LatencyGuard {
         LatencyGuard::over(feed.0.clone(), opts, Vec::new(), Arc::default())
     }
 

@@ -7,7 +7,7 @@
 use super::dl_leak::LeakWatch;
 use super::domains::Domains;
 use super::grant;
-use super::journal::{Grant, GrantJournal, Record};
+use super::journal::{Grant, GrantJournal, Record, ThreadBefore};
 use super::peer::{thread_of, Client};
 use crate::partition::Applied;
 use crate::resources::grant::IoprioChange;
@@ -315,35 +315,7 @@ impl Manager {
                 retry_after_ms: None,
             })
         })?;
-        let layout = self.applied.layout.clone();
-        let gone = |e: HostError| {
-            if e.is_gone() {
-                Response::error(
-                    ErrorCode::Gone,
-                    format!("the client or a thread exited during the grant: {e}"),
-                )
-            } else {
-                Response::error(ErrorCode::Os, e.to_string())
-            }
-        };
-        let mut threads = Vec::new();
-        let mut fresh_tids = Vec::new();
-        for &tid in &tids {
-            // A thread still leaving an earlier grant keeps that grant's before-state.
-            let t = match self.take_deferred_thread(tid, io_target.is_some()) {
-                Some((t, io)) => {
-                    if let (Some(io), Some(new)) = (io, io_target) {
-                        carry_ioprio(&mut resources.ioprio, io, new);
-                    }
-                    t
-                }
-                None => {
-                    fresh_tids.push(tid);
-                    grant::new_thread(&self.host, pid, tid).map_err(gone)?
-                }
-            };
-            threads.push(t);
-        }
+        let (threads, fresh_tids) = self.threads_before(pid, &tids, io_target, &mut resources)?;
         // Limits are per process: the first grant of a process sets them,
         // later ones carry the same record, the last one to go restores them.
         let carried = self
@@ -378,46 +350,7 @@ impl Manager {
             response_ns: placed.response_ns,
             resources,
         };
-        let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
-        cx.busy_pending = self.dl_leak.returning(g.cpu, mono_ns());
-        grant::snapshot(&cx, &draft, &mut g).map_err(gone)?;
-        self.next_id += 1;
-        self.journal
-            .record(&Record::Grant(Box::new(g.clone())))
-            .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
-        // A hard grant's thread the kernel refuses SCHED_DEADLINE where it
-        // waits is granted at SCHED_FIFO 1 and pending (`pending.rs`). EBUSY
-        // on the way (the early SCHED_DEADLINE's cpuset move, or the policy
-        // on the RT CPU: the kernel's books differ from admission's): undone
-        // already; once more without the early step, EBUSY then pending
-        // too. No wait here.
-        let mut applied = grant::apply(&cx, &g);
-        if g.demand.is_hard()
-            && !cx.busy_pending
-            && applied
-                .as_ref()
-                .is_err_and(|e| e.errno() == Some(libc::EBUSY))
-        {
-            tracing::info!(
-                "reservation {}: the kernel refused SCHED_DEADLINE on the way (EBUSY); its threads wait at SCHED_FIFO 1 where refused",
-                g.id
-            );
-            cx.busy_pending = true;
-            applied = grant::apply(&cx, &g);
-        }
-        if let Err(e) = applied {
-            let _ = self.journal.record(&Record::Release { id: g.id });
-            if e.errno() == Some(libc::EBUSY) {
-                return Err(refused(
-                    RefusalKind::Admission,
-                    format!(
-                        "CPU {}: the kernel's SCHED_DEADLINE admission refused it (EBUSY): another deadline task or the kernel's fair server holds bandwidth there",
-                        g.cpu
-                    ),
-                ));
-            }
-            return Err(gone(e));
-        }
+        self.journal_and_apply(&draft, &mut g, first_of_pid)?;
         // The client may have exited between the checks and the grant.
         if !tasks::same_task(&self.host, pid, client.start_time) {
             let _ = self.journal.record(&Record::Release { id: g.id });
@@ -429,11 +362,94 @@ impl Manager {
         }
         self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, client.start_time);
+        Ok(self.granted(g))
+    }
+
+    /// Each thread's before-state: read afresh (`fresh`), or taken over
+    /// from a grant still being revoked, with its I/O priority change.
+    fn threads_before(
+        &mut self,
+        pid: u32,
+        tids: &[u32],
+        io_target: Option<u16>,
+        resources: &mut crate::resources::grant::GrantResources,
+    ) -> Result<(Vec<ThreadBefore>, Vec<u32>), Response> {
+        let mut threads = Vec::new();
+        let mut fresh_tids = Vec::new();
+        for &tid in tids {
+            // A thread still leaving an earlier grant keeps that grant's before-state.
+            let t = match self.take_deferred_thread(tid, io_target.is_some()) {
+                Some((t, io)) => {
+                    if let (Some(io), Some(new)) = (io, io_target) {
+                        carry_ioprio(&mut resources.ioprio, io, new);
+                    }
+                    t
+                }
+                None => {
+                    fresh_tids.push(tid);
+                    grant::new_thread(&self.host, pid, tid).map_err(gone)?
+                }
+            };
+            threads.push(t);
+        }
+        Ok((threads, fresh_tids))
+    }
+
+    /// Snapshot, journal and apply a new grant. A hard grant's thread the
+    /// kernel refuses SCHED_DEADLINE where it waits is granted at SCHED_FIFO
+    /// 1 and pending (`pending.rs`). EBUSY on the way (the early
+    /// SCHED_DEADLINE's cpuset move, or the policy on the RT CPU: the
+    /// kernel's books differ from admission's): undone already; once more
+    /// without the early step, EBUSY then pending too. No wait here.
+    fn journal_and_apply(
+        &mut self,
+        draft: &grant::Draft,
+        g: &mut Grant,
+        first_of_pid: bool,
+    ) -> Result<(), Response> {
+        let layout = self.applied.layout.clone();
+        let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
+        cx.busy_pending = self.dl_leak.returning(g.cpu, mono_ns());
+        grant::snapshot(&cx, draft, g).map_err(gone)?;
+        self.next_id += 1;
+        self.journal
+            .record(&Record::Grant(Box::new(g.clone())))
+            .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
+        let mut applied = grant::apply(&cx, g);
+        if g.demand.is_hard()
+            && !cx.busy_pending
+            && applied
+                .as_ref()
+                .is_err_and(|e| e.errno() == Some(libc::EBUSY))
+        {
+            tracing::info!(
+                "reservation {}: the kernel refused SCHED_DEADLINE on the way (EBUSY); its threads wait at SCHED_FIFO 1 where refused",
+                g.id
+            );
+            cx.busy_pending = true;
+            applied = grant::apply(&cx, g);
+        }
+        let Err(e) = applied else { return Ok(()) };
+        let _ = self.journal.record(&Record::Release { id: g.id });
+        if e.errno() == Some(libc::EBUSY) {
+            return Err(refused(
+                RefusalKind::Admission,
+                format!(
+                    "CPU {}: the kernel's SCHED_DEADLINE admission refused it (EBUSY): another deadline task or the kernel's fair server holds bandwidth there",
+                    g.cpu
+                ),
+            ));
+        }
+        Err(gone(e))
+    }
+
+    /// The answer for a grant in effect, which the Manager now holds: what
+    /// each thread was doing (a sleeping or stopped one runs under its
+    /// policy when it next wakes, docs/protocol.md) and which are pending.
+    fn granted(&mut self, g: Grant) -> Response {
         let pending = self.note_pending(&g, true);
         let mut info = info_of(&g);
         info.pending = pending;
-        // What each thread was doing: a sleeping or stopped one runs under
-        // its policy when it next wakes (docs/protocol.md).
         for t in &g.threads {
             match tasks::state(&self.host, t.tid) {
                 Some('S' | 'D' | 'I') => info.asleep.push(t.tid),
@@ -442,9 +458,9 @@ impl Manager {
             }
         }
         self.grants.insert(g.id, g);
-        Ok(Response::new(Reply::Granted {
+        Response::new(Reply::Granted {
             reservation: Box::new(info),
-        }))
+        })
     }
 
     /// An IRQ the request may steer: known, not left alone by the partition,
@@ -485,6 +501,18 @@ impl Manager {
             )));
         }
         Ok(Some(n))
+    }
+}
+
+/// An error of the kernel during a grant: the client or a thread gone, or the errno.
+fn gone(e: HostError) -> Response {
+    if e.is_gone() {
+        Response::error(
+            ErrorCode::Gone,
+            format!("the client or a thread exited during the grant: {e}"),
+        )
+    } else {
+        Response::error(ErrorCode::Os, e.to_string())
     }
 }
 

@@ -12,7 +12,6 @@ use rtmgr_lab::procstat::{deltas, parse_counters, CounterTable};
 use rtmgr_linux::probe::live::LiveProbe;
 use rtmgr_linux::Host;
 use rtmgr_rt::client::Client;
-use rtmgr_sys::time::mono_ns;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -20,9 +19,8 @@ use std::path::PathBuf;
 const IRQ_SOURCES: usize = 5;
 
 /// Readings kept between refreshes for the deltas.
-#[derive(Default)]
 struct Previous {
-    at_ns: u64,
+    at: std::time::Instant,
     times: BTreeMap<u32, CpuTimes>,
     irqs: CounterTable,
     /// Reservation id → CPU time of its threads (ns).
@@ -111,7 +109,7 @@ impl Collector {
     pub fn collect(&mut self) -> Snapshot {
         let daemon = self.ask_daemon();
         let now = Previous {
-            at_ns: mono_ns(),
+            at: std::time::Instant::now(),
             times: self
                 .host
                 .read_opt("/proc/stat")
@@ -125,7 +123,7 @@ impl Collector {
             interval_ms: self
                 .previous
                 .as_ref()
-                .map_or(0, |p| (now.at_ns - p.at_ns) / 1_000_000),
+                .map_or(0, |p| now.at.duration_since(p.at).as_millis() as u64),
             probe: self.probe.as_ref().map(|p| p.describe()),
             ..Snapshot::default()
         };
@@ -207,7 +205,8 @@ impl Collector {
             now.runtime.insert(r.id, ran);
             r.budget_used = prev.as_ref().and_then(|p| {
                 let before = *p.runtime.get(&r.id)?;
-                let elapsed = now.at_ns.checked_sub(p.at_ns).filter(|&e| e > 0)? as f64;
+                let elapsed = now.at.duration_since(p.at).as_nanos() as u64;
+                let elapsed = Some(elapsed).filter(|&e| e > 0)? as f64;
                 let share = r.budget_ns as f64 / r.period_ns.max(1) as f64;
                 Some(ran.saturating_sub(before) as f64 / elapsed / share)
             });

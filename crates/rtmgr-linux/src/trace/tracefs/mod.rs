@@ -9,10 +9,12 @@
 //! `rtmgr partition reset`). Every file access goes through a `Host`: the real
 //! one, as tracefs exists only on the running kernel (mounted privately here).
 
+mod decoder;
+
 use crate::{Host, HostError};
-use rtmgr_core::trace::format::{parse_format, parse_header_page, EventFormat};
+use decoder::{decoder, name_tasks};
 use rtmgr_core::trace::raw::Decoder;
-use rtmgr_core::trace::{Comm, Event};
+use rtmgr_core::trace::Event;
 use rtmgr_core::CpuSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -328,7 +330,7 @@ struct Instance {
     path: PathBuf,
     stats: TraceStats,
     decoder: Decoder,
-    files: Vec<(u32, std::fs::File)>,
+    files: Vec<(u32, crate::host::File)>,
 }
 
 impl Instance {
@@ -484,81 +486,6 @@ impl Streams<'_> {
         }
         Ok(got)
     }
-}
-
-/// Raw records carry only pids: name the tasks no switch named yet from /proc.
-fn name_tasks(host: &Host, decoder: &mut Decoder, batch: &mut [Event]) {
-    let unnamed = decoder.unnamed(batch);
-    if unnamed.is_empty() {
-        return;
-    }
-    for pid in &unnamed {
-        let comm = host
-            .read(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim().to_string())
-            .unwrap_or_else(|_| format!("pid {pid}"));
-        decoder.learn_comm(*pid, &comm);
-    }
-    let unknown = Comm::new("?");
-    for e in batch.iter_mut().filter(|e| e.comm == unknown) {
-        e.comm = decoder.comm_of(e.pid);
-    }
-}
-
-/// The layouts of the enabled events (whole groups expanded) and the page
-/// header; kernel symbols when workqueue functions must be named.
-fn decoder(host: &Host, root: &Path, inst: &Path, spec: &TraceSpec) -> Result<Decoder, TraceError> {
-    let path = root.join("events/header_page");
-    let text = host
-        .read_in_one(&path)
-        .map_err(host_io(format!("read {}", path.display())))?;
-    let header = parse_header_page(&text).ok_or_else(|| {
-        TraceError::Unavailable(format!("{}: unknown layout: {text:?}", path.display()))
-    })?;
-    let mut formats: Vec<EventFormat> = Vec::new();
-    for ev in &spec.events {
-        let dir = inst.join("events").join(ev);
-        let one = dir.join("format");
-        let files: Vec<PathBuf> = if host.exists(&one) {
-            vec![one]
-        } else {
-            host.list_dir(&dir)
-                .map(|names| {
-                    names
-                        .iter()
-                        .map(|n| dir.join(n).join("format"))
-                        .filter(|p| host.exists(p))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        formats.extend(
-            files
-                .iter()
-                .filter_map(|f| host.read_in_one(f).ok())
-                .filter_map(|t| parse_format(&t)),
-        );
-    }
-    let symbols = if spec.events.iter().any(|e| e.starts_with("workqueue")) {
-        kernel_symbols(host)
-    } else {
-        Vec::new()
-    };
-    Ok(Decoder::new(header, &formats, symbols))
-}
-
-/// Text symbols of /proc/kallsyms (zeros when not root: then addresses show).
-fn kernel_symbols(host: &Host) -> Vec<(u64, String)> {
-    let text = host.read_opt("/proc/kallsyms").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-            let kind = f.next()?;
-            let name = f.next()?;
-            (addr != 0 && matches!(kind, "t" | "T")).then(|| (addr, name.to_string()))
-        })
-        .collect()
 }
 
 /// Run `f` on the instances directory of a private tracefs mount, in a

@@ -1,14 +1,15 @@
 //! The live balancer (ARTiS §2.2–2.3) in a background thread over every task
 //! of the machine (this process's own threads excluded), for as long as a
-//! measurement runs: `rtmgr evaluate`'s "partition + live balancer"
+//! measurement runs: evaluate's, ablate's and cost's "balanced"
 //! configuration. Its policy is handed in and given back, so its memory (the
 //! lending controller's state, back-offs) carries over evaluate's segments.
 
-use super::guard::GuardFeed;
-use super::{run_balancer_with, BalanceError, LiveConfig, LiveReport};
-use crate::partition::Applied;
-use crate::Host;
 use rtmgr_core::balance::Balancer;
+use rtmgr_linux::balance::{
+    check_restored, run_balancer_with, BalanceError, LiveConfig, LiveReport, SampleFeed,
+};
+use rtmgr_linux::partition::Applied;
+use rtmgr_linux::Host;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -21,7 +22,7 @@ pub struct BackgroundBalancer {
 }
 
 /// The configuration evaluate's balancer runs with on `applied`.
-pub fn background_config(applied: &Applied, feed: Option<GuardFeed>) -> LiveConfig {
+pub fn background_config(applied: &Applied, feed: Option<SampleFeed>) -> LiveConfig {
     let mut cfg = LiveConfig::new(applied);
     // Measurement segments are short: find new tasks every 200 ms.
     cfg.scan_every = 4;
@@ -61,14 +62,5 @@ impl BackgroundBalancer {
             ),
             Err(_) => (Err(BalanceError::Panicked), None),
         }
-    }
-}
-
-/// A run that could not undo every change is an error (the machine is not as it was).
-pub fn check_restored(rep: &LiveReport) -> Result<(), BalanceError> {
-    if rep.restore_failures.is_empty() {
-        Ok(())
-    } else {
-        Err(BalanceError::Restore(rep.restore_failures.join("; ")))
     }
 }
