@@ -9,6 +9,7 @@ use procfs::process::Stat;
 use procfs::FromRead;
 use rtmgr_core::class::TaskClass;
 use rtmgr_core::proctext::{class_of_policy, parse_io, parse_schedstat, parse_status};
+use rtmgr_core::CpuSet;
 use std::io;
 use std::path::PathBuf;
 
@@ -148,6 +149,107 @@ pub(super) enum Depth {
     Stat,
 }
 
+/// The observer's buffer, file budget and read counter, lent to one task's reads.
+struct ProcReads<'a> {
+    buf: &'a mut Vec<u8>,
+    budget: &'a mut FdBudget,
+    reads: &'a mut usize,
+}
+
+impl Rec {
+    /// Take what `stat` says (policy, CPU, state, the user/kernel split of
+    /// its ticks); returns whether the task was new.
+    fn take_stat(&mut self, stat: &Stat) -> bool {
+        let fresh = self.fresh;
+        self.fresh = false;
+        self.check_every = 1;
+        self.next_check_scan = 0;
+        self.start_time = stat.starttime;
+        self.kthread = stat.flags & PF_KTHREAD != 0;
+        self.class = class_of_policy(stat.policy.unwrap_or(0), stat.rt_priority.unwrap_or(0));
+        self.cpu = stat.processor.unwrap_or(0).max(0) as u32;
+        self.runnable = stat.state == 'R';
+        let (du, ds) = (
+            stat.utime.saturating_sub(self.ticks_user),
+            stat.stime.saturating_sub(self.ticks_sys),
+        );
+        self.ticks_user = stat.utime;
+        self.ticks_sys = stat.stime;
+        // Ticks are 10 ms: a window with fewer than MIN_TICKS says nothing
+        // about the user/kernel split; otherwise smooth it.
+        if !fresh && du + ds >= MIN_TICKS {
+            let r = ds as f64 / (du + ds) as f64;
+            self.kernel_ratio = (self.kernel_ratio + r) / 2.0;
+        } else if fresh && stat.utime + stat.stime >= MIN_TICKS {
+            self.kernel_ratio = stat.stime as f64 / (stat.utime + stat.stime) as f64;
+        }
+        fresh
+    }
+
+    /// Affinity, parent and context switches from `status` (`rt`, `nrt`:
+    /// the partition's CPU sets).
+    fn read_status(
+        &mut self,
+        io: &mut ProcReads,
+        fresh: bool,
+        switched: u64,
+        sets: (&CpuSet, &CpuSet),
+    ) {
+        let (rt, nrt) = sets;
+        let st = self
+            .files
+            .status
+            .read(&self.dir, "status", io.buf, true, io.budget)
+            .ok()
+            .map(|()| parse_status(io.buf));
+        let Some(st) = st else { return };
+        *io.reads += 1;
+        if let Some(aff) = st.affinity {
+            self.nrt_only = aff == *nrt;
+            self.spans_rt = !aff.is_disjoint(rt) && !aff.is_disjoint(nrt);
+            self.rt_pinned = aff.first().filter(|&c| aff.len() == 1 && rt.contains(c));
+            self.has_affinity = true;
+        }
+        self.ppid = st.ppid;
+        let (v, n) = (st.voluntary, st.involuntary);
+        // Not read for a while: no more switches than switch-ins.
+        self.w_vol = if fresh {
+            0
+        } else {
+            v.saturating_sub(self.vol).min(switched)
+        };
+        self.w_invol = if fresh {
+            0
+        } else {
+            n.saturating_sub(self.invol)
+        };
+        self.vol = v;
+        self.invol = n;
+    }
+
+    /// Kernel entries of a lending candidate (runnable, used CPU): the
+    /// read/write calls of /proc/…/io; the policy lends only to tasks
+    /// predicted to stay in user mode.
+    fn read_entries(&mut self, io: &mut ProcReads, ran: u64) {
+        self.w_entries = None;
+        if !(self.runnable && ran > 0 && !self.kthread && self.class != TaskClass::Rt0) {
+            return;
+        }
+        let counts = self
+            .files
+            .io
+            .read(&self.dir, "io", io.buf, true, io.budget)
+            .ok()
+            .and_then(|()| parse_io(io.buf));
+        if let Some((r, w)) = counts {
+            *io.reads += 1;
+            let now = r + w;
+            self.w_entries = self.entries.map(|before| now.saturating_sub(before));
+            self.entries = Some(now);
+        }
+    }
+}
+
 impl Observer {
     /// CPU time and run-queue wait of a task so far, ns (None: no schedstat
     /// on this kernel). Err: the task is gone.
@@ -242,29 +344,7 @@ impl Observer {
             *rec = Rec::new(pid, dir);
             return self.refresh(tid, depth);
         }
-        let fresh = rec.fresh;
-        rec.fresh = false;
-        rec.check_every = 1;
-        rec.next_check_scan = 0;
-        rec.start_time = stat.starttime;
-        rec.kthread = stat.flags & PF_KTHREAD != 0;
-        rec.class = class_of_policy(stat.policy.unwrap_or(0), stat.rt_priority.unwrap_or(0));
-        rec.cpu = stat.processor.unwrap_or(0).max(0) as u32;
-        rec.runnable = stat.state == 'R';
-        let (du, ds) = (
-            stat.utime.saturating_sub(rec.ticks_user),
-            stat.stime.saturating_sub(rec.ticks_sys),
-        );
-        rec.ticks_user = stat.utime;
-        rec.ticks_sys = stat.stime;
-        // Ticks are 10 ms: a window with fewer than MIN_TICKS says nothing
-        // about the user/kernel split; otherwise smooth it.
-        if !fresh && du + ds >= MIN_TICKS {
-            let r = ds as f64 / (du + ds) as f64;
-            rec.kernel_ratio = (rec.kernel_ratio + r) / 2.0;
-        } else if fresh && stat.utime + stat.stime >= MIN_TICKS {
-            rec.kernel_ratio = stat.stime as f64 / (stat.utime + stat.stime) as f64;
-        }
+        let fresh = rec.take_stat(&stat);
         let (run_ns, delay_ns, slices) = pulse.unwrap_or_else(|| {
             let tps = procfs::ticks_per_second().max(1);
             ((stat.utime + stat.stime) * 1_000_000_000 / tps, 0, u64::MAX)
@@ -290,61 +370,18 @@ impl Observer {
         // that, the switch-ins stand for the voluntary switches.
         let often = switched as f64 * 1e9 >= self.switch_floor_per_s * since_ns as f64;
         let split = rec.hot && ran > 0 && (often || slices == u64::MAX);
+        let mut io = ProcReads {
+            buf: &mut self.buf,
+            budget: &mut self.budget,
+            reads: &mut self.last.reads,
+        };
         if !rec.kthread && (split || !rec.has_affinity) {
-            let st = rec
-                .files
-                .status
-                .read(&rec.dir, "status", &mut self.buf, true, &mut self.budget)
-                .ok()
-                .map(|()| parse_status(&self.buf));
-            if let Some(st) = st {
-                self.last.reads += 1;
-                if let Some(aff) = st.affinity {
-                    rec.nrt_only = aff == self.nrt;
-                    rec.spans_rt = !aff.is_disjoint(&self.rt) && !aff.is_disjoint(&self.nrt);
-                    rec.rt_pinned = aff
-                        .first()
-                        .filter(|&c| aff.len() == 1 && self.rt.contains(c));
-                    rec.has_affinity = true;
-                }
-                rec.ppid = st.ppid;
-                let (v, n) = (st.voluntary, st.involuntary);
-                // Not read for a while: no more switches than switch-ins.
-                rec.w_vol = if fresh {
-                    0
-                } else {
-                    v.saturating_sub(rec.vol).min(switched)
-                };
-                rec.w_invol = if fresh {
-                    0
-                } else {
-                    n.saturating_sub(rec.invol)
-                };
-                rec.vol = v;
-                rec.invol = n;
-            }
+            rec.read_status(&mut io, fresh, switched, (&self.rt, &self.nrt));
         } else {
             rec.w_vol = if fresh { 0 } else { switched };
             rec.w_invol = 0;
         }
-        // Kernel entries of a lending candidate (runnable, used CPU): the
-        // read/write calls of /proc/…/io; the policy lends only to tasks
-        // predicted to stay in user mode.
-        rec.w_entries = None;
-        if rec.runnable && ran > 0 && !rec.kthread && rec.class != TaskClass::Rt0 {
-            let io = rec
-                .files
-                .io
-                .read(&rec.dir, "io", &mut self.buf, true, &mut self.budget)
-                .ok()
-                .and_then(|()| parse_io(&self.buf));
-            if let Some((r, w)) = io {
-                self.last.reads += 1;
-                let now = r + w;
-                rec.w_entries = rec.entries.map(|before| now.saturating_sub(before));
-                rec.entries = Some(now);
-            }
-        }
+        rec.read_entries(&mut io, ran);
         true
     }
 
