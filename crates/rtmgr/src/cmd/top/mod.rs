@@ -34,7 +34,7 @@ pub struct TopArgs {
     #[arg(long, requires = "once")]
     pub json: bool,
     /// Refresh interval (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = crate::cmd::flags::parse_duration)]
     pub interval: Duration,
     /// Without a daemon: measure wake-up latency on the RT CPUs with pinned
     /// SCHED_FIFO probe threads (the one change top makes; named on screen).
