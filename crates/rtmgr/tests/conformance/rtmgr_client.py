@@ -354,6 +354,7 @@ def bench(args):
     with os.fdopen(r, "rb") as f:
         data = f.read()
     cell = {"clients": args.clients, "class": args.cls, "state": args.state, "requests": per * args.clients,
+            "period_ns": args.period_ns, "budget_ns": args.budget_ns,
             "reserve_ns": [], "release_ns": [], "failures": []}
     for pid in kids:
         _, st = os.waitpid(pid, 0)
