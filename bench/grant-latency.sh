@@ -58,18 +58,10 @@ max_reservations = 256
 requests_per_burst = 1000000
 burst_s = 1
 CFG
-export RTMGR_LOCK_HELD=1
-DPID=
+. bench/scratch-daemon.sh
 finish() {
   trap - INT TERM EXIT
-  if [ -n "$DPID" ]; then
-    kill -TERM "$DPID" 2>/dev/null || true
-    wait "$DPID" || echo "rtmgr serve exited $? (log: $OUT/serve.log)" >&2
-  fi
-  if [ -e "$STATE/state/journal.jsonl" ] || [ -e "$STATE/state/grants.jsonl" ]; then
-    "$RTMGR" partition reset --journal "$STATE/state/journal.jsonl" 9>&- || true
-  fi
-  rm -rf "$STATE"
+  stop_scratch_daemon
   report
 }
 report() {
@@ -121,10 +113,7 @@ PYEOF
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
-"$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$OUT/serve.log" &
-DPID=$!
-for _ in $(seq 200); do [ -S "$SOCK" ] && break; sleep 0.05; done
-[ -S "$SOCK" ] || { echo "rtmgr serve did not listen: $(cat "$OUT/serve.log")" >&2; exit 1; }
+start_scratch_daemon
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "\$ $COMMAND"

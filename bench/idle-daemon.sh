@@ -27,25 +27,14 @@ rt_cpus = "$RT_CPUS"
 state_dir = "$STATE/state"
 balancer = true
 CFG
-export RTMGR_LOCK_HELD=1
-DPID=
+. bench/scratch-daemon.sh
 finish() {
   trap - INT TERM EXIT
-  if [ -n "$DPID" ]; then
-    kill -TERM "$DPID" 2>/dev/null || true
-    wait "$DPID" || echo "rtmgr serve exited $? (log: $OUT/serve.log)" >&2
-  fi
-  if [ -e "$STATE/state/journal.jsonl" ]; then
-    "$RTMGR" partition reset --journal "$STATE/state/journal.jsonl" 9>&- || true
-  fi
-  rm -rf "$STATE"
+  stop_scratch_daemon
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
-"$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$OUT/serve.log" &
-DPID=$!
-for _ in $(seq 200); do [ -S "$STATE/state/rtmgr.sock" ] && break; sleep 0.05; done
-[ -S "$STATE/state/rtmgr.sock" ] || { echo "rtmgr serve did not listen: $(cat "$OUT/serve.log")" >&2; exit 1; }
+start_scratch_daemon
 sleep 5
 ticks() { awk '{print $14+$15}' "$1" 2>/dev/null || echo 0; }
 declare -A T0

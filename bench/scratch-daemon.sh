@@ -1,0 +1,28 @@
+# A scratch `rtmgr serve` for the benchmarks (sourced, not run): started on
+# $STATE/rtmgr.toml with its state under $STATE/state and its log in
+# $OUT/serve.log; stopped with SIGTERM, its partition reset from the journal
+# if it left one, $STATE removed. Needs RTMGR, STATE, OUT; the caller holds
+# the machine lock on fd 9 (RTMGR_LOCK_HELD=1 tells rtmgr so).
+export RTMGR_LOCK_HELD=1
+DPID=
+
+start_scratch_daemon() {
+  "$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$OUT/serve.log" &
+  DPID=$!
+  local sock=$STATE/state/rtmgr.sock
+  for _ in $(seq 200); do [ -S "$sock" ] && return 0; sleep 0.05; done
+  echo "rtmgr serve did not listen: $(cat "$OUT/serve.log")" >&2
+  exit 1
+}
+
+stop_scratch_daemon() {
+  if [ -n "$DPID" ]; then
+    kill -TERM "$DPID" 2>/dev/null || true
+    wait "$DPID" || echo "rtmgr serve exited $? (log: $OUT/serve.log)" >&2
+    DPID=
+  fi
+  if [ -e "$STATE/state/journal.jsonl" ] || [ -e "$STATE/state/grants.jsonl" ]; then
+    "$RTMGR" partition reset --journal "$STATE/state/journal.jsonl" 9>&- || true
+  fi
+  rm -rf "$STATE"
+}
