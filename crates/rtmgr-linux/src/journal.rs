@@ -146,8 +146,9 @@ pub(crate) fn open_append(host: &Host, path: &Path) -> Result<(std::fs::File, Pa
 /// How far a journal line must reach before the change it describes is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Durability {
-    /// On the disk (`fdatasync`): the partition journal, written once per
-    /// `partition apply`, off any request path.
+    /// On the disk (`fdatasync`): the partition journal, written when a
+    /// partition is applied or reset, a knob repaired or a kernel thread
+    /// boosted: never on a client's request path.
     Synced,
     /// In the kernel's page cache (`write(2)` returned): what a `kill -9`
     /// of the writer needs, since any later process reads the same cache.

@@ -12,6 +12,9 @@ use super::domains;
 use super::grant;
 use super::manager::Manager;
 use crate::{cpus, partition, resources, tasks};
+use rtmgr_core::partition::drift_events::{
+    GRANTS_OF_EXITED_THREADS, GRANTS_REAPPLIED, RT_CPU_OFFLINE, RT_CPU_ONLINE,
+};
 use rtmgr_core::CpuSet;
 
 /// Look for drift once and repair it; counts go to `status`.
@@ -81,12 +84,6 @@ fn knobs(m: &mut Manager, steered: &[u32]) {
         }
     }
 }
-
-/// The metrics' and `status`'s name of a knob's drift repairs (the names of
-/// the IRQ and task repairs predate knobs).
-use rtmgr_core::partition::drift_events::{
-    GRANTS_OF_EXITED_THREADS, GRANTS_REAPPLIED, RT_CPU_OFFLINE, RT_CPU_ONLINE,
-};
 
 fn bump(m: &mut Manager, what: &str) {
     add(m, what, 1);
