@@ -10,6 +10,7 @@ pub mod boot;
 pub mod coexist;
 pub mod knobs;
 pub mod placement;
+pub mod sweep;
 pub mod tuned;
 
 pub use knobs::{drift_events, drift_kind, IrqbalanceMode, KnobId, PreemptMode, ResourceKnobId};

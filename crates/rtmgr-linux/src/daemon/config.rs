@@ -28,6 +28,10 @@ pub struct ServeSection {
     /// How often drift is looked for and repaired.
     #[serde(default = "default_reconcile_ms")]
     pub reconcile_ms: u64,
+    /// Every partition and `[resources]` knob is verified within this time,
+    /// a slice of them at each reconcile (up to `reconcile_ms`: all each time).
+    #[serde(default = "default_knob_verify_ms")]
+    pub knob_verify_ms: u64,
     /// Run the live balancer (ARTiS §2.3) beside the socket.
     #[serde(default = "yes")]
     pub balancer: bool,
@@ -52,6 +56,9 @@ fn default_state_dir() -> PathBuf {
 }
 fn default_reconcile_ms() -> u64 {
     1000
+}
+fn default_knob_verify_ms() -> u64 {
+    10_000
 }
 fn default_balance_ms() -> u64 {
     50

@@ -300,6 +300,10 @@ fn start_manager(
     );
     m.resources = resources;
     m.existing_processes = cfg.existing_processes.clone();
+    m.knob_sweep = rtmgr_core::partition::sweep::KnobSweep::new(
+        cfg.serve.knob_verify_ms,
+        cfg.serve.reconcile_ms,
+    );
     report.adopted = keep.len();
     // Their drift (a cache group re-created by `resources::start` too) was
     // repaired by `split_live`.

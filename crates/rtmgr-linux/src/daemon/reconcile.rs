@@ -1,12 +1,13 @@
 //! Drift (DROPS §4.1: Linux stays confined to what it was granted; ARTiS
 //! §2.1): what changed behind the daemon's back since the last look, and its
-//! repair — grants that drifted in any step (`grant::drift`: cpuset,
-//! affinity, limits, steered IRQ, ioprio, cache group, policy; irqbalance
-//! rewriting a steered IRQ, say), RT CPUs going offline (their grants are
-//! revoked) and coming back (their per-CPU cpuset is rebuilt); and every
-//! knob of the partition and of `[resources]` verified, what drifted
-//! re-applied through the knob (journalled first, so `reset` still gives
-//! back what was there before the partition).
+//! repair — at every reconcile, grants that drifted in any step
+//! (`grant::drift`: cpuset, affinity, limits, steered IRQ, ioprio, cache
+//! group, policy; irqbalance rewriting a steered IRQ, say), RT CPUs going
+//! offline (their grants are revoked) and coming back (their per-CPU cpuset
+//! is rebuilt); and a slice of the knobs of the partition and of
+//! `[resources]` (`rtmgr_core::partition::sweep`: each one within `[serve]
+//! knob_verify_ms`), what drifted re-applied through the knob (journalled
+//! first, so `reset` still gives back what was there before the partition).
 
 use super::domains;
 use super::grant;
@@ -58,15 +59,21 @@ pub fn reconcile(m: &mut Manager) {
     knobs(m, &steered);
 }
 
-/// Verify every knob the partition applied and every `[resources]` knob,
-/// re-apply what drifted, and count the repairs by kind.
+/// Verify this tick's slice of the knobs the partition applied and of the
+/// `[resources]` knobs, re-apply what drifted, and count the repairs by kind.
 fn knobs(m: &mut Manager, steered: &[u32]) {
-    let (host, applied) = (&m.host, &m.applied);
-    let partition = partition::verify(host, applied, steered)
+    let (host, applied, sweep) = (&m.host, &m.applied, m.knob_sweep);
+    let units = partition::enabled_knobs(applied) + 1;
+    let partition = partition::verify_some(host, applied, steered, |i| sweep.due(i, units))
         .and_then(|d| partition::repair(host, applied, &d));
     let held = &m.resources.held;
-    let resources = resources::knobs::verify(host, &applied.journal, held)
-        .and_then(|d| resources::knobs::repair(host, &applied.journal, &d));
+    let resources = if sweep.due(units - 1, units) {
+        resources::knobs::verify(host, &applied.journal, held)
+            .and_then(|d| resources::knobs::repair(host, &applied.journal, &d))
+    } else {
+        Ok(Vec::new())
+    };
+    m.knob_sweep.advance();
     for done in [
         partition.map_err(|e| e.to_string()),
         resources.map_err(|e| e.to_string()),

@@ -1,12 +1,15 @@
 //! The daemon's reconcile on a fake machine: a partition knob's file changed
 //! behind the daemon's back is put back through the knob, journalled, and
-//! counted in `status`'s drift counters; reset then restores the machine.
+//! counted in `status`'s drift counters; reset then restores the machine;
+//! with the knobs spread over several reconciles, each is still verified once
+//! in a sweep.
 
 use super::*;
 use crate::daemon::{domains, journal, startup, ServeConfig};
 use crate::fake::FakeMachine;
 use crate::{irq, snapshot, Host};
 use rtmgr_core::admission::AdmissionConfig;
+use rtmgr_core::partition::sweep::KnobSweep;
 use rtmgr_core::partition::validate;
 
 const WORKQUEUE_MASK: &str = "/sys/devices/virtual/workqueue/cpumask";
@@ -74,4 +77,38 @@ fn a_partition_knob_changed_behind_the_daemon_s_back_is_put_back_and_counted() {
     journal::remove(&host, &grants).unwrap();
     let diff = before.diff(&snapshot::capture(&host));
     assert!(diff.is_empty(), "not restored: {diff:?}");
+}
+
+/// With the knobs spread over several reconciles, a drifted knob is put
+/// back within that many, and one reconcile does not verify every knob.
+#[test]
+fn a_drifted_knob_is_put_back_within_one_sweep() {
+    let m = FakeMachine::new(4).typical_tasks().build();
+    let host = m.host();
+    let mut d = manager(&m);
+    let slices = 4;
+    d.knob_sweep = KnobSweep::new(slices * 1000, 1000);
+    let partitioned = read(&host, WORKQUEUE_MASK);
+    // From any point of the sweep, put back within `slices` reconciles.
+    for start in 0..slices {
+        host.write(WORKQUEUE_MASK, "f").unwrap();
+        let took = (1..=slices).find(|_| {
+            reconcile(&mut d);
+            read(&host, WORKQUEUE_MASK) == partitioned
+        });
+        assert!(took.is_some(), "start {start}: not put back in {slices}");
+        // Move the sweep on before the next drift.
+        (0..=start).for_each(|_| reconcile(&mut d));
+    }
+    assert_eq!(d.stats.drift.get("workqueues_restored"), Some(&slices));
+    // Verified once in `slices` reconciles: with the mask made wrong before
+    // each, all but one leave it wrong.
+    let left_wrong = (0..slices)
+        .filter(|_| {
+            host.write(WORKQUEUE_MASK, "f").unwrap();
+            reconcile(&mut d);
+            read(&host, WORKQUEUE_MASK) != partitioned
+        })
+        .count();
+    assert_eq!(left_wrong as u64, slices - 1);
 }

@@ -35,7 +35,7 @@ pub use guard::PartitionGuard;
 pub use members::{enter, enter_thread, membership_file, place_process, record_entered, role_of};
 pub use preempt::switchable as preempt_switchable;
 pub use reset::reset;
-pub use verify::{repair, verify};
+pub use verify::{enabled_knobs, repair, verify, verify_some};
 
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};

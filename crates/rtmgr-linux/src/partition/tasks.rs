@@ -103,7 +103,7 @@ impl Knob for Tasks {
         let me = std::process::id();
         let mut out = Vec::new();
         // Affinity first (one syscall, no file opened): the daemon runs this
-        // every `reconcile_ms`, and almost every task is within one set;
+        // every `knob_verify_ms`, and almost every task is within one set;
         // only a task that spans both has its `stat` read.
         let all = tasks::pids(host).unwrap_or_default().into_iter();
         let threads = all.filter(|&pid| pid != me).flat_map(|pid| {

@@ -2,7 +2,8 @@
 //! lasts; DROPS §4.1: the manager keeps what it set): every knob a partition
 //! applied says what no longer holds, and repair re-applies just that,
 //! journalled first, so `reset` still restores the machine as it was before.
-//! The daemon's drift repair runs both on every reconcile.
+//! The daemon's drift repair runs both, a slice of the knobs at each
+//! reconcile (`verify_some`).
 
 use super::knob::{RepairCx, VerifyCx};
 use super::{Applied, Result, KNOBS};
@@ -14,6 +15,36 @@ use crate::Host;
 /// kernel refused or did not keep (`Unheld`) are not expected to hold.
 /// `exempt_irqs`: IRQs steered to RT CPUs on purpose since (grants).
 pub fn verify(host: &Host, applied: &Applied, exempt_irqs: &[u32]) -> Result<Vec<Drift>> {
+    verify_some(host, applied, exempt_irqs, |_| true)
+}
+
+/// How many knobs `applied` enabled: the indices `verify_some` picks from.
+pub fn enabled_knobs(applied: &Applied) -> usize {
+    KNOBS
+        .iter()
+        .filter(|k| applied.plan.enabled(k.id()))
+        .count()
+}
+
+/// `verify` of the enabled knobs whose index among them (apply order) `due`
+/// picks; the journal is not even read when it picks none (the daemon's
+/// drift check verifies a slice of the knobs at each reconcile).
+pub fn verify_some(
+    host: &Host,
+    applied: &Applied,
+    exempt_irqs: &[u32],
+    due: impl Fn(usize) -> bool,
+) -> Result<Vec<Drift>> {
+    let knobs: Vec<_> = KNOBS
+        .iter()
+        .filter(|k| applied.plan.enabled(k.id()))
+        .enumerate()
+        .filter(|(i, _)| due(*i))
+        .map(|(_, k)| k)
+        .collect();
+    if knobs.is_empty() {
+        return Ok(Vec::new());
+    }
     let records = journal::read(host, &applied.journal)?.unwrap_or_default();
     let unheld = drift::unheld(&records);
     let cx = VerifyCx {
@@ -22,9 +53,8 @@ pub fn verify(host: &Host, applied: &Applied, exempt_irqs: &[u32]) -> Result<Vec
         records: &records,
         exempt_irqs,
     };
-    Ok(KNOBS
-        .iter()
-        .filter(|k| applied.plan.enabled(k.id()))
+    Ok(knobs
+        .into_iter()
         .flat_map(|k| k.verify(&cx))
         .filter(|d| !matches!(&d.fix, Fix::File { path, .. } if unheld.contains(path)))
         .collect())

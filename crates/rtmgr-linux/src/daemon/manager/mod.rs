@@ -87,6 +87,8 @@ pub struct Manager {
     pub(super) resources: crate::resources::Resources,
     /// Per `[[client]]` rule: may reserve for an existing process (`--pid`).
     pub(super) existing_processes: Vec<bool>,
+    /// Which knobs the next reconcile verifies (`reconcile.rs`).
+    pub(super) knob_sweep: rtmgr_core::partition::sweep::KnobSweep,
 }
 
 fn refused(reason: RefusalKind, msg: impl Into<String>) -> Response {
@@ -133,6 +135,7 @@ impl Manager {
             live: None,
             resources: Default::default(),
             existing_processes: Vec::new(),
+            knob_sweep: Default::default(),
         }
     }
 
