@@ -17,6 +17,9 @@ pub trait LiveEvents: Send + Sync {
     fn guard_sample_at(&self, cpu: u32, _at_ns: u64, latency_ns: u64) {
         self.guard_sample(cpu, latency_ns);
     }
+    /// Every sample of `cpu` taken before `upto_ns` (CLOCK_MONOTONIC) has
+    /// been passed on: a window over the samples is whole up to there.
+    fn guard_forwarded(&self, _cpu: u32, _upto_ns: u64) {}
     /// `n` guests sent away from RT CPU `cpu`; `cause` is "guard" (a late
     /// guard sample) or "kernel_entry" (a guest entered the kernel there).
     fn eviction(&self, _cpu: u32, _cause: &'static str, _n: u64) {}

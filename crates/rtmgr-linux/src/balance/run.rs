@@ -1,6 +1,7 @@
 //! The live balancer's loop (ARTiS §2.2–2.3 from user space): every T ms
 //! observe /proc, feed the policy what the kernel-entry watch and the
-//! latency guard caught since the last step, apply its pushes; on stop (or
+//! latency guard caught since the last step, apply its pushes; idle (no
+//! guest, lending off), one look a second and asleep between; on stop (or
 //! error) undo every change.
 
 use super::step::Run;
@@ -13,6 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How often a balancer with nothing to lend still looks at the machine.
 const IDLE_LOOK_NS: u64 = 1_000_000_000;
+/// The longest an idle balancer sleeps without looking at `stop`: what a
+/// stop costs a caller that does not also unpark the balancer's thread.
+const IDLE_SLICE_NS: u64 = 250_000_000;
 
 /// Run the live balancer on an applied partition until `stop` is set (or the
 /// configured duration passes). Restores every change before returning, on
@@ -50,29 +54,47 @@ pub fn run_balancer_with(
     let (t0, cpu0) = (mono_ns(), thread_cpu_ns());
     let mut next = t0;
     let mut next_look = t0;
+    let end = cfg.duration_ns.map(|d| t0.saturating_add(d));
     while !stop.load(Ordering::Relaxed) {
         let now = mono_ns();
-        if cfg.duration_ns.is_some_and(|d| now.saturating_sub(t0) >= d) {
+        if end.is_some_and(|e| now >= e) {
             break;
         }
         // Lending off on every RT CPU and no guest: nothing to decide until
-        // a retry is due; look once a second (new RT1+ tasks to adopt).
-        if run.idle(policy, now) {
-            if now < next_look {
-                run.report.idle_steps += 1;
-                run.forward_guard_samples();
-                next += cfg.period_ns;
-                sleep_until(next);
-                continue;
-            }
+        // a retry is due; look once a second (new RT1+ tasks to adopt, the
+        // guard's samples on to the sink) and sleep in between.
+        let idle = run.idle(policy, now);
+        if idle && now < next_look {
+            run.report.idle_steps += 1;
+            idle_wait(stop, end.map_or(next_look, |e| e.min(next_look)));
+            next = mono_ns();
+            continue;
+        }
+        if idle {
             next_look = now + IDLE_LOOK_NS;
         }
         let moves = run.step(policy, now);
         progress(&run.report, &moves);
-        next += cfg.period_ns;
-        sleep_until(next);
+        if !run.idle(policy, now) {
+            next += cfg.period_ns;
+            sleep_until(next);
+        }
     }
     Ok(run.finish(policy, t0, cpu0))
+}
+
+/// Sleep until `until` (CLOCK_MONOTONIC), or until `stop` is set: parked,
+/// so whoever sets `stop` and unparks the thread (the daemon) ends the
+/// sleep at once; `stop` alone is seen within `IDLE_SLICE_NS`.
+fn idle_wait(stop: &AtomicBool, until: u64) {
+    loop {
+        let now = mono_ns();
+        if now >= until || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let ns = (until - now).min(IDLE_SLICE_NS);
+        std::thread::park_timeout(std::time::Duration::from_nanos(ns));
+    }
 }
 
 /// Start from what a host-preemption test found (`LiveConfig::host_prior`,
@@ -130,5 +152,37 @@ pub fn check_restored(rep: &LiveReport) -> Result<(), BalanceError> {
         Ok(())
     } else {
         Err(BalanceError::Restore(rep.restore_failures.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// An idle wait ends at its time, or before it once `stop` is set:
+    /// at once when the setter also unparks, within a slice when not.
+    #[test]
+    fn an_idle_wait_ends_at_its_time_or_at_stop() {
+        let stop = AtomicBool::new(false);
+        let until = mono_ns() + 20_000_000;
+        idle_wait(&stop, until);
+        assert!(mono_ns() >= until);
+        for unpark in [true, false] {
+            let stop = Arc::new(AtomicBool::new(false));
+            let until = mono_ns() + 60 * 1_000_000_000;
+            let s = stop.clone();
+            let h = std::thread::spawn(move || {
+                idle_wait(&s, until);
+                mono_ns()
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            stop.store(true, Ordering::Relaxed);
+            if unpark {
+                h.thread().unpark();
+            }
+            let ended = h.join().unwrap();
+            assert!(ended < until, "unpark {unpark}: slept to its time");
+        }
     }
 }

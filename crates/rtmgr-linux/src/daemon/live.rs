@@ -18,6 +18,9 @@ pub const WINDOW_NS: u64 = 1_000_000_000;
 pub const HISTORY: usize = 30;
 /// Samples kept per RT CPU: 30 s of the guard's 10 ms samples, about 64 KiB.
 const RING: usize = 4096;
+/// The windows end where the guard's samples were last passed on (an idle
+/// balancer does that once a second), unless that is older than this.
+const FORWARDED_FRESH_NS: u64 = 2 * WINDOW_NS;
 
 #[derive(Default)]
 struct CpuFigures {
@@ -31,6 +34,8 @@ struct CpuFigures {
     guests: Option<Vec<u32>>,
     host_stalls: Option<u64>,
     lending: Option<Lending>,
+    /// Every sample taken before this was passed on (`guard_forwarded`).
+    forwarded_to: Option<u64>,
 }
 
 /// What the daemon has seen of each RT CPU; cheap to feed (one uncontended
@@ -85,8 +90,14 @@ impl LiveFigures {
 }
 
 /// One RT CPU's figures but its guests and steal (under its lock: no I/O).
+/// The windows end where the samples were last passed on, so the last one
+/// is whole (not the part of a second forwarded so far), when that is fresh.
 fn figures_of(f: &CpuFigures, now_ns: u64) -> LiveCpu {
-    let mut live = summarise(&f.recent, now_ns);
+    let end = match f.forwarded_to {
+        Some(t) if now_ns.saturating_sub(t) < FORWARDED_FRESH_NS => t.min(now_ns),
+        _ => now_ns,
+    };
+    let mut live = summarise(&f.recent, end);
     live.guard_samples = f.samples;
     live.evictions = f
         .evictions
@@ -155,6 +166,13 @@ impl LiveEvents for LiveFigures {
         }
     }
 
+    fn guard_forwarded(&self, cpu: u32, upto_ns: u64) {
+        self.with(cpu, |f| f.forwarded_to = Some(upto_ns));
+        if let Some(s) = &self.forward {
+            s.0.guard_forwarded(cpu, upto_ns);
+        }
+    }
+
     fn eviction(&self, cpu: u32, cause: &'static str, n: u64) {
         self.with(cpu, |f| *f.evictions.entry(cause).or_default() += n);
         if let Some(s) = &self.forward {
@@ -217,6 +235,27 @@ mod tests {
         assert_eq!((w.samples, w.p50_ns, w.max_ns), (10, 60, 100));
         assert_eq!(live.latency_history_ns, vec![900, 0, 500, 100]);
         assert_eq!(summarise(&VecDeque::new(), now), LiveCpu::default());
+    }
+
+    /// An idle balancer passes the samples on once a second: the last
+    /// window ends there (whole), unless that was long ago.
+    #[test]
+    fn the_windows_end_where_the_samples_were_last_passed_on() {
+        let s = 1_000_000_000u64;
+        let (t, p) = (100 * s, 11);
+        let live = LiveFigures::new(&CpuSet::parse_list(&p.to_string()).unwrap(), None);
+        for i in 1..=10 {
+            live.guard_sample_at(p, t - s + i * s / 10 - 1, i * 10);
+        }
+        let last = |now| {
+            let f = live.cpus[&p].lock().unwrap();
+            figures_of(&f, now).latency.map_or(0, |w| w.samples)
+        };
+        // Nothing said yet: the window ends now, 0.9 s after the 10 samples' first.
+        assert_eq!(last(t + 9 * s / 10), 1);
+        live.guard_forwarded(p, t);
+        assert_eq!(last(t + 9 * s / 10), 10);
+        assert_eq!(last(t + FORWARDED_FRESH_NS + 1), 0);
     }
 
     #[test]

@@ -249,6 +249,8 @@ fn run(
     }
     if let Some((bstop, handle)) = balancer {
         bstop.store(true, Ordering::Relaxed);
+        // An idle balancer sleeps up to a second, parked: wake it now.
+        handle.thread().unpark();
         match handle.join() {
             Ok(Ok(r)) => report.problems.extend(r.restore_failures),
             Ok(Err(e)) => report.problems.push(format!("balancer: {e}")),

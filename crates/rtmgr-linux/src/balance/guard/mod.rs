@@ -22,6 +22,7 @@ use crate::Host;
 use cpu::{CpuGuard, NONE_NS};
 use rtmgr_core::balance::{guard_limit_ns, p99_in_place};
 use rtmgr_core::CpuSet;
+use rtmgr_sys::time::mono_ns;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, Mutex};
@@ -176,7 +177,7 @@ impl SampleFeed {
     /// ignored.
     pub fn sample(&self, cpu: u32, late_ns: u64) {
         if let Some(i) = self.0.cpus.iter().position(|c| c.cpu == cpu) {
-            self.0.sample(i, rtmgr_sys::time::mono_ns(), late_ns);
+            self.0.sample(i, mono_ns(), late_ns);
         }
     }
 }
@@ -325,12 +326,14 @@ impl LatencyGuard {
     /// (from the loop: a sink may take locks, the probe thread must not).
     pub fn forward_samples(&self) {
         let Some(ev) = &self.events else { return };
+        let upto = mono_ns();
         for c in &self.state.cpus {
             let from = c.forwarded.load(Relaxed);
             let to = c
                 .recent
                 .read_since(from, |at, late| ev.0.guard_sample_at(c.cpu, at, late));
             c.forwarded.store(to, Relaxed);
+            ev.0.guard_forwarded(c.cpu, upto);
         }
     }
 
