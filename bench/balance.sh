@@ -12,8 +12,8 @@ DUR=${DUR:-30}
 OUT=${OUT:-/tmp/rtmgr-balance-bench}
 mkdir -p "$OUT"
 J="$OUT/journal"
-exec 9>/run/lock/rtmgr.lock
-flock 9
+. bench/machine-lock.sh
+take_machine_lock
 export RTMGR_LOCK_HELD=1
 pids=()
 cleanup() {

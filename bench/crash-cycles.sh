@@ -18,8 +18,8 @@ if [ -z "${RTMGR:-}" ]; then
   cargo build --release -p rtmgr >/dev/null
   RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
 fi
-exec 9>/run/lock/rtmgr.lock
-flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock), held by another rtmgr run" >&2; flock 9; }
+. bench/machine-lock.sh
+take_machine_lock
 STATE=$(mktemp -d /tmp/rtmgr-crash-cycles.XXXXXX)
 chmod 755 "$STATE"
 SOCK=$STATE/state/rtmgr.sock

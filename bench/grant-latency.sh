@@ -37,8 +37,8 @@ if [ -z "${RTMGR:-}" ]; then
   RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
 fi
 CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
-exec 9>/run/lock/rtmgr.lock
-flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock), held by another rtmgr run" >&2; flock 9; }
+. bench/machine-lock.sh
+take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"

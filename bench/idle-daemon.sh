@@ -16,8 +16,8 @@ if [ -z "${RTMGR:-}" ]; then
   cargo build --release -p rtmgr >/dev/null
   RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
 fi
-exec 9>/run/lock/rtmgr.lock
-flock -n 9 || { echo "waiting for the machine lock (/run/lock/rtmgr.lock)" >&2; flock 9; }
+. bench/machine-lock.sh
+take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 STATE=$(mktemp -d /tmp/rtmgr-idle.XXXXXX)
