@@ -1,6 +1,7 @@
 //! The tracer on this machine (root only): a private tracefs instance records
 //! a pinned thread's system calls and is gone afterwards (from the machine's
-//! list of instances too); the tail tracer explains a late sample offered over
+//! list of instances too), and paused (no task named) records nothing and
+//! stops when told; the tail tracer explains a late sample offered over
 //! a busy window, its parts adding up to the sample's latency.
 
 use rtmgr_core::CpuSet;
@@ -82,6 +83,37 @@ fn a_private_instance_records_a_threads_syscalls_and_goes_away() {
         Vec::<String>::new(),
         "instance removed"
     );
+}
+
+/// Paused (events only with pids, none named), the reader sleeps on its
+/// controls; a stop wakes it, so `finish` does not wait out its backstop
+/// poll (5 s; without the wake it would wait most of that, the 100 ms of
+/// work before `finish` less).
+#[test]
+fn a_paused_tracer_records_nothing_and_stops_when_told() {
+    let Some((_lock, cpu)) = ready("a_paused_tracer") else {
+        return;
+    };
+    let spec = TraceSpec {
+        cpus: CpuSet::single(cpu),
+        events: vec!["raw_syscalls/sys_enter".into()],
+        buffer_kb: 256,
+        pids: Some(Vec::new()),
+        react_at_priority: None,
+        events_only_with_pids: true,
+    };
+    let session = TraceSession::start(spec, Box::new(|_: &[Event]| {})).expect("tracer starts");
+    busy_syscalls(cpu, Duration::from_millis(100))
+        .join()
+        .unwrap();
+    let t0 = Instant::now();
+    let stats = session.finish().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "finish waited for the paused reader's backstop poll"
+    );
+    assert_eq!(stats.events, 0, "paused, yet recorded");
+    assert!(list_instances().unwrap().is_empty());
 }
 
 #[test]

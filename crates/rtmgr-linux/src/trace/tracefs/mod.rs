@@ -30,8 +30,9 @@ pub const INSTANCE_PREFIX: &str = "rtmgr-";
 /// How long the reader waits for data before it checks its controls again.
 const IDLE_POLL: Duration = Duration::from_millis(2);
 /// How long a paused reader (events off, see `TraceSpec::events_only_with_pids`)
-/// sleeps on its controls between checks of the stop flag.
-const PAUSED_POLL: Duration = Duration::from_millis(100);
+/// sleeps on its controls between checks of the stop flag: a stop also sends
+/// `Control::Wake`, so this is only a backstop.
+const PAUSED_POLL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -101,6 +102,8 @@ pub type Sink = Box<dyn FnMut(&[Event]) + Send>;
 enum Control {
     /// Record only these tasks from now on.
     Pids(Vec<u32>),
+    /// Look at the stop flag now (a paused reader sleeps on the controls).
+    Wake,
 }
 
 /// A running trace. `finish` (or drop) stops it and removes the instance.
@@ -159,6 +162,7 @@ impl TraceSession {
     /// Stop, drain, remove the instance; what it recorded.
     pub fn finish(mut self) -> Result<TraceStats, TraceError> {
         self.stop.store(true, Ordering::Relaxed);
+        let _ = self.control.send(Control::Wake);
         match self.handle.take().map(|h| h.join()) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(TraceError::Thread("panicked".into())),
@@ -170,6 +174,7 @@ impl TraceSession {
 impl Drop for TraceSession {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        let _ = self.control.send(Control::Wake);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -402,7 +407,7 @@ impl Streams<'_> {
         let mut enabled = events_wanted(spec, spec.pids.as_deref());
         let inst = live.path.clone();
         let apply = |msg: Control, enabled: &mut bool| {
-            let Control::Pids(p) = msg;
+            let Control::Pids(p) = msg else { return };
             let want = events_wanted(spec, Some(&p));
             // Pids first when turning on (no event of another task slips in),
             // events first when turning off.
