@@ -68,7 +68,7 @@ pub fn run_with(
             fds.extend(pidfds.iter().map(|(_, fd)| *fd));
             let first_front = fds.len();
             fds.extend(fronts.iter().map(|f| f.fd()));
-            let wait = next_tick.saturating_sub(mono_ns()) / 1_000_000;
+            let wait = wait_ms(next_tick, mono_ns());
             // Every few ms while a thread waits for SCHED_DEADLINE
             // (`pending.rs`), 100 ms while grants are watched, else at the tick.
             let most = m.wake_within_ms().unwrap_or(wait);
@@ -109,6 +109,12 @@ pub fn run_with(
         }
     }
     Ok(())
+}
+
+/// Whole ms until `next_tick`, rounded up: rounded down, the poll ended
+/// short of the tick and the loop spun on 0 ms polls for up to a ms.
+fn wait_ms(next_tick: u64, now: u64) -> u64 {
+    next_tick.saturating_sub(now).div_ceil(1_000_000)
 }
 
 fn accept(m: &mut Manager, listener: &UnixListener, conns: &mut Vec<Conn>, max: usize) {
@@ -209,4 +215,21 @@ fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
 
 fn write_line(mut s: &UnixStream, r: &Response) -> std::io::Result<()> {
     s.write_all(r.to_line().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_ms;
+
+    /// Up to the tick the poll waits at least 1 ms (no 0 ms poll before
+    /// the tick is due); at or past it, 0 (the tick runs now).
+    #[test]
+    fn the_wait_for_the_tick_is_rounded_up() {
+        let t = 5_000_000_000;
+        assert_eq!(wait_ms(t, t - 400_000), 1);
+        assert_eq!(wait_ms(t, t - 1_000_000), 1);
+        assert_eq!(wait_ms(t, t - 1_000_001), 2);
+        assert_eq!(wait_ms(t, t - 999_999_999), 1000);
+        assert_eq!((wait_ms(t, t), wait_ms(t, t + 5)), (0, 0));
+    }
 }
