@@ -65,9 +65,10 @@ pub fn run_balancer_with(
         // guard's samples on to the sink) and sleep in between.
         let idle = run.idle(policy, now);
         if idle && now < next_look {
-            run.report.idle_steps += 1;
             idle_wait(stop, end.map_or(next_look, |e| e.min(next_look)));
             next = mono_ns();
+            // The periods slept through: the steps an active loop would have made.
+            run.report.idle_steps += next.saturating_sub(now) / cfg.period_ns.max(1);
             continue;
         }
         if idle {
