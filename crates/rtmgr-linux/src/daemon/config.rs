@@ -347,6 +347,13 @@ hard = false
                 .is_err()
         );
         let d = ServeConfig::from_toml("").unwrap();
+        assert_eq!(
+            (d.serve.reconcile_ms, d.serve.knob_verify_ms),
+            (1000, 10_000)
+        );
+        let k = ServeConfig::from_toml("[serve]\nknob_verify_ms = 3000\n").unwrap();
+        assert_eq!(k.serve.knob_verify_ms, 3000);
+        assert!(ServeConfig::from_toml("[serve]\nknob_verify_ms = -1\n").is_err());
         assert_eq!(d.policy, ClientPolicy::default());
         assert_eq!(d.socket(), PathBuf::from("/run/rtmgr/rtmgr.sock"));
     }
