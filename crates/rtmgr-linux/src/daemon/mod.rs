@@ -8,7 +8,9 @@
 //! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
 //! `dl_leak.rs` (deadline bandwidth the kernel leaks, given back),
 //! `manager/` (requests → grants: the API every front end calls; giving
-//! back in `revoke.rs`, list and status in `queries.rs`),
+//! back in `revoke.rs`, list and status in `queries.rs`, a grant in three
+//! parts in `granting.rs`), `grant_worker.rs` (a grant's kernel steps off
+//! the request loop),
 //! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `journal.rs` (grants
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
@@ -24,6 +26,7 @@ pub mod config;
 mod dl_leak;
 mod domains;
 pub mod grant;
+mod grant_worker;
 pub mod journal;
 pub mod live;
 mod loop_priority;
@@ -223,6 +226,7 @@ fn run(
     }
     let raised = loop_priority::raise(host, cfg.serve.loop_priority, &applied.plan.nrt);
     tracing::info!("{raised}");
+    m.start_grant_worker(cfg.serve.loop_priority, &applied.plan.nrt);
     let served = server::run_with(
         &mut m,
         &listener,
@@ -233,6 +237,7 @@ fn run(
         &mut fronts,
     );
     notify::stopping();
+    m.stop_grant_worker();
     loop_priority::lower(host);
     #[cfg(feature = "rtkit")]
     if let Some(f) = rtkit {

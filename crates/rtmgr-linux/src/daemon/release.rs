@@ -47,6 +47,7 @@ impl Manager {
     pub(super) fn pid_busy(&self, pid: u32) -> bool {
         self.grants.values().any(|g| g.pid == pid)
             || self.deferred.iter().any(|d| d.grant.pid == pid)
+            || self.in_flight_pid() == Some(pid)
     }
 
     /// A new grant for a thread still leaving an earlier one: it takes over

@@ -7,6 +7,8 @@
 #[cfg(any(test, feature = "fake"))]
 mod fake;
 mod real;
+#[cfg(test)]
+pub(crate) use fake::HOLD_AFFINITY;
 
 use rtmgr_core::CpuSet;
 pub use rtmgr_sys::process::{Limit, LimitKind};

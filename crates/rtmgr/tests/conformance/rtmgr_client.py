@@ -266,6 +266,30 @@ def check_concurrent_soft(path):
     expect(not errors, "; ".join(errors[:3]))
 
 
+def check_pipelined(path):
+    """Requests sent in one write are answered in order, one answer each:
+    a grant (its kernel steps on the daemon's worker), the same thread
+    again (refused: it holds the grant), a list that shows the grant."""
+
+    def body():
+        c = Client(path)
+        tid = threading.get_native_id()
+        req = {"v": V, "op": "reserve", "period_ns": 10 * MS, "budget_ns": MS,
+               "class": "rt1:20", "threads": [tid]}
+        line = json.dumps(req) + "\n"
+        c.send_raw(line + line + json.dumps({"v": V, "op": "list"}) + "\n")
+        granted, again, listed = c.recv_line(), c.recv_line(), c.recv_line()
+        expect(granted.get("result") == "granted", granted)
+        rid = granted["reservation"]["id"]
+        expect(again.get("result") == "refused" and "already holds" in again.get("message", ""), again)
+        expect(listed.get("result") == "list", listed)
+        expect(rid in [r["id"] for r in listed["reservations"]], listed)
+        r = c.release(rid)
+        expect(r.get("result") == "released", r)
+
+    in_thread(body)
+
+
 CHECKS = [
     ("status", check_status),
     ("malformed_line", check_malformed),
@@ -279,6 +303,7 @@ CHECKS = [
     ("release_unknown", check_release_unknown),
     ("soft_sleeping", check_soft_sleeping),
     ("concurrent_soft", check_concurrent_soft),
+    ("pipelined", check_pipelined),
     ("hard_sleeping", check_hard_sleeping),
 ]
 

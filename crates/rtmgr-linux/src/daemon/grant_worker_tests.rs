@@ -1,0 +1,144 @@
+//! The grant worker on a fake machine whose `sched_setaffinity` a test can
+//! hold (`host::HOLD_AFFINITY`): while a grant's kernel steps are in flight
+//! the Manager answers other requests, its thread counts as held, and the
+//! answer comes with its token once the steps are done; a failed step
+//! leaves nothing admitted and the journal released.
+
+use crate::daemon::manager::{Answer, Manager};
+use crate::daemon::peer::Client;
+use crate::daemon::release::regrant_tests::{client, manager, PID};
+use crate::fake::FakeMachine;
+use crate::host::HOLD_AFFINITY;
+use rtmgr_core::protocol::{Op, Reply, Request, Response};
+use rtmgr_core::CpuSet;
+use std::time::{Duration, Instant};
+
+fn reserve() -> Request {
+    Request {
+        v: 1,
+        op: Op::Reserve(rtmgr_core::protocol::ReserveRequest::new(
+            10_000_000, 1_000_000,
+        )),
+    }
+}
+
+fn status() -> Request {
+    Request {
+        v: 1,
+        op: Op::Status,
+    }
+}
+
+fn unhold(host: &crate::Host) {
+    std::fs::remove_file(host.path(HOLD_AFFINITY)).unwrap();
+}
+
+/// The worker's answers, waiting up to 10 s for the first.
+fn answers(d: &mut Manager) -> Vec<(u64, Response)> {
+    let t0 = Instant::now();
+    loop {
+        let got = d.take_answers();
+        if !got.is_empty() || t0.elapsed() > Duration::from_secs(10) {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A Manager with a worker whose grant (under `token`) is held in flight.
+fn held_in_flight(m: &FakeMachine, token: u64) -> (Manager, Client) {
+    let mut d = manager(m);
+    d.start_grant_worker(0, &CpuSet::single(0));
+    let c = client(m);
+    m.host().write(HOLD_AFFINITY, "held").unwrap();
+    let started = d.handle_or_start(&c, reserve(), Some(token));
+    assert!(matches!(started, Answer::Later), "{started:?}");
+    (d, c)
+}
+
+#[test]
+fn other_requests_are_answered_while_a_grant_is_in_flight() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let (mut d, c) = held_in_flight(&m, 7);
+    assert!(d.grant_in_flight());
+    // Held on the worker: the loop answers a status at once.
+    let resp = d.handle(&c, status());
+    assert!(matches!(resp.reply, Reply::Status { .. }), "{resp:?}");
+    assert!(
+        d.take_answers().is_empty(),
+        "answered while its steps are held"
+    );
+    // The thread being granted holds it already.
+    let again = d.handle(&c, reserve()).to_line();
+    assert!(again.contains("already holds reservation"), "{again}");
+    unhold(&host);
+    let got = answers(&mut d);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (token, resp) = &got[0];
+    assert_eq!(*token, 7);
+    let Reply::Granted { reservation } = &resp.reply else {
+        panic!("not granted: {resp:?}");
+    };
+    assert!(!d.grant_in_flight());
+    assert!(d.grants.contains_key(&reservation.id));
+    assert_eq!(host.get_affinity(PID).unwrap(), CpuSet::single(1));
+    assert_eq!(d.stats.granted, 1);
+    d.stop_grant_worker();
+}
+
+#[test]
+fn a_grant_whose_step_fails_on_the_worker_leaves_nothing_held() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let status_path = format!("/proc/{PID}/status");
+    let text = host.read(&status_path).unwrap();
+    host.write(&status_path, &format!("{text}rtmgr_fake_no_setaffinity\n"))
+        .unwrap();
+    let mut d = manager(&m);
+    d.start_grant_worker(0, &CpuSet::single(0));
+    let c = client(&m);
+    let started = d.handle_or_start(&c, reserve(), Some(3));
+    assert!(matches!(started, Answer::Later), "{started:?}");
+    let got = answers(&mut d);
+    let line = got[0].1.to_line();
+    assert!(
+        line.contains("\"error\"") && line.contains("sched_setaffinity"),
+        "{line}"
+    );
+    assert_eq!(d.stats.errors, 1);
+    assert!(d.grants.is_empty() && !d.grant_in_flight());
+    let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
+        .unwrap()
+        .grants_journal();
+    let journal = crate::daemon::journal::read(&host, &path).unwrap().unwrap();
+    assert!(
+        journal.live.is_empty(),
+        "released in the journal: {journal:?}"
+    );
+    assert_eq!(journal.released, 1);
+    // Nothing admitted: the same request fits again once the thread can move.
+    host.write(&status_path, &text).unwrap();
+    let resp = d.handle(&c, reserve());
+    assert!(matches!(resp.reply, Reply::Granted { .. }), "{resp:?}");
+    d.stop_grant_worker();
+}
+
+#[test]
+fn stopping_waits_for_the_grant_in_flight_and_answers_it() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let (mut d, _) = held_in_flight(&m, 1);
+    let release = {
+        let host = host.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            unhold(&host);
+        })
+    };
+    d.stop_grant_worker();
+    release.join().unwrap();
+    let got = d.take_answers();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(matches!(got[0].1.reply, Reply::Granted { .. }), "{got:?}");
+}
