@@ -1,9 +1,10 @@
 //! The grant worker: a journalled grant's kernel steps (cpuset attach,
-//! migration, policy) run on their own thread, off the request loop, so
-//! that other clients' answers do not wait for them (DROPS §4.1: the
-//! resource manager answers requests; issue 27: a cgroup v1 attach can wait
-//! a grace period or a preempted vCPU, milliseconds). One grant at a time:
-//! the kernel serialises attaches under `cgroup_mutex` anyway.
+//! migration, policy), and a revocation's placement steps, run on their own
+//! thread, off the request loop, so that other clients' answers do not wait
+//! for them (DROPS §4.1: the resource manager answers requests; issue 27: a
+//! cgroup v1 attach can wait a grace period or a preempted vCPU,
+//! milliseconds). Jobs run one at a time, in order: the kernel serialises
+//! attaches under `cgroup_mutex` anyway.
 
 use super::grant;
 use super::journal::Grant;
@@ -54,11 +55,51 @@ impl ApplyWork {
     }
 }
 
+/// A revoked grant's placement to give back (cpuset, affinity, limits,
+/// IRQ, I/O, cache: `grant::revoke_placement`), its policy back already.
+pub struct UndoWork {
+    pub host: Host,
+    pub layout: Layout,
+    pub grant: Grant,
+    /// The last grant of its process: it restores the process's limits.
+    pub last_of_pid: bool,
+}
+
+impl UndoWork {
+    /// What could not be given back.
+    pub fn run(&self) -> Vec<String> {
+        let cx = grant::Cx::new(&self.host, &self.layout, self.last_of_pid);
+        grant::revoke_placement(&cx, &self.grant)
+    }
+}
+
+/// What the worker does.
+pub enum Job {
+    Apply(ApplyWork),
+    Undo(UndoWork),
+}
+
+/// A job's outcome, in the order the jobs were sent.
+#[derive(Debug)]
+pub enum Outcome {
+    Applied(Result<(), HostError>),
+    Undone(Vec<String>),
+}
+
+impl Job {
+    fn run(&self) -> Outcome {
+        match self {
+            Job::Apply(w) => Outcome::Applied(w.run()),
+            Job::Undo(w) => Outcome::Undone(w.run()),
+        }
+    }
+}
+
 /// The worker thread, its job queue, and the socket that wakes the loop's
 /// poll when a job is done.
 pub struct GrantWorker {
-    jobs: Option<mpsc::Sender<Box<ApplyWork>>>,
-    done: mpsc::Receiver<Result<(), HostError>>,
+    jobs: Option<mpsc::Sender<Box<Job>>>,
+    done: mpsc::Receiver<Outcome>,
     wake: UnixStream,
     thread: Option<JoinHandle<()>>,
 }
@@ -71,7 +112,7 @@ impl GrantWorker {
         let (wake, mut wake_tx) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         wake_tx.set_nonblocking(true)?;
-        let (jobs, job_rx) = mpsc::channel::<Box<ApplyWork>>();
+        let (jobs, job_rx) = mpsc::channel::<Box<Job>>();
         let (done_tx, done) = mpsc::channel();
         let (host, nrt) = (host.clone(), nrt.clone());
         let thread = std::thread::Builder::new()
@@ -101,22 +142,22 @@ impl GrantWorker {
     }
 
     /// Queue a job; given back when the worker is gone.
-    pub fn send(&self, work: Box<ApplyWork>) -> Result<(), Box<ApplyWork>> {
+    pub fn send(&self, work: Box<Job>) -> Result<(), Box<Job>> {
         match &self.jobs {
             Some(tx) => tx.send(work).map_err(|e| e.0),
             None => Err(work),
         }
     }
 
-    /// The outcome of a finished job, if one is there (without waiting).
-    pub fn try_take(&self) -> Option<Result<(), HostError>> {
+    /// The oldest finished job's outcome, if one is there (without waiting).
+    pub fn try_take(&self) -> Option<Outcome> {
         let mut sink = [0u8; 64];
         while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}
         self.done.try_recv().ok()
     }
 
-    /// Wait for the job in progress; None when the worker died.
-    pub fn take(&self) -> Option<Result<(), HostError>> {
+    /// Wait for the oldest job's outcome; None when the worker died.
+    pub fn take(&self) -> Option<Outcome> {
         let r = self.done.recv().ok();
         let mut sink = [0u8; 64];
         while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}

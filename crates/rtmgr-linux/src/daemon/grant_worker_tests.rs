@@ -61,7 +61,7 @@ fn other_requests_are_answered_while_a_grant_is_in_flight() {
     let m = FakeMachine::new(2).task(PID, "client").build();
     let host = m.host();
     let (mut d, c) = held_in_flight(&m, 7);
-    assert!(d.grant_in_flight());
+    assert!(d.worker_busy());
     // Held on the worker: the loop answers a status at once.
     let resp = d.handle(&c, status());
     assert!(matches!(resp.reply, Reply::Status { .. }), "{resp:?}");
@@ -80,7 +80,7 @@ fn other_requests_are_answered_while_a_grant_is_in_flight() {
     let Reply::Granted { reservation } = &resp.reply else {
         panic!("not granted: {resp:?}");
     };
-    assert!(!d.grant_in_flight());
+    assert!(!d.worker_busy());
     assert!(d.grants.contains_key(&reservation.id));
     assert_eq!(host.get_affinity(PID).unwrap(), CpuSet::single(1));
     assert_eq!(d.stats.granted, 1);
@@ -107,7 +107,7 @@ fn a_grant_whose_step_fails_on_the_worker_leaves_nothing_held() {
         "{line}"
     );
     assert_eq!(d.stats.errors, 1);
-    assert!(d.grants.is_empty() && !d.grant_in_flight());
+    assert!(d.grants.is_empty() && !d.worker_busy());
     let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
         .unwrap()
         .grants_journal();
@@ -141,4 +141,63 @@ fn stopping_waits_for_the_grant_in_flight_and_answers_it() {
     let got = d.take_answers();
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(matches!(got[0].1.reply, Reply::Granted { .. }), "{got:?}");
+}
+
+#[test]
+fn a_release_s_placement_goes_back_on_the_worker_and_then_it_is_answered() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let mut d = manager(&m);
+    d.start_grant_worker(0, &CpuSet::single(0));
+    let c = client(&m);
+    let layout = d.applied.layout.clone();
+    let cgroup_before = crate::cgroup::task_cgroup(&host, &layout, PID);
+    let mut soft = rtmgr_core::protocol::ReserveRequest::new(10_000_000, 1_000_000);
+    soft.class = "rt1:10".into();
+    let granted = d.handle(
+        &c,
+        Request {
+            v: 1,
+            op: Op::Reserve(soft),
+        },
+    );
+    let Reply::Granted { reservation } = granted.reply else {
+        panic!("not granted: {granted:?}");
+    };
+    host.write(HOLD_AFFINITY, "held").unwrap();
+    let id = reservation.id;
+    let release = Request {
+        v: 1,
+        op: Op::Release { id },
+    };
+    let later = d.handle_or_start(&c, release, Some(9));
+    assert!(matches!(later, Answer::Later), "{later:?}");
+    // Its policy is back, its placement held on the worker; it is no
+    // longer listed, and the answer waits for the placement.
+    assert!(d.worker_busy());
+    assert!(d.grants.is_empty());
+    assert_eq!(host.get_affinity(PID).unwrap(), CpuSet::single(1));
+    let listed = d.handle(&c, Request { v: 1, op: Op::List }).to_line();
+    assert!(!listed.contains(&format!("\"id\":{id}")), "{listed}");
+    assert!(d.take_answers().is_empty());
+    unhold(&host);
+    let got = answers(&mut d);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, 9);
+    assert!(
+        matches!(got[0].1.reply, Reply::Released { id: i } if i == id),
+        "{got:?}"
+    );
+    assert!(!d.worker_busy());
+    assert_ne!(host.get_affinity(PID).unwrap(), CpuSet::single(1));
+    assert_eq!(
+        crate::cgroup::task_cgroup(&host, &layout, PID),
+        cgroup_before
+    );
+    let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
+        .unwrap()
+        .grants_journal();
+    let journal = crate::daemon::journal::read(&host, &path).unwrap().unwrap();
+    assert!(journal.all().is_empty(), "{journal:?}");
+    d.stop_grant_worker();
 }

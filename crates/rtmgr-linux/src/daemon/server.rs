@@ -165,7 +165,7 @@ fn deliver(m: &mut Manager, conns: &mut [Conn]) {
 /// Connections whose `reserve` waited for the grant in flight, the oldest
 /// first, while no grant is in flight.
 fn serve_queued(m: &mut Manager, conns: &mut [Conn]) {
-    while !m.grant_in_flight() {
+    while !m.worker_busy() {
         let Some(c) = conns
             .iter_mut()
             .filter(|c| c.queued_ns.is_some() && !c.closed)
@@ -286,7 +286,7 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
 
 /// A `reserve` while another grant is in flight waits for it.
 fn waits_its_turn(m: &Manager, line: &[u8]) -> bool {
-    m.grant_in_flight()
+    m.worker_busy()
         && parse_request(line.strip_suffix(b"\r").unwrap_or(line))
             .is_ok_and(|r| matches!(r.op, Op::Reserve(_)))
 }

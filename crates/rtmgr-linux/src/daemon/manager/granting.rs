@@ -1,19 +1,17 @@
 //! A grant in three parts (DROPS §4.1: the resource manager grants on
 //! request and journals first): `prepare` admits, snapshots and journals it
-//! on the loop; its kernel steps run on the grant worker (`grant_worker.rs`)
-//! or inline; `complete` takes the outcome and answers. While one grant is
-//! in flight the loop answers other requests; the next grant waits for it.
+//! on the loop; its kernel steps run on the grant worker (`off_loop.rs`) or
+//! inline; `complete` takes the outcome and answers.
 
+use super::off_loop::Pending;
 use super::{gone, refused, Grant, Manager, Record};
 use crate::daemon::grant;
-use crate::daemon::grant_worker::{ApplyWork, GrantWorker};
+use crate::daemon::grant_worker::{ApplyWork, Job};
 use crate::daemon::peer::Client;
 use crate::{tasks, HostError};
 use rtmgr_core::admission::Placed;
 use rtmgr_core::protocol::{ErrorCode, RefusalKind, Reply, Response, ValidReserve};
-use rtmgr_core::CpuSet;
 use rtmgr_sys::time::mono_ns;
-use std::os::fd::BorrowedFd;
 
 /// A request's answer: now, or when its grant's kernel steps are done
 /// (`Manager::take_answers` gives it, under the token it was started with).
@@ -36,92 +34,15 @@ pub(in crate::daemon) struct Allowed<'a> {
 /// What `complete` needs of a journalled grant whose steps are running.
 #[derive(Debug)]
 pub(in crate::daemon) struct Completion {
-    pid: u32,
+    pub pid: u32,
     start_time: u64,
-    grant: Grant,
-    first_of_pid: bool,
+    pub grant: Grant,
+    pub first_of_pid: bool,
     count: u32,
     placed: Placed,
 }
 
-/// A grant whose steps run on the worker, and who waits for its answer.
-#[derive(Debug)]
-pub(in crate::daemon) struct InFlight {
-    token: u64,
-    done: Completion,
-}
-
 impl Manager {
-    /// Start the grant worker (`serve`); without one, grants apply inline.
-    pub fn start_grant_worker(&mut self, priority: u32, nrt: &CpuSet) {
-        match GrantWorker::spawn(&self.host, priority, nrt) {
-            Ok(w) => self.worker = Some(w),
-            Err(e) => {
-                tracing::warn!("no grant worker ({e}): grants are applied on the request loop")
-            }
-        }
-    }
-
-    /// Finish the grant in flight and stop the worker.
-    pub fn stop_grant_worker(&mut self) {
-        self.await_in_flight();
-        self.worker = None;
-    }
-
-    /// Readable when the grant in flight is done.
-    pub fn worker_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.worker.as_ref().map(|w| w.fd())
-    }
-
-    /// Is a grant's kernel work in progress (the next grant waits)?
-    pub fn grant_in_flight(&self) -> bool {
-        self.in_flight.is_some()
-    }
-
-    pub(in crate::daemon) fn in_flight_pid(&self) -> Option<u32> {
-        self.in_flight.as_ref().map(|f| f.done.pid)
-    }
-
-    /// The grant being applied: its threads hold it already.
-    pub(in crate::daemon) fn in_flight_grant(&self) -> Option<&Grant> {
-        self.in_flight.as_ref().map(|f| &f.done.grant)
-    }
-
-    /// Answers of grants finished since the last call, by token.
-    pub fn take_answers(&mut self) -> Vec<(u64, Response)> {
-        if self.in_flight.is_some() {
-            if let Some(out) = self.worker.as_ref().and_then(|w| w.try_take()) {
-                self.finish_in_flight(Some(out));
-            }
-        }
-        std::mem::take(&mut self.answers)
-    }
-
-    /// Wait for the grant in flight (before an inline grant, and at stop).
-    pub(in crate::daemon) fn await_in_flight(&mut self) {
-        if self.in_flight.is_none() {
-            return;
-        }
-        let out = self.worker.as_ref().and_then(|w| w.take());
-        self.finish_in_flight(out);
-    }
-
-    /// Complete the grant in flight with its outcome; None: the worker died
-    /// on the way, and what it did is undone from the grant's record.
-    fn finish_in_flight(&mut self, out: Option<Result<(), HostError>>) {
-        let Some(f) = self.in_flight.take() else {
-            return;
-        };
-        let out = out.unwrap_or_else(|| {
-            let g = &f.done.grant;
-            self.revoke(g.id, g, f.done.first_of_pid);
-            Err(worker_gone())
-        });
-        let resp = self.complete_grant(f.done, out).unwrap_or_else(|r| r);
-        self.count(&resp);
-        self.answers.push((f.token, resp));
-    }
-
     /// Admit, journal and apply a request the client's policy allowed, then
     /// watch the client: every front end's grants take this path. Inline:
     /// the grant in flight, if any, finishes first.
@@ -137,28 +58,30 @@ impl Manager {
     }
 
     /// `grant_admitted` with the kernel steps on the worker: the answer
-    /// comes later under `token`. Inline when there is no worker.
+    /// comes later under `token`. Inline when there is no worker, or while
+    /// it works (the server holds a `reserve` back until it is idle).
     pub(in crate::daemon) fn start_grant(
         &mut self,
         token: u64,
         client: &Client,
         ask: Allowed,
     ) -> Result<Answer, Response> {
-        if self.worker.is_none() || self.in_flight.is_some() {
+        if self.worker.is_none() || self.worker_busy() {
             return self.grant_admitted(client, ask).map(Answer::Now);
         }
         let (work, done) = self.prepare_grant(client, ask)?;
-        let sent = self.worker.as_ref().map(|w| w.send(Box::new(work)));
-        match sent {
-            Some(Ok(())) => {
-                self.in_flight = Some(InFlight { token, done });
-                Ok(Answer::Later)
-            }
-            Some(Err(work)) => {
+        let Err(unsent) = self.send_job(Job::Apply(work), Pending::Grant { token, done }) else {
+            return Ok(Answer::Later);
+        };
+        match *unsent {
+            (Job::Apply(work), Pending::Grant { done, .. }) => {
                 let out = work.run();
                 self.complete_grant(done, out).map(Answer::Now)
             }
-            None => Err(Response::error(ErrorCode::Os, "no grant worker")),
+            _ => Err(Response::error(
+                ErrorCode::Os,
+                "the grant worker mixed up a job",
+            )),
         }
     }
 
@@ -273,7 +196,7 @@ impl Manager {
     /// The kernel steps are done (`out`): on error the grant is released in
     /// the journal (its steps undone already); else admitted, watched and
     /// answered — unless the client exited meanwhile.
-    fn complete_grant(
+    pub(super) fn complete_grant(
         &mut self,
         done: Completion,
         out: Result<(), HostError>,
@@ -311,13 +234,5 @@ impl Manager {
         self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, start_time);
         Ok(self.granted(g))
-    }
-}
-
-fn worker_gone() -> HostError {
-    HostError::Io {
-        op: "apply",
-        path: "the grant worker".into(),
-        source: std::io::Error::other("the grant worker thread is gone"),
     }
 }

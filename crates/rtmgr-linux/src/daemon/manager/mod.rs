@@ -89,8 +89,8 @@ pub struct Manager {
     pub(super) existing_processes: Vec<bool>,
     /// Where a grant's kernel steps run off the loop (`grant_worker.rs`).
     worker: Option<crate::daemon::grant_worker::GrantWorker>,
-    /// The grant whose steps the worker runs, and who waits for it.
-    in_flight: Option<granting::InFlight>,
+    /// The jobs sent to the worker and not yet finished, oldest first.
+    in_flight: std::collections::VecDeque<off_loop::Pending>,
     /// Answers of finished grants for the front end, by token.
     answers: Vec<(u64, Response)>,
 }
@@ -140,7 +140,7 @@ impl Manager {
             resources: Default::default(),
             existing_processes: Vec::new(),
             worker: None,
-            in_flight: None,
+            in_flight: Default::default(),
             answers: Vec::new(),
         }
     }
@@ -163,7 +163,10 @@ impl Manager {
                 Answer::Now(resp) => resp,
                 Answer::Later => return Answer::Later,
             },
-            Op::Release { id } => self.release(client, id),
+            Op::Release { id } => match self.release(client, id, token) {
+                Answer::Now(resp) => resp,
+                Answer::Later => return Answer::Later,
+            },
             Op::List => self.list(client),
             Op::Status => Response::new(Reply::Status {
                 status: Box::new(self.status()),
@@ -307,7 +310,7 @@ impl Manager {
             if let Some(g) = self
                 .grants
                 .values()
-                .chain(self.in_flight_grant())
+                .chain(self.in_flight_grants())
                 .find(|g| g.threads.iter().any(|t| t.tid == tid))
             {
                 return Err(refused(
@@ -434,6 +437,7 @@ fn carry_ioprio(changes: &mut Vec<IoprioChange>, earlier: IoprioChange, new: u16
 }
 
 mod granting;
+mod off_loop;
 mod pending;
 mod queries;
 mod revoke;
