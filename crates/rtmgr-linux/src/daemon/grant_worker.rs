@@ -1,10 +1,11 @@
 //! The grant worker: a journalled grant's kernel steps (cpuset attach,
-//! migration, policy), and a revocation's placement steps, run on their own
+//! migration, policy), a revocation's placement steps, run on their own
 //! thread, off the request loop, so that other clients' answers do not wait
 //! for them (DROPS §4.1: the resource manager answers requests; issue 27: a
 //! cgroup v1 attach can wait a grace period or a preempted vCPU,
-//! milliseconds). Jobs run one at a time, in order: the kernel serialises
-//! attaches under `cgroup_mutex` anyway.
+//! milliseconds), and a root domain's rebuild (`dl_leak.rs`). Jobs run one
+//! at a time, in order: the kernel serialises attaches under `cgroup_mutex`
+//! anyway.
 
 use super::grant;
 use super::journal::Grant;
@@ -14,6 +15,7 @@ use rtmgr_core::CpuSet;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -77,6 +79,11 @@ impl UndoWork {
 pub enum Job {
     Apply(ApplyWork),
     Undo(UndoWork),
+    /// Rebuild the root domain of this RT CPU's cpuset (`dl_leak.rs`).
+    Rebuild {
+        host: Host,
+        dir: PathBuf,
+    },
 }
 
 /// A job's outcome, in the order the jobs were sent.
@@ -84,14 +91,28 @@ pub enum Job {
 pub enum Outcome {
     Applied(Result<(), HostError>),
     Undone(Vec<String>),
+    /// And how long it took, ns.
+    Rebuilt(Result<(), HostError>, u64),
 }
 
 impl Job {
-    fn run(&self) -> Outcome {
+    /// Do it (on the worker, or wherever the worker is gone).
+    pub fn run(&self) -> Outcome {
         match self {
             Job::Apply(w) => Outcome::Applied(w.run()),
             Job::Undo(w) => Outcome::Undone(w.run()),
+            Job::Rebuild { host, dir } => {
+                let (done, took) = Job::rebuild(host, dir);
+                Outcome::Rebuilt(done, took)
+            }
         }
+    }
+
+    /// Rebuild a root domain: what came of it, and how long it took (ns).
+    pub fn rebuild(host: &Host, dir: &std::path::Path) -> (Result<(), HostError>, u64) {
+        let t0 = rtmgr_sys::time::mono_ns();
+        let done = super::domains::rebuild(host, dir);
+        (done, rtmgr_sys::time::mono_ns() - t0)
     }
 }
 

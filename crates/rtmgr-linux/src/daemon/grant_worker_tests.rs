@@ -201,3 +201,21 @@ fn a_release_s_placement_goes_back_on_the_worker_and_then_it_is_answered() {
     assert!(journal.all().is_empty(), "{journal:?}");
     d.stop_grant_worker();
 }
+
+#[test]
+fn a_root_domain_rebuild_runs_on_the_worker_behind_its_jobs() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let (mut d, _) = held_in_flight(&m, 2);
+    d.dl_leak.mark(1);
+    d.rebuild_due();
+    // Queued behind the held grant; the CPU counts as returning meanwhile.
+    assert!(d.dl_leak.is_rebuilding(1));
+    assert!(d.dl_leak.returning(1, 0));
+    assert_eq!(d.dl_leak.rebuilds, 0);
+    unhold(&m.host());
+    d.await_in_flight();
+    assert_eq!(d.dl_leak.rebuilds, 1);
+    assert!(!d.dl_leak.returning(1, 0) && !d.dl_leak.any_marked());
+    assert_eq!(d.take_answers().len(), 1, "the grant's answer");
+    d.stop_grant_worker();
+}

@@ -94,7 +94,7 @@ impl Manager {
         if any {
             self.compact();
         }
-        self.dl_leak.rebuild_due(&self.host, &self.domains);
+        self.rebuild_due();
         problems
     }
 

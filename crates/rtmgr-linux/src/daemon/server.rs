@@ -127,6 +127,8 @@ pub fn run_with(
             }
         }
         serve_queued(m, &mut conns);
+        // Answers ready at once (a job done here: the worker is gone).
+        deliver(m, &mut conns);
         if ready[0] {
             accept(m, listener, &mut conns, max_connections, &mut next_token);
         }

@@ -3,10 +3,9 @@
 //! on the loop; its kernel steps run on the grant worker (`off_loop.rs`) or
 //! inline; `complete` takes the outcome and answers.
 
-use super::off_loop::Pending;
 use super::{gone, refused, Grant, Manager, Record};
 use crate::daemon::grant;
-use crate::daemon::grant_worker::{ApplyWork, Job};
+use crate::daemon::grant_worker::ApplyWork;
 use crate::daemon::peer::Client;
 use crate::{tasks, HostError};
 use rtmgr_core::admission::Placed;
@@ -70,19 +69,8 @@ impl Manager {
             return self.grant_admitted(client, ask).map(Answer::Now);
         }
         let (work, done) = self.prepare_grant(client, ask)?;
-        let Err(unsent) = self.send_job(Job::Apply(work), Pending::Grant { token, done }) else {
-            return Ok(Answer::Later);
-        };
-        match *unsent {
-            (Job::Apply(work), Pending::Grant { done, .. }) => {
-                let out = work.run();
-                self.complete_grant(done, out).map(Answer::Now)
-            }
-            _ => Err(Response::error(
-                ErrorCode::Os,
-                "the grant worker mixed up a job",
-            )),
-        }
+        self.run_grant(token, work, done);
+        Ok(Answer::Later)
     }
 
     /// Admission, the threads' before-state, the snapshot and the journal

@@ -7,7 +7,7 @@
 use super::granting::Completion;
 use super::{Grant, Manager};
 use crate::daemon::grant;
-use crate::daemon::grant_worker::{GrantWorker, Job, Outcome, UndoWork};
+use crate::daemon::grant_worker::{ApplyWork, GrantWorker, Job, Outcome, UndoWork};
 use crate::HostError;
 use rtmgr_core::protocol::{Reply, Response};
 use rtmgr_core::CpuSet;
@@ -28,6 +28,8 @@ pub(in crate::daemon) enum Pending {
         policy: Vec<String>,
         token: Option<u64>,
     },
+    /// The root domain of an RT CPU rebuilt (`dl_leak.rs`), its cpuset.
+    Rebuild { cpu: u32, dir: std::path::PathBuf },
 }
 
 impl Manager {
@@ -62,32 +64,34 @@ impl Manager {
         applying(&self.in_flight)
     }
 
-    /// Does a job on the worker answer under `token`?
-    pub(in crate::daemon) fn answers_later(&self, token: u64) -> bool {
-        self.in_flight.iter().any(|p| match p {
-            Pending::Grant { token: t, .. } => *t == token,
-            Pending::Undo { token: t, .. } => *t == Some(token),
-        })
+    /// A journalled grant's kernel steps to the worker; its answer comes
+    /// under `token`.
+    pub(super) fn run_grant(&mut self, token: u64, work: ApplyWork, done: Completion) {
+        self.run_job(Job::Apply(work), Pending::Grant { token, done });
     }
 
-    /// Send a job; given back (with its pending part) when there is no worker.
-    pub(super) fn send_job(&mut self, job: Job, then: Pending) -> Result<(), Box<(Job, Pending)>> {
-        let Some(w) = &self.worker else {
-            return Err(Box::new((job, then)));
+    /// Send a job to the worker, `then` finished when it is done. A worker
+    /// that died runs nothing any more: the job runs here, at once.
+    fn run_job(&mut self, job: Job, then: Pending) {
+        let unsent = match &self.worker {
+            Some(w) => match w.send(Box::new(job)) {
+                Ok(()) => {
+                    self.in_flight.push_back(then);
+                    return;
+                }
+                Err(job) => job,
+            },
+            None => Box::new(job),
         };
-        match w.send(Box::new(job)) {
-            Ok(()) => {
-                self.in_flight.push_back(then);
-                Ok(())
-            }
-            Err(job) => Err(Box::new((*job, then))),
-        }
+        let out = unsent.run();
+        self.finish(then, Some(out));
     }
 
     /// Give a revoked grant's placement back: on the worker when there is
-    /// one (what failed is then logged and kept when it is done), else now.
-    /// `policy`: what of its policy could not be given back; `token`: a
-    /// release answered when it is done. What could not be given back so far.
+    /// one (what failed is then logged, and kept for `partition reset`, when
+    /// it is done), else now. `policy`: what of its policy could not be given
+    /// back; `token`: a release answered when it is done. What could not be
+    /// given back so far.
     pub(in crate::daemon) fn undo_placement(
         &mut self,
         g: Grant,
@@ -95,6 +99,12 @@ impl Manager {
         policy: Vec<String>,
         token: Option<u64>,
     ) -> Vec<String> {
+        if self.worker.is_none() {
+            // Inline (tests, the stop): what failed goes to the caller.
+            let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
+            let undone = grant::revoke_placement(&cx, &g);
+            return self.placement_undone(g, last_of_pid, policy, undone);
+        }
         let work = UndoWork {
             host: self.host.clone(),
             layout: self.applied.layout.clone(),
@@ -107,16 +117,8 @@ impl Manager {
             policy,
             token,
         };
-        let Err(unsent) = self.send_job(Job::Undo(work), pending) else {
-            return Vec::new();
-        };
-        match *unsent {
-            (Job::Undo(work), Pending::Undo { grant, policy, .. }) => {
-                let undone = work.run();
-                self.placement_undone(grant, last_of_pid, policy, undone)
-            }
-            _ => Vec::new(),
-        }
+        self.run_job(Job::Undo(work), pending);
+        Vec::new()
     }
 
     /// The end of a revocation whose placement went back: what could not
@@ -155,14 +157,18 @@ impl Manager {
         }
     }
 
-    /// Finish the oldest job with its outcome; None: the worker died on
-    /// the way, and what it did is undone here from the grant's record.
+    /// Finish the oldest job with its outcome.
     fn finish_oldest(&mut self, out: Option<Outcome>) {
-        let Some(pending) = self.in_flight.pop_front() else {
-            return;
-        };
-        match (pending, out) {
-            (Pending::Grant { token, done }, out) => {
+        if let Some(pending) = self.in_flight.pop_front() {
+            self.finish(pending, out);
+        }
+    }
+
+    /// Finish a job with its outcome; None: the worker died on the way, and
+    /// what the job was to do is done (a grant: undone) here.
+    fn finish(&mut self, pending: Pending, out: Option<Outcome>) {
+        match pending {
+            Pending::Grant { token, done } => {
                 let out = match out {
                     Some(Outcome::Applied(r)) => r,
                     _ => {
@@ -172,18 +178,14 @@ impl Manager {
                     }
                 };
                 let resp = self.complete_grant(done, out).unwrap_or_else(|r| r);
-                self.count(&resp);
-                self.answers.push((token, resp));
+                self.answer(token, resp);
             }
-            (
-                Pending::Undo {
-                    grant,
-                    last_of_pid,
-                    policy,
-                    token,
-                },
-                out,
-            ) => {
+            Pending::Undo {
+                grant,
+                last_of_pid,
+                policy,
+                token,
+            } => {
                 let undone = match out {
                     Some(Outcome::Undone(u)) => u,
                     _ => {
@@ -198,13 +200,56 @@ impl Manager {
                 // A release's answer: the grant is gone, whatever could not
                 // be given back (kept for `partition reset`, and logged).
                 if let Some(token) = token {
-                    let resp = Response::new(Reply::Released { id });
-                    self.count(&resp);
-                    self.answers.push((token, resp));
+                    self.answer(token, Response::new(Reply::Released { id }));
                 }
+            }
+            Pending::Rebuild { cpu, dir } => {
+                let (done, took) = match out {
+                    Some(Outcome::Rebuilt(done, took)) => (done, took),
+                    _ => Job::rebuild(&self.host, &dir),
+                };
+                self.dl_leak.rebuilt(cpu, done, took);
             }
         }
         self.compact();
+    }
+
+    fn answer(&mut self, token: u64, resp: Response) {
+        self.count(&resp);
+        self.answers.push((token, resp));
+    }
+
+    /// Rebuild the root domain of every marked RT CPU that is quiet: on the
+    /// worker when there is one (a rebuild is two cpuset writes and the
+    /// kernel's recount, milliseconds), else now.
+    pub(in crate::daemon) fn rebuild_due(&mut self) {
+        for cpu in self.dl_leak.due(rtmgr_sys::time::mono_ns()) {
+            if self.worker.is_none() {
+                self.dl_leak.rebuild(&self.host, &self.domains, cpu);
+                continue;
+            }
+            if self.dl_leak.is_rebuilding(cpu) {
+                continue; // marked again while the rebuild runs: after it
+            }
+            let Some(dir) = self.dl_leak.start_rebuild(&self.domains, cpu) else {
+                continue;
+            };
+            let job = Job::Rebuild {
+                host: self.host.clone(),
+                dir: dir.clone(),
+            };
+            self.run_job(job, Pending::Rebuild { cpu, dir });
+        }
+    }
+
+    /// Is an answer for `token` on its way (a job on the worker) or ready?
+    pub(in crate::daemon) fn answers_later(&self, token: u64) -> bool {
+        self.answers.iter().any(|(t, _)| *t == token)
+            || self.in_flight.iter().any(|p| match p {
+                Pending::Grant { token: t, .. } => *t == token,
+                Pending::Undo { token: t, .. } => *t == Some(token),
+                Pending::Rebuild { .. } => false,
+            })
     }
 }
 
@@ -212,7 +257,7 @@ impl Manager {
 pub(super) fn applying(jobs: &VecDeque<Pending>) -> impl Iterator<Item = &Grant> {
     jobs.iter().filter_map(|p| match p {
         Pending::Grant { done, .. } => Some(&done.grant),
-        Pending::Undo { .. } => None,
+        Pending::Undo { .. } | Pending::Rebuild { .. } => None,
     })
 }
 
@@ -220,7 +265,7 @@ pub(super) fn applying(jobs: &VecDeque<Pending>) -> impl Iterator<Item = &Grant>
 pub(super) fn undoing(jobs: &VecDeque<Pending>) -> impl Iterator<Item = &Grant> {
     jobs.iter().filter_map(|p| match p {
         Pending::Undo { grant, .. } => Some(grant),
-        Pending::Grant { .. } => None,
+        Pending::Grant { .. } | Pending::Rebuild { .. } => None,
     })
 }
 
