@@ -27,6 +27,21 @@ pub struct TaskBefore {
     pub affinity: CpuSet,
 }
 
+/// What a task had before the live balancer first changed it (lent it an RT
+/// CPU, or held an RT1+ task on the NRT CPUs): what giving it back restores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lent {
+    pub tid: u32,
+    pub start_time: u64,
+    pub affinity: CpuSet,
+    /// The CPUs its cpuset allowed then (`cgroup::mask_to_give_back`).
+    pub cpuset_cpus: Option<CpuSet>,
+    /// Its cpuset cgroup directory (machine path).
+    pub cgroup: Option<PathBuf>,
+    /// Its policy, when the balancer changes it (a Linux guest at SCHED_IDLE).
+    pub policy: Option<crate::sched::Policy>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Record {
@@ -90,6 +105,11 @@ pub enum Record {
     },
     /// That boost was put back.
     Unboost { tid: u32 },
+    /// A task about to be changed by the live balancer, with what it had;
+    /// reset (or the next run) gives it back unless `GivenBack` follows.
+    Lend(Lent),
+    /// That task was given back (or was gone): nothing of it to undo.
+    GivenBack { tid: u32 },
 }
 
 /// Append-only writer.
@@ -125,7 +145,15 @@ impl Journal {
 
     /// Write one record durably before the change it describes is made.
     pub fn record(&mut self, rec: &Record) -> Result<()> {
-        append_line(&mut self.file, &self.path, rec, Durability::Synced)
+        self.record_with(rec, Durability::Synced)
+    }
+
+    /// Write one record before its change, as durable as `durability` says.
+    /// Every writer of a journal (the daemon, its starvation guard, the
+    /// balancer) holds its own O_APPEND descriptor and writes a record in one
+    /// write(2) of one line: records of concurrent writers never interleave.
+    pub(crate) fn record_with(&mut self, rec: &Record, durability: Durability) -> Result<()> {
+        append_line(&mut self.file, &self.path, rec, durability)
     }
 }
 
