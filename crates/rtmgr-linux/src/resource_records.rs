@@ -60,15 +60,12 @@ fn undo_resources(host: &Host, records: &[Record], source: Source) -> Undone {
             }
         }
     };
-    let mut put_back: Vec<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Unboost { tid } => Some(*tid),
-            _ => None,
-        })
-        .collect();
+    // Newest first: an `Unboost` settles the boosts before it, not a later
+    // boost of the same thread (starved again).
+    let mut put_back: Vec<u32> = Vec::new();
     for r in records.iter().rev() {
         match r {
+            Record::Unboost { tid } => put_back.push(*tid),
             Record::File { path, old, knob } if is_resource_file(source, knob.as_deref()) => {
                 let done = host.write(path, old);
                 note(format!("restore {}", path.display()), done, &mut out)
