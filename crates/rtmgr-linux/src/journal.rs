@@ -108,7 +108,8 @@ pub enum Record {
     /// A task about to be changed by the live balancer, with what it had;
     /// reset (or the next run) gives it back unless `GivenBack` follows.
     Lend(Lent),
-    /// That task was given back (or was gone): nothing of it to undo.
+    /// That task was given back when its balancer run ended (or was found
+    /// gone): nothing of it to undo.
     GivenBack { tid: u32 },
 }
 

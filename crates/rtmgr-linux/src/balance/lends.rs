@@ -9,18 +9,28 @@ use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
 use crate::journal::{self, Durability, Journal, Lent, Record};
 use crate::tasks;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The mover's appender to the partition journal.
+/// The mover's appender to the partition journal. A task's `Lend` stays
+/// outstanding from its first lend in a run until the run ends (or the task
+/// is found gone), and a lend with the same before-state is not journalled
+/// again: the journal grows by one record per task and run, not per lend
+/// (the daemon reads the partition journal at every reconcile, and a busy
+/// machine sees lends every second). The cost: after a `kill -9`, a task lent
+/// earlier in the run and given back before the kill is given back again —
+/// to what it was given back to, so only a change it made itself since is
+/// overwritten.
 pub(crate) struct LendJournal {
     j: Journal,
+    outstanding: BTreeMap<u32, Lent>,
 }
 
 impl LendJournal {
     pub fn open(host: &Host, partition_journal: &Path) -> Result<Self, HostError> {
         Ok(LendJournal {
             j: Journal::append_to(host, partition_journal)?,
+            outstanding: BTreeMap::new(),
         })
     }
 
@@ -30,13 +40,21 @@ impl LendJournal {
     /// lend is left to give back. A sync (1–10 ms on a virtio disk) on every
     /// lend would stretch the balancer's step for nothing.
     pub fn lend(&mut self, lent: &Lent) -> Result<(), HostError> {
+        if self.outstanding.get(&lent.tid) == Some(lent) {
+            return Ok(());
+        }
         self.j
-            .record_with(&Record::Lend(lent.clone()), Durability::Written)
+            .record_with(&Record::Lend(lent.clone()), Durability::Written)?;
+        self.outstanding.insert(lent.tid, lent.clone());
+        Ok(())
     }
 
-    /// After the task was given back (or found gone). A record that cannot
-    /// be written only makes reset give the task back once more.
+    /// The task was given back for good (the run ends) or is gone. A record
+    /// that cannot be written only makes reset give the task back once more.
     pub fn given_back(&mut self, tid: u32) {
+        if self.outstanding.remove(&tid).is_none() {
+            return;
+        }
         if let Err(e) = self
             .j
             .record_with(&Record::GivenBack { tid }, Durability::Written)
@@ -44,15 +62,23 @@ impl LendJournal {
             tracing::warn!("balance: task {tid} given back, not journalled: {e}");
         }
     }
+
+    /// The run ends: every task but `kept` (not given back) is settled.
+    pub fn given_back_all_but(&mut self, kept: &[u32]) {
+        let tids: Vec<u32> = self.outstanding.keys().copied().collect();
+        for tid in tids.into_iter().filter(|t| !kept.contains(t)) {
+            self.given_back(tid);
+        }
+    }
 }
 
 /// Give `lent.tid` back what it had before the balancer changed it: its
 /// policy, its affinity (`cgroup::mask_to_give_back`) and its cpuset. Nothing
-/// when the task is gone (its tid reused: another start time).
-pub(crate) fn give_back(host: &Host, layout: &Layout, lent: &Lent) -> Result<(), HostError> {
+/// when the task is gone (its tid reused: another start time): false then.
+pub(crate) fn give_back(host: &Host, layout: &Layout, lent: &Lent) -> Result<bool, HostError> {
     let tid = lent.tid;
     if !tasks::same_task(host, tid, lent.start_time) {
-        return Ok(());
+        return Ok(false);
     }
     let policy = match lent.policy {
         Some(p) => host.set_policy(tid, p),
@@ -66,7 +92,7 @@ pub(crate) fn give_back(host: &Host, layout: &Layout, lent: &Lent) -> Result<(),
     };
     let mask = cgroup::mask_to_give_back(host, &lent.affinity, lent.cpuset_cpus.as_ref());
     let aff = host.set_affinity(tid, &mask);
-    ignore_gone(policy.and(cg).and(aff))
+    ignore_gone(policy.and(cg).and(aff)).map(|()| true)
 }
 
 pub(super) fn ignore_gone(r: Result<(), HostError>) -> Result<(), HostError> {
@@ -103,7 +129,7 @@ pub fn undo(host: &Host, records: &[Record]) -> Returned {
                 settled.insert(*tid);
             }
             Record::Lend(lent) if settled.insert(lent.tid) => match give_back(host, layout, lent) {
-                Ok(()) => out.given_back.push(lent.tid),
+                Ok(_) => out.given_back.push(lent.tid),
                 Err(e) => out
                     .problems
                     .push(format!("task {} lent by the balancer: {e}", lent.tid)),
@@ -122,9 +148,9 @@ pub fn recover(host: &Host, partition_journal: &Path) -> Result<Vec<String>, Hos
     };
     let out = undo(host, &records);
     if !out.given_back.is_empty() {
-        let mut j = LendJournal::open(host, partition_journal)?;
+        let mut j = Journal::append_to(host, partition_journal)?;
         for tid in out.given_back {
-            j.given_back(tid);
+            j.record_with(&Record::GivenBack { tid }, Durability::Written)?;
         }
     }
     Ok(out.problems)
@@ -192,7 +218,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lend_is_journalled_with_what_the_task_had_and_its_give_back_after() {
+    fn a_lend_is_journalled_with_what_the_task_had_and_given_back_at_the_runs_end() {
         let (_m, host, a) = lab();
         let before = state(&host, &a, GUEST);
         assert_eq!(before.0, "0-2");
@@ -212,10 +238,23 @@ mod tests {
         );
         mover.restore(GUEST).unwrap();
         assert_eq!(state(&host, &a, GUEST), given_back(&before));
+        // The kernel keeps the affinity written back to the cpuset's CPUs.
+        let nrt = CpuSet::parse_list("0-2").unwrap();
+        host.set_affinity(GUEST, &nrt).unwrap();
+        // Lent again as it was: its `Lend` stands, nothing more is written.
+        let n = records(&host, &a).len();
+        mover.to_rt(GUEST, 3, START, TaskClass::Linux).unwrap();
+        mover.restore(GUEST).unwrap();
+        assert_eq!(records(&host, &a).len(), n);
+        // The run ends: it is settled.
+        drop(mover);
         assert_eq!(
             records(&host, &a).last(),
             Some(&Record::GivenBack { tid: GUEST })
         );
+        let lends = records(&host, &a);
+        let lends = lends.iter().filter(|r| matches!(r, Record::Lend(_)));
+        assert_eq!(lends.count(), 1);
     }
 
     #[test]
@@ -275,12 +314,14 @@ mod tests {
         let before = state(&host, &a, GUEST);
         let mut mover = Mover::new(&host, &a).unwrap();
         mover.to_rt(GUEST, 3, START, TaskClass::Linux).unwrap();
-        mover.restore(GUEST).unwrap();
-        // The task moves itself afterwards: not rtmgr's to undo.
+        drop(mover); // the run ends
+                     // The task moves itself afterwards: not rtmgr's to undo.
         host.set_affinity(GUEST, &CpuSet::single(1)).unwrap();
         assert!(undo(&host, &records(&host, &a)).given_back.is_empty());
         assert_eq!(host.get_affinity(GUEST).unwrap().to_list(), "1");
-        // Lent again, then killed: that lend goes back, to what it had then.
+        // Lent again in the next run, then killed: that lend goes back, to
+        // what it had then.
+        let mut mover = Mover::new(&host, &a).unwrap();
         mover.to_rt(GUEST, 3, START, TaskClass::Linux).unwrap();
         std::mem::forget(mover);
         // The next daemon's start gives it back and journals that ...

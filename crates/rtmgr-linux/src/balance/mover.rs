@@ -142,9 +142,9 @@ impl Mover {
         self.remember(tid, start_time, true, false)?;
         let r = self.evictor().evict(tid);
         if r.is_err() && new {
-            // Nothing changed: nothing to give back at the end of the run.
+            // Nothing changed: nothing to give back at the end of the run
+            // (its journalled `Lend` is settled then).
             self.changed.remove(&tid);
-            self.journal.given_back(tid);
         }
         r
     }
@@ -247,26 +247,32 @@ impl Mover {
         }
     }
 
-    /// Undo everything done to `tid`, then journal it given back (a task
-    /// that could not be is left to `partition reset`).
+    /// Undo everything done to `tid`; a task found gone is settled in the
+    /// journal at once, one given back at the end of the run (`LendJournal`).
     fn give_back(&mut self, tid: u32) -> Result<(), HostError> {
         let Some(c) = self.changed.remove(&tid) else {
             return Ok(());
         };
-        lends::give_back(&self.host, &self.layout, &c.lent)?;
-        self.journal.given_back(tid);
+        if !lends::give_back(&self.host, &self.layout, &c.lent)? {
+            self.journal.given_back(tid);
+        }
         Ok(())
     }
 
-    /// Undo every change; returns how many and the failures.
+    /// Undo every change and journal the run's tasks given back (a task
+    /// that could not be is left to `partition reset`); returns how many
+    /// and the failures.
     pub fn restore_all(&mut self) -> (usize, Vec<String>) {
         let tids: Vec<u32> = self.changed.keys().copied().collect();
         let mut fails = Vec::new();
+        let mut kept = Vec::new();
         for &tid in &tids {
             if let Err(e) = self.give_back(tid) {
                 fails.push(format!("task {tid}: {e}"));
+                kept.push(tid);
             }
         }
+        self.journal.given_back_all_but(&kept);
         (tids.len(), fails)
     }
 }
