@@ -181,9 +181,10 @@ pub(crate) enum Durability {
     Synced,
     /// In the kernel's page cache (`write(2)` returned): what a `kill -9`
     /// of the writer needs, since any later process reads the same cache.
-    /// The grants journal: it describes scheduling state that does not
-    /// survive the machine itself, so a sync would buy nothing and cost a
-    /// disk flush (1–10 ms on this VM's virtio disk) on every request.
+    /// The grants journal, and the balancer's lends in the partition
+    /// journal: they describe scheduling state that does not survive the
+    /// machine itself, so a sync would buy nothing and cost a disk flush
+    /// (1–10 ms on this VM's virtio disk) on every request or lend.
     Written,
 }
 
