@@ -111,9 +111,9 @@ pub struct Returned {
     pub given_back: Vec<u32>,
 }
 
-/// Give back every task a balancer lent and did not give back, newest record
-/// first: a task's newest `Lend` holds what it had before its first change,
-/// and a `GivenBack` settles the records before it.
+/// Give back every task a balancer lent and did not settle, newest record
+/// first: a task's newest `Lend` holds what it had before the balancer last
+/// changed it, and a `GivenBack` settles the records of its tid before it.
 pub fn undo(host: &Host, records: &[Record]) -> Returned {
     let mut out = Returned::default();
     let Some(layout) = records.iter().find_map(|r| match r {
