@@ -3,39 +3,15 @@
 //! RT CPU, SIGTERM stops it, and every affinity, cpuset and policy is as
 //! before; or `kill -9` stops it and `rtmgr partition reset` gives them back.
 
+mod serve_common;
+
 use rtmgr_linux::cgroup;
 use rtmgr_linux::lock::{MachineLock, DEFAULT_LOCK_PATH};
 use rtmgr_linux::{cpus, partition, Host};
+use serve_common::{busy, end_busy, BIN};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_rtmgr");
-
-/// The busy `sh` under a `timeout 20` (bounded whatever happens). The caller
-/// kills and waits for the returned child.
-#[allow(clippy::zombie_processes)]
-fn busy() -> (Child, u32) {
-    let mut child = Command::new("timeout")
-        .args(["20", "sh", "-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let t0 = Instant::now();
-    loop {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        if let Some(k) = kids.split_whitespace().next() {
-            return (child, k.parse().unwrap());
-        }
-        if t0.elapsed() > Duration::from_secs(5) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("busy child did not start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A private journal on the real machine under the machine lock (root only).
 struct Machine {
@@ -138,19 +114,6 @@ fn succeeds(mut c: Command) -> bool {
     c.status().is_ok_and(|s| s.success())
 }
 
-/// End the busy tasks (their `timeout` and the `sh` under it).
-fn end(children: Vec<Child>, tids: &[u32]) {
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    for t in tids {
-        let _ = Command::new("kill")
-            .args(["-KILL", &t.to_string()])
-            .status();
-    }
-}
-
 #[test]
 fn sigterm_restores_every_affinity() {
     let Some(m) = Machine::get() else {
@@ -167,7 +130,7 @@ fn sigterm_restores_every_affinity() {
         .status();
     let st = wait(bal);
     let after = m.state(&[ta, tb]);
-    end(vec![a, b], &[ta, tb]);
+    end_busy(vec![a, b], &[ta, tb]);
     m.reset();
     assert!(lent, "the RT CPU was never lent to a busy task");
     assert!(st.success(), "rtmgr balance exited with {st}");
@@ -196,7 +159,7 @@ fn reset_after_kill_9_gives_the_guests_back() {
     let left = m.state(&[ta, tb]);
     let reset = m.reset();
     let after = m.state(&[ta, tb]);
-    end(vec![a, b], &[ta, tb]);
+    end_busy(vec![a, b], &[ta, tb]);
     assert!(lent, "the RT CPU was never lent to a busy task");
     let idle = left
         .iter()
