@@ -256,13 +256,18 @@ impl Kernel for FakeKernel {
         put(host, Path::new(&path), &out)
     }
 
-    fn get_policy(&self, _tid: u32) -> Result<Policy> {
-        Ok(Policy::Other { nice: 0 })
+    /// Kept beside the task (`.rtmgr_policy`, JSON); a task without one is
+    /// SCHED_OTHER at nice 0.
+    fn get_policy(&self, host: &Host, tid: u32) -> Result<Policy> {
+        Ok(read_plain(host, &format!("/proc/{tid}/.rtmgr_policy"))
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Policy::Other { nice: 0 }))
     }
 
-    /// No scheduler here: accepted, nothing changes.
-    fn set_policy(&self, _tid: u32, _policy: Policy) -> Result<()> {
-        Ok(())
+    /// Accepted; a task of the tree keeps it (`get_policy` shows it).
+    fn set_policy(&self, host: &Host, tid: u32, policy: Policy) -> Result<()> {
+        let text = serde_json::to_string(&policy).expect("a policy serializes");
+        write_beside(host, tid, ".rtmgr_policy", &text)
     }
 
     /// Kept beside the task (`.rtmgr_attr`: policy flags nice priority
