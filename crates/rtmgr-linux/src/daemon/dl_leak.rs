@@ -14,7 +14,7 @@
 //! SCHED_FIFO 1 (`pending.rs`), with no sleep on the daemon's loop.
 
 use super::domains::{self, Domains};
-use super::journal::Grant;
+use super::grants_journal::Grant;
 use crate::host::{Host, HostError};
 use crate::tasks;
 use rtmgr_sys::time::mono_ns;

@@ -8,7 +8,7 @@
 //! anyway.
 
 use super::grant;
-use super::journal::Grant;
+use super::grants_journal::Grant;
 use crate::cgroup::Layout;
 use crate::host::{Host, HostError};
 use rtmgr_core::CpuSet;

@@ -111,7 +111,9 @@ fn a_grant_whose_step_fails_on_the_worker_leaves_nothing_held() {
     let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
         .unwrap()
         .grants_journal();
-    let journal = crate::daemon::journal::read(&host, &path).unwrap().unwrap();
+    let journal = crate::daemon::grants_journal::read(&host, &path)
+        .unwrap()
+        .unwrap();
     assert!(
         journal.live.is_empty(),
         "released in the journal: {journal:?}"
@@ -197,7 +199,9 @@ fn a_release_s_placement_goes_back_on_the_worker_and_then_it_is_answered() {
     let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
         .unwrap()
         .grants_journal();
-    let journal = crate::daemon::journal::read(&host, &path).unwrap().unwrap();
+    let journal = crate::daemon::grants_journal::read(&host, &path)
+        .unwrap()
+        .unwrap();
     assert!(journal.all().is_empty(), "{journal:?}");
     d.stop_grant_worker();
 }

@@ -11,7 +11,7 @@
 //! back in `revoke.rs`, list and status in `queries.rs`, a grant in three
 //! parts in `granting.rs`), `grant_worker.rs` (a grant's kernel steps off
 //! the request loop),
-//! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `journal.rs` (grants
+//! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `grants_journal.rs` (grants
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
@@ -27,7 +27,7 @@ mod dl_leak;
 mod domains;
 pub mod grant;
 mod grant_worker;
-pub mod journal;
+pub mod grants_journal;
 pub mod live;
 mod loop_priority;
 pub mod manager;
@@ -163,7 +163,7 @@ pub fn serve(
         return Err(e.into());
     }
     if report.problems.is_empty() {
-        journal::remove(host, &cfg.grants_journal())?;
+        grants_journal::remove(host, &cfg.grants_journal())?;
         let _ = std::fs::remove_dir(host.path(&cfg.serve.state_dir));
     } else {
         return Err(ServeError::Incomplete(report.problems.join("; ")));
@@ -176,8 +176,8 @@ fn run(
     host: &Host,
     cfg: &ServeConfig,
     applied: &partition::Applied,
-    header: Vec<journal::Record>,
-    old: Vec<journal::Grant>,
+    header: Vec<grants_journal::Record>,
+    old: Vec<grants_journal::Grant>,
     stop: &Arc<AtomicBool>,
     report: &mut ServeReport,
     resources: &crate::resources::Prepared,
@@ -277,8 +277,8 @@ fn start_manager(
     host: &Host,
     cfg: &ServeConfig,
     applied: &partition::Applied,
-    header: Vec<journal::Record>,
-    old: Vec<journal::Grant>,
+    header: Vec<grants_journal::Record>,
+    old: Vec<grants_journal::Grant>,
     report: &mut ServeReport,
     resources: &crate::resources::Prepared,
 ) -> Result<Manager, ServeError> {
@@ -286,7 +286,7 @@ fn start_manager(
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
-    let journal = journal::GrantJournal::open(host, &cfg.grants_journal())?;
+    let journal = grants_journal::GrantJournal::open(host, &cfg.grants_journal())?;
     let admission = AdmissionConfig {
         cap: cfg.admission.cap,
         dl_share: rt_share(host),

@@ -3,7 +3,7 @@
 //! counted in `status`'s drift counters; reset then restores the machine.
 
 use super::*;
-use crate::daemon::{domains, journal, startup, ServeConfig};
+use crate::daemon::{domains, grants_journal as journal, startup, ServeConfig};
 use crate::fake::FakeMachine;
 use crate::{irq, snapshot, Host};
 use rtmgr_core::admission::AdmissionConfig;

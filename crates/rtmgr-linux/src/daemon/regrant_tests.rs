@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::daemon::peer::Client;
-use crate::daemon::{domains, journal, startup, ServeConfig};
+use crate::daemon::{domains, grants_journal as journal, startup, ServeConfig};
 use crate::fake::FakeMachine;
 use rtmgr_core::admission::policy::Peer;
 use rtmgr_core::admission::AdmissionConfig;

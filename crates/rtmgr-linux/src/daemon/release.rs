@@ -10,7 +10,7 @@
 //! wait into the new grant.
 
 use super::grant;
-use super::journal::{Grant, ThreadBefore};
+use super::grants_journal::{Grant, ThreadBefore};
 use super::manager::{Deferred, Manager};
 use crate::resources::grant::IoprioChange;
 use rtmgr_sys::time::mono_ns;

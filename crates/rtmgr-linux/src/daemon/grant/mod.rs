@@ -30,7 +30,7 @@ pub(crate) mod tests;
 
 pub use sched::{granted_attr, is_placeholder, placeholder_attr, PLACEHOLDER_PRIORITY};
 
-use super::journal::{Grant, ThreadBefore};
+use super::grants_journal::{Grant, ThreadBefore};
 use crate::cgroup::Layout;
 use crate::drift::{Drift, Fix};
 use crate::host::{Host, HostError};

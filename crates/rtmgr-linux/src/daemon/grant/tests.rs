@@ -2,7 +2,7 @@
 //! (the state changed behind the daemon's back, seen by `drift`, fixed by `repair`).
 
 use super::*;
-use crate::daemon::journal;
+use crate::daemon::grants_journal as journal;
 use crate::fake::FakeMachine;
 use crate::host::{Limit, LimitKind};
 use crate::resources::grant::GrantResources;

@@ -7,7 +7,7 @@
 use super::dl_leak::LeakWatch;
 use super::domains::Domains;
 use super::grant;
-use super::journal::{Grant, GrantJournal, Record, ThreadBefore};
+use super::grants_journal::{Grant, GrantJournal, Record, ThreadBefore};
 use super::peer::{thread_of, Client};
 use crate::partition::Applied;
 use crate::resources::grant::IoprioChange;

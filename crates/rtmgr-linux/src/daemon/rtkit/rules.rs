@@ -378,7 +378,7 @@ fn root_only(caller: Caller, what: &str) -> Result<(), Fail> {
     }
 }
 
-pub fn is_rtkit(g: &crate::daemon::journal::Grant) -> bool {
+pub fn is_rtkit(g: &crate::daemon::grants_journal::Grant) -> bool {
     g.name.as_deref() == Some(GRANT_NAME)
 }
 
