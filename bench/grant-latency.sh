@@ -93,12 +93,14 @@ doc = {"version": 1, "command": command, "requests_per_cell": n,
 with open(os.path.join(out, "grant-latency.json"), "w") as fh:
     json.dump(doc, fh, indent=1)
 us = lambda s, k: "-" if not s or s.get("n", 0) == 0 else "%.0f" % (s[k] / 1000)
-print("%-5s %-9s %7s %6s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "failed"))
+print("%-5s %-9s %7s %6s %9s %9s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "list p50", "list p99", "failed"))
 for c in cells:
-    r, l = c["reserve"], c["release"]
-    print("%-5s %-9s %7d %6d %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], r.get("n", 0),
-          us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"), len(c["failures"])))
-print("(µs; reserve = request sent until the answer was read: recv() returned, before the client parses it; release likewise)")
+    r, l, b = c["reserve"], c["release"], c.get("bystander_list", {})
+    print("%-5s %-9s %7d %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], r.get("n", 0),
+          us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"),
+          us(b, "p50_ns"), us(b, "p99_ns"), len(c["failures"])))
+print("(µs; reserve = request sent until the answer was read: recv() returned, before the client parses it; release likewise;")
+print(" list = a bystander client's `list` every 5 ms during the cell: how long others wait while grants are made)")
 if floor:
     print("floor, the kernel steps alone on a sleeping thread (µs):")
     for k, s in floor["steps"].items():

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// One thing a knob applied that the machine no longer holds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Drift {
-    /// The knob's name (a partition knob or a `[resources]` knob).
+    /// The knob's name (a partition knob, a `[resources]` knob, or a grant step).
     pub knob: &'static str,
     /// For people: what is no longer as applied.
     pub what: String,
@@ -38,6 +38,9 @@ pub enum Fix {
     },
     /// An irqbalance that does not ban the RT CPUs (started after apply).
     Irqbalance { pid: u32, start_time: u64 },
+    /// A grant step (`daemon::grant`, the knob's name is the step's):
+    /// applied again from the grant's record.
+    Step,
     /// Said, not repaired while the partition runs (reset and apply again).
     Report,
 }

@@ -27,6 +27,21 @@ pub struct TaskBefore {
     pub affinity: CpuSet,
 }
 
+/// What a task had before the live balancer first changed it (lent it an RT
+/// CPU, or held an RT1+ task on the NRT CPUs): what giving it back restores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lent {
+    pub tid: u32,
+    pub start_time: u64,
+    pub affinity: CpuSet,
+    /// The CPUs its cpuset allowed then (`cgroup::mask_to_give_back`).
+    pub cpuset_cpus: Option<CpuSet>,
+    /// Its cpuset cgroup directory (machine path).
+    pub cgroup: Option<PathBuf>,
+    /// Its policy, when the balancer changes it (a Linux guest at SCHED_IDLE).
+    pub policy: Option<crate::sched::Policy>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Record {
@@ -90,6 +105,12 @@ pub enum Record {
     },
     /// That boost was put back.
     Unboost { tid: u32 },
+    /// A task about to be changed by the live balancer, with what it had;
+    /// reset (or the next run) gives it back unless `GivenBack` follows.
+    Lend(Lent),
+    /// That task was given back when its balancer run ended (or was found
+    /// gone): nothing of it to undo.
+    GivenBack { tid: u32 },
 }
 
 /// Append-only writer.
@@ -125,7 +146,15 @@ impl Journal {
 
     /// Write one record durably before the change it describes is made.
     pub fn record(&mut self, rec: &Record) -> Result<()> {
-        append_line(&mut self.file, &self.path, rec, Durability::Synced)
+        self.record_with(rec, Durability::Synced)
+    }
+
+    /// Write one record before its change, as durable as `durability` says.
+    /// Every writer of a journal (the daemon, its starvation guard, the
+    /// balancer) holds its own O_APPEND descriptor and writes a record in one
+    /// write(2) of one line: records of concurrent writers never interleave.
+    pub(crate) fn record_with(&mut self, rec: &Record, durability: Durability) -> Result<()> {
+        append_line(&mut self.file, &self.path, rec, durability)
     }
 }
 
@@ -152,9 +181,10 @@ pub(crate) enum Durability {
     Synced,
     /// In the kernel's page cache (`write(2)` returned): what a `kill -9`
     /// of the writer needs, since any later process reads the same cache.
-    /// The grants journal: it describes scheduling state that does not
-    /// survive the machine itself, so a sync would buy nothing and cost a
-    /// disk flush (1–10 ms on this VM's virtio disk) on every request.
+    /// The grants journal, and the balancer's lends in the partition
+    /// journal: they describe scheduling state that does not survive the
+    /// machine itself, so a sync would buy nothing and cost a disk flush
+    /// (1–10 ms on this VM's virtio disk) on every request or lend.
     Written,
 }
 

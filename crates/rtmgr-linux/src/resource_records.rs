@@ -1,7 +1,8 @@
 //! Undoing what the daemon's machine-wide `[resources]` knobs journalled
 //! (DROPS §4.1: the manager owns memory, I/O and cache and gives them back):
-//! their control files, the resctrl directory and the starvation boosts, read
-//! from the one partition journal by `partition::reset` first, or from the
+//! their control files, the resctrl directory and the starvation boosts — and
+//! the live balancer's lends (`balance::lends`, ARTiS §2.1) — read from the
+//! one partition journal by `partition::reset` first, or from the
 //! resources.jsonl an older rtmgr kept beside it (its records name no knob).
 
 use crate::host::{Host, Result};
@@ -26,6 +27,9 @@ pub struct Undone {
     /// Threads whose boost was put back (journal `Unboost` for them when the
     /// journal is kept).
     pub unboosted: Vec<u32>,
+    /// Tasks a balancer lent that were given back (journal `GivenBack` for
+    /// them when the journal is kept).
+    pub given_back: Vec<u32>,
 }
 
 fn is_resource_file(source: Source, knob: Option<&str>) -> bool {
@@ -35,8 +39,19 @@ fn is_resource_file(source: Source, knob: Option<&str>) -> bool {
     }
 }
 
-/// Undo every resource record, newest first.
+/// Undo every resource record, newest first; then (the partition journal)
+/// give back what a balancer lent.
 pub fn undo(host: &Host, records: &[Record], source: Source) -> Undone {
+    let mut out = undo_resources(host, records, source);
+    if source == Source::PartitionJournal {
+        let lends = crate::balance::lends::undo(host, records);
+        out.problems.extend(lends.problems);
+        out.given_back = lends.given_back;
+    }
+    out
+}
+
+fn undo_resources(host: &Host, records: &[Record], source: Source) -> Undone {
     let mut out = Undone::default();
     let note = |what: String, r: Result<()>, out: &mut Undone| {
         if let Err(e) = r {
@@ -45,15 +60,12 @@ pub fn undo(host: &Host, records: &[Record], source: Source) -> Undone {
             }
         }
     };
-    let mut put_back: Vec<u32> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Unboost { tid } => Some(*tid),
-            _ => None,
-        })
-        .collect();
+    // Newest first: an `Unboost` settles the boosts before it, not a later
+    // boost of the same thread (starved again).
+    let mut put_back: Vec<u32> = Vec::new();
     for r in records.iter().rev() {
         match r {
+            Record::Unboost { tid } => put_back.push(*tid),
             Record::File { path, old, knob } if is_resource_file(source, knob.as_deref()) => {
                 let done = host.write(path, old);
                 note(format!("restore {}", path.display()), done, &mut out)

@@ -259,9 +259,10 @@ fn soak(cycles: u64) {
         .unwrap()
         .lines()
         .count();
-    let journal = rtmgr_linux::daemon::journal::read(&rtmgr_linux::Host::real(), &journal_path)
-        .unwrap()
-        .expect("the daemon keeps its grants journal");
+    let journal =
+        rtmgr_linux::daemon::grants_journal::read(&rtmgr_linux::Host::real(), &journal_path)
+            .unwrap()
+            .expect("the daemon keeps its grants journal");
     let journal_left = journal.all().len();
     eprintln!(
         "soak: {} cycles ({} from {workers} client threads, {} child clients of which {} SIGKILLed); daemon: {} granted, {} refused, {} errors; fds {fds0} -> {fds1}, threads {threads0} -> {threads1}, VmRSS {rss_warm} KiB after warm-up -> {rss_end} KiB; grants left in the journal {journal_left} ({journal_records} records); cgroups leaked {leaked_cgroups:?}; threads left in the RT cpusets {threads_in_cgroups}; stranded threads repaired by the daemon {}; the watchdog acted {} time(s)",

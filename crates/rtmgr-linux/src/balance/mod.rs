@@ -3,12 +3,15 @@
 //! asks the policy for pushes and applies them by moving tasks between the
 //! NRT cpuset and single RT CPUs (cpuset + affinity), under a latency guard
 //! and a watch of the guests' kernel entries that both send guests away at
-//! once. Every change is kept in memory and undone when it stops (also on
-//! error). `run` is the loop, `mover` applies and undoes, `observe` reads /proc.
+//! once. Every change is journalled first in the partition journal
+//! (`lends`), kept in memory and undone when it stops (also on error); what
+//! a `kill -9` left, `partition reset` or the next start gives back. `run` is
+//! the loop, `mover` applies and undoes, `observe` reads /proc.
 
 pub mod entry_watch;
 pub mod events;
 pub mod guard;
+pub mod lends;
 pub mod mover;
 pub mod observe;
 pub mod procfile;

@@ -3,28 +3,26 @@
 //! and — a Linux task — runs there at SCHED_IDLE, the lowest claim on the CPU
 //! (§2.1: it runs only while nothing real-time wants the CPU). RT1+ tasks
 //! started across both sets are adopted: held on the NRT CPUs unless lent.
-//! Every change is remembered and undone (also on drop); the `Evictor` sends
-//! a guest to the NRT CPUs at once from any thread (kernel entry, late sample).
+//! Every change is journalled first (`lends`: undone by `partition reset`
+//! after a `kill -9`), remembered and undone (also on drop); the `Evictor`
+//! sends a guest to the NRT CPUs at once from any thread (kernel entry, late
+//! sample).
 
+use super::lends::{self, ignore_gone, LendJournal};
 use crate::cgroup::{self, Layout};
 use crate::host::{Host, HostError};
+use crate::journal::Lent;
 use crate::partition::Applied;
 use crate::sched::Policy;
-use crate::tasks;
 use rtmgr_core::class::TaskClass;
 use rtmgr_core::CpuSet;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 #[derive(Clone)]
 struct Changed {
-    start_time: u64,
-    affinity: CpuSet,
-    /// The CPUs its cpuset allowed then (`cgroup::mask_to_give_back`).
-    cpuset_cpus: Option<CpuSet>,
-    cgroup: Option<PathBuf>,
-    /// The policy it had, when the guest's was changed (Linux guests).
-    policy: Option<Policy>,
+    /// What it had before (its policy once the guest's was changed: Linux
+    /// guests), as journalled.
+    lent: Lent,
     /// Its RT CPU while a guest; None while held on the NRT CPUs.
     cpu: Option<u32>,
     /// Adopted (an RT1+ task across both sets): between lends it stays on
@@ -59,17 +57,21 @@ pub struct Mover {
     /// What each task lent in this run had before its first lend (kept after
     /// it left): the state its forked children and new threads go back to.
     origins: BTreeMap<u32, Changed>,
+    /// The partition journal: each task's `Lend` before it is changed.
+    journal: LendJournal,
 }
 
 impl Mover {
-    pub fn new(host: &Host, applied: &Applied) -> Self {
-        Mover {
+    /// A mover that journals in `applied`'s partition journal.
+    pub fn new(host: &Host, applied: &Applied) -> Result<Self, HostError> {
+        Ok(Mover {
             host: host.clone(),
             layout: applied.layout.clone(),
             nrt: applied.plan.nrt.clone(),
             changed: BTreeMap::new(),
             origins: BTreeMap::new(),
-        }
+            journal: LendJournal::open(host, &applied.journal)?,
+        })
     }
 
     pub fn evictor(&self) -> Evictor {
@@ -87,22 +89,44 @@ impl Mover {
             .collect()
     }
 
-    fn remember(&mut self, tid: u32, start_time: u64, adopted: bool) -> Result<(), HostError> {
-        if self.changed.contains_key(&tid) {
+    /// Remember and journal what `tid` has before it is changed (its policy
+    /// too when `policy` says it will change); nothing to do when that is
+    /// remembered already.
+    fn remember(
+        &mut self,
+        tid: u32,
+        start_time: u64,
+        adopted: bool,
+        policy: bool,
+    ) -> Result<(), HostError> {
+        if let Some(c) = self.changed.get_mut(&tid) {
+            if policy && c.lent.policy.is_none() {
+                let lent = Lent {
+                    policy: Some(self.host.get_policy(tid)?),
+                    ..c.lent.clone()
+                };
+                self.journal.lend(&lent)?;
+                c.lent = lent;
+            }
             return Ok(());
         }
-        let affinity = self.host.get_affinity(tid)?;
-        let cpuset_cpus = cgroup::task_cpuset_cpus(&self.host, &self.layout, tid);
-        let cgroup =
-            cgroup::task_cgroup(&self.host, &self.layout, tid).map(|rel| self.layout.dir(&rel));
+        let lent = Lent {
+            tid,
+            start_time,
+            affinity: self.host.get_affinity(tid)?,
+            cpuset_cpus: cgroup::task_cpuset_cpus(&self.host, &self.layout, tid),
+            cgroup: cgroup::task_cgroup(&self.host, &self.layout, tid)
+                .map(|rel| self.layout.dir(&rel)),
+            policy: match policy {
+                true => Some(self.host.get_policy(tid)?),
+                false => None,
+            },
+        };
+        self.journal.lend(&lent)?;
         self.changed.insert(
             tid,
             Changed {
-                start_time,
-                affinity,
-                cpuset_cpus,
-                cgroup,
-                policy: None,
+                lent,
                 cpu: None,
                 adopted,
             },
@@ -115,10 +139,11 @@ impl Mover {
     /// given back when the run ends.
     pub fn adopt(&mut self, tid: u32, start_time: u64) -> Result<(), HostError> {
         let new = !self.changed.contains_key(&tid);
-        self.remember(tid, start_time, true)?;
+        self.remember(tid, start_time, true, false)?;
         let r = self.evictor().evict(tid);
         if r.is_err() && new {
-            // Nothing changed: nothing to give back at the end of the run.
+            // Nothing changed: nothing to give back at the end of the run
+            // (its journalled `Lend` is settled then).
             self.changed.remove(&tid);
         }
         r
@@ -126,7 +151,7 @@ impl Mover {
 
     /// Make `tid` a guest on RT CPU `cpu`: into a cpuset that contains the
     /// CPU (v1: the root cpuset), pinned to it, and a Linux task at
-    /// SCHED_IDLE. Recorded before changing.
+    /// SCHED_IDLE. Recorded and journalled before changing.
     pub fn to_rt(
         &mut self,
         tid: u32,
@@ -134,17 +159,14 @@ impl Mover {
         start_time: u64,
         class: TaskClass,
     ) -> Result<(), HostError> {
-        self.remember(tid, start_time, false)?;
+        let linux = class == TaskClass::Linux;
+        self.remember(tid, start_time, false, linux)?;
         let r = (|| {
             if let Layout::V1(mount) = &self.layout {
                 cgroup::attach(&self.host, &self.layout, mount, tid)?;
             }
             self.host.set_affinity(tid, &CpuSet::single(cpu))?;
-            if class == TaskClass::Linux {
-                let c = self.changed.get_mut(&tid).expect("remembered");
-                if c.policy.is_none() {
-                    c.policy = self.host.get_policy(tid).ok();
-                }
+            if linux {
                 self.host.set_policy(tid, Policy::Idle)?;
             }
             Ok(())
@@ -169,8 +191,10 @@ impl Mover {
     /// A task created by the guest `from` (a forked process or a new thread)
     /// that inherited its RT-CPU pinning: made a guest of the same CPU under
     /// the same rules, to be given back what `from` had before its first
-    /// lend. Returns its CPU, or None when it is not pinned to one RT CPU
-    /// (any more) or `from` was never lent.
+    /// lend (journalled as its own lend). Returns its CPU, or None when it is
+    /// not pinned to one RT CPU (any more) or `from` was never lent; an error
+    /// when it could not be journalled (it is given back at the end of the
+    /// run all the same).
     pub fn adopt_child(
         &mut self,
         tid: u32,
@@ -188,15 +212,18 @@ impl Mover {
         let Some(cpu) = aff.first().filter(|&c| aff.len() == 1 && rt.contains(c)) else {
             return Ok(None);
         };
-        self.changed.insert(
-            tid,
-            Changed {
+        let c = Changed {
+            lent: Lent {
+                tid,
                 start_time,
-                cpu: Some(cpu),
-                ..origin.clone()
+                ..origin.lent.clone()
             },
-        );
-        Ok(Some(cpu))
+            cpu: Some(cpu),
+            ..origin.clone()
+        };
+        let journalled = self.journal.lend(&c.lent);
+        self.changed.insert(tid, c);
+        journalled.map(|()| Some(cpu))
     }
 
     /// Back to the NRT CPUs: an adopted task stays held there; any other
@@ -205,14 +232,14 @@ impl Mover {
         match self.changed.get(&tid) {
             None => Ok(()),
             Some(c) if c.adopted => {
-                let policy = c.policy;
+                let policy = c.lent.policy;
                 let r = self.evictor().evict(tid).and(match policy {
                     Some(p) => self.host.set_policy(tid, p),
                     None => Ok(()),
                 });
                 if let Some(c) = self.changed.get_mut(&tid) {
                     c.cpu = None;
-                    c.policy = None;
+                    c.lent.policy = None;
                 }
                 ignore_gone(r)
             }
@@ -220,44 +247,33 @@ impl Mover {
         }
     }
 
-    /// Undo everything done to `tid`.
+    /// Undo everything done to `tid`; a task found gone is settled in the
+    /// journal at once, one given back at the end of the run (`LendJournal`).
     fn give_back(&mut self, tid: u32) -> Result<(), HostError> {
         let Some(c) = self.changed.remove(&tid) else {
             return Ok(());
         };
-        if !tasks::same_task(&self.host, tid, c.start_time) {
-            return Ok(()); // exited: nothing to give back
+        if !lends::give_back(&self.host, &self.layout, &c.lent)? {
+            self.journal.given_back(tid);
         }
-        let policy = match c.policy {
-            Some(p) => self.host.set_policy(tid, p),
-            None => Ok(()),
-        };
-        let mask = cgroup::mask_to_give_back(&self.host, &c.affinity, c.cpuset_cpus.as_ref());
-        let aff = self.host.set_affinity(tid, &mask);
-        let cg = match &c.cgroup {
-            Some(dir) => cgroup::attach(&self.host, &self.layout, dir, tid),
-            None => Ok(()),
-        };
-        ignore_gone(policy.and(aff).and(cg))
+        Ok(())
     }
 
-    /// Undo every change; returns how many and the failures.
+    /// Undo every change and journal the run's tasks given back (a task
+    /// that could not be is left to `partition reset`); returns how many
+    /// and the failures.
     pub fn restore_all(&mut self) -> (usize, Vec<String>) {
         let tids: Vec<u32> = self.changed.keys().copied().collect();
         let mut fails = Vec::new();
+        let mut kept = Vec::new();
         for &tid in &tids {
             if let Err(e) = self.give_back(tid) {
                 fails.push(format!("task {tid}: {e}"));
+                kept.push(tid);
             }
         }
+        self.journal.given_back_all_but(&kept);
         (tids.len(), fails)
-    }
-}
-
-fn ignore_gone(r: Result<(), HostError>) -> Result<(), HostError> {
-    match r {
-        Err(e) if !e.is_gone() => Err(e),
-        _ => Ok(()),
     }
 }
 

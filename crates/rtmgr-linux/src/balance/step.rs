@@ -49,8 +49,14 @@ impl<'a> Run<'a> {
         applied: &Applied,
         cfg: &'a LiveConfig,
     ) -> Result<Run<'a>, BalanceError> {
-        let mover = Mover::new(host, applied);
         let mut report = LiveReport::default();
+        // What a run killed before its end lent goes back before this one lends.
+        for p in super::lends::recover(host, &applied.journal)? {
+            report
+                .notes
+                .push(format!("not given back after an earlier run: {p}"));
+        }
+        let mover = Mover::new(host, applied)?;
         let guard = start_guard(host, applied, cfg, &mover)?;
         let watch = start_watch(cfg, &applied.plan.rt, &mover, &mut report);
         report.entry_watch = watch.is_some();

@@ -14,11 +14,12 @@
 //! SCHED_FIFO 1 (`pending.rs`), with no sleep on the daemon's loop.
 
 use super::domains::{self, Domains};
-use super::journal::Grant;
-use crate::host::Host;
+use super::grants_journal::Grant;
+use crate::host::{Host, HostError};
 use crate::tasks;
 use rtmgr_sys::time::mono_ns;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 /// Is a thread of this deadline grant asleep (a revocation now may leak
 /// its bandwidth)?
@@ -38,6 +39,9 @@ pub struct LeakWatch {
     quiet_from: BTreeMap<u32, u64>,
     /// CPUs where a thread left SCHED_DEADLINE asleep.
     marked: BTreeSet<u32>,
+    /// CPUs whose rebuild the grant worker does now (a thread leaving
+    /// asleep meanwhile marks its CPU again, for a rebuild after this one).
+    rebuilding: BTreeSet<u32>,
     /// Rebuilds done (the daemon's stats).
     pub rebuilds: u64,
 }
@@ -63,7 +67,7 @@ impl LeakWatch {
     /// SCHED_DEADLINE there (before their 0-lag time, or leaked until the
     /// rebuild)? A grant it refuses (EBUSY) waits for it (`pending.rs`).
     pub fn returning(&self, cpu: u32, now: u64) -> bool {
-        self.marked.contains(&cpu) || self.quiet_from(cpu) > now
+        self.marked.contains(&cpu) || self.rebuilding.contains(&cpu) || self.quiet_from(cpu) > now
     }
 
     /// Is any CPU waiting for its rebuild?
@@ -82,19 +86,38 @@ impl LeakWatch {
 
     /// Rebuild `cpu`'s root domain now (the caller made sure it is quiet).
     pub fn rebuild(&mut self, host: &Host, domains: &Domains, cpu: u32) {
-        self.marked.remove(&cpu);
-        let Some(dir) = domains.dir(cpu) else { return };
+        let Some(dir) = self.start_rebuild(domains, cpu) else {
+            return;
+        };
         let t0 = mono_ns();
-        match domains::rebuild(host, dir) {
+        let done = domains::rebuild(host, &dir);
+        self.rebuilt(cpu, done, mono_ns() - t0);
+    }
+
+    /// A rebuild of `cpu` begins (here or on the grant worker): the cpuset
+    /// directory to rebuild, None when the CPU has none (nothing to do).
+    pub fn start_rebuild(&mut self, domains: &Domains, cpu: u32) -> Option<PathBuf> {
+        self.marked.remove(&cpu);
+        let dir = domains.dir(cpu)?.clone();
+        self.rebuilding.insert(cpu);
+        Some(dir)
+    }
+
+    /// A rebuild of `cpu` ended after `took_ns`.
+    pub fn rebuilt(&mut self, cpu: u32, done: Result<(), HostError>, took_ns: u64) {
+        self.rebuilding.remove(&cpu);
+        match done {
             Ok(()) => {
                 self.rebuilds += 1;
-                tracing::debug!(
-                    "CPU {cpu}: root domain rebuilt in {} µs",
-                    (mono_ns() - t0) / 1000
-                );
+                tracing::debug!("CPU {cpu}: root domain rebuilt in {} µs", took_ns / 1000);
             }
             Err(e) => tracing::warn!("CPU {cpu}: rebuilding its root domain: {e}"),
         }
+    }
+
+    /// Is a rebuild of `cpu` under way?
+    pub fn is_rebuilding(&self, cpu: u32) -> bool {
+        self.rebuilding.contains(&cpu)
     }
 
     /// Rebuild every marked CPU that is quiet.

@@ -8,8 +8,10 @@
 //! crash, `reset_machine`), `domains.rs` (one root domain per RT CPU),
 //! `dl_leak.rs` (deadline bandwidth the kernel leaks, given back),
 //! `manager/` (requests → grants: the API every front end calls; giving
-//! back in `revoke.rs`, list and status in `queries.rs`),
-//! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `journal.rs` (grants
+//! back in `revoke.rs`, list and status in `queries.rs`, a grant in three
+//! parts in `granting.rs`), `grant_worker.rs` (a grant's kernel steps off
+//! the request loop),
+//! `grant/` (what a grant changes, as a pipeline of steps, and its undo), `grants_journal.rs` (grants
 //! journalled before they take effect), `release.rs` (a deadline grant's
 //! placement given back a period after its policy), `peer.rs` (who the client is),
 //! `server.rs` (the Unix socket), `reconcile.rs` (drift), `notify.rs`
@@ -24,7 +26,8 @@ pub mod config;
 mod dl_leak;
 mod domains;
 pub mod grant;
-pub mod journal;
+mod grant_worker;
+pub mod grants_journal;
 pub mod live;
 mod loop_priority;
 pub mod manager;
@@ -160,7 +163,7 @@ pub fn serve(
         return Err(e.into());
     }
     if report.problems.is_empty() {
-        journal::remove(host, &cfg.grants_journal())?;
+        grants_journal::remove(host, &cfg.grants_journal())?;
         let _ = std::fs::remove_dir(host.path(&cfg.serve.state_dir));
     } else {
         return Err(ServeError::Incomplete(report.problems.join("; ")));
@@ -173,8 +176,8 @@ fn run(
     host: &Host,
     cfg: &ServeConfig,
     applied: &partition::Applied,
-    header: Vec<journal::Record>,
-    old: Vec<journal::Grant>,
+    header: Vec<grants_journal::Record>,
+    old: Vec<grants_journal::Grant>,
     stop: &Arc<AtomicBool>,
     report: &mut ServeReport,
     resources: &crate::resources::Prepared,
@@ -223,6 +226,7 @@ fn run(
     }
     let raised = loop_priority::raise(host, cfg.serve.loop_priority, &applied.plan.nrt);
     tracing::info!("{raised}");
+    m.start_grant_worker(cfg.serve.loop_priority, &applied.plan.nrt);
     let served = server::run_with(
         &mut m,
         &listener,
@@ -233,6 +237,7 @@ fn run(
         &mut fronts,
     );
     notify::stopping();
+    m.stop_grant_worker();
     loop_priority::lower(host);
     #[cfg(feature = "rtkit")]
     if let Some(f) = rtkit {
@@ -274,8 +279,8 @@ fn start_manager(
     host: &Host,
     cfg: &ServeConfig,
     applied: &partition::Applied,
-    header: Vec<journal::Record>,
-    old: Vec<journal::Grant>,
+    header: Vec<grants_journal::Record>,
+    old: Vec<grants_journal::Grant>,
     report: &mut ServeReport,
     resources: &crate::resources::Prepared,
 ) -> Result<Manager, ServeError> {
@@ -283,7 +288,7 @@ fn start_manager(
     let domains = domains::ensure(host, applied)?;
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
-    let journal = journal::GrantJournal::open(host, &cfg.grants_journal())?;
+    let journal = grants_journal::GrantJournal::open(host, &cfg.grants_journal())?;
     let admission = AdmissionConfig {
         cap: cfg.admission.cap,
         dl_share: rt_share(host),

@@ -5,7 +5,7 @@
 //! in a sweep.
 
 use super::*;
-use crate::daemon::{domains, journal, startup, ServeConfig};
+use crate::daemon::{domains, grants_journal as journal, startup, ServeConfig};
 use crate::fake::FakeMachine;
 use crate::{irq, snapshot, Host};
 use rtmgr_core::admission::AdmissionConfig;

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::daemon::peer::Client;
-use crate::daemon::{domains, journal, startup, ServeConfig};
+use crate::daemon::{domains, grants_journal as journal, startup, ServeConfig};
 use crate::fake::FakeMachine;
 use rtmgr_core::admission::policy::Peer;
 use rtmgr_core::admission::AdmissionConfig;
@@ -20,8 +20,13 @@ pub(crate) const PID: u32 = 500;
 const OWN_IO: u16 = (2 << 13) | 6;
 
 pub(crate) fn manager(m: &FakeMachine) -> Manager {
+    manager_with(m, "rt_cpus = \"1\"")
+}
+
+/// A Manager of the fake machine with this daemon config.
+pub(crate) fn manager_with(m: &FakeMachine, toml: &str) -> Manager {
     let host = m.host();
-    let cfg = ServeConfig::from_toml("rt_cpus = \"1\"").unwrap();
+    let cfg = ServeConfig::from_toml(toml).unwrap();
     let online = crate::cpus::online(&host).unwrap();
     let plan = validate(&cfg.partition, None, &online).unwrap();
     let (applied, header) = startup::apply_fresh(&host, &cfg, &plan).unwrap();

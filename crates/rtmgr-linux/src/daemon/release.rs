@@ -10,7 +10,7 @@
 //! wait into the new grant.
 
 use super::grant;
-use super::journal::{Grant, ThreadBefore};
+use super::grants_journal::{Grant, ThreadBefore};
 use super::manager::{Deferred, Manager};
 use crate::resources::grant::IoprioChange;
 use rtmgr_sys::time::mono_ns;
@@ -43,10 +43,13 @@ impl Manager {
         self.deferred.push(Deferred { due_ns, grant });
     }
 
-    /// Does the process hold a grant, or one being revoked?
+    /// Does the process hold a grant, one being applied, or one waiting out
+    /// its period? (Not one whose placement the worker gives back now: that
+    /// one's undo was told already whether it restores the limits.)
     pub(super) fn pid_busy(&self, pid: u32) -> bool {
         self.grants.values().any(|g| g.pid == pid)
             || self.deferred.iter().any(|d| d.grant.pid == pid)
+            || self.in_flight_grants().any(|g| g.pid == pid)
     }
 
     /// A new grant for a thread still leaving an earlier one: it takes over
@@ -86,18 +89,12 @@ impl Manager {
         for d in due {
             let g = d.grant;
             let last_of_pid = !self.pid_busy(g.pid);
-            let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
-            let undone = grant::revoke_placement(&cx, &g);
-            if last_of_pid {
-                self.watched.remove(&g.pid);
-            }
-            problems.extend(undone.iter().cloned());
-            self.revoked(g, &undone);
+            problems.extend(self.undo_placement(g, last_of_pid, Vec::new(), None));
         }
         if any {
             self.compact();
         }
-        self.dl_leak.rebuild_due(&self.host, &self.domains);
+        self.rebuild_due();
         problems
     }
 

@@ -3,11 +3,14 @@
 //! of clients holding grants (readable = the client exited: its grants go).
 //! Newline-delimited JSON, one response per request; a line longer than the
 //! protocol's maximum, bytes that are not a request, a peer that vanishes —
-//! each gets an error or is dropped, and the daemon goes on.
+//! each gets an error or is dropped, and the daemon goes on. A grant's
+//! kernel steps run on the grant worker: its connection waits for the
+//! answer, every other one is served meanwhile, and the next `reserve`
+//! waits its turn (the oldest first).
 
-use super::manager::Manager;
+use super::manager::{Answer, Manager};
 use super::peer::{self, Client};
-use rtmgr_core::protocol::{parse_request, ErrorCode, Response, MAX_MESSAGE};
+use rtmgr_core::protocol::{parse_request, ErrorCode, Op, Response, MAX_MESSAGE};
 use rtmgr_sys::pidfd::{peer_cred, peer_pidfd, poll_readable};
 use rtmgr_sys::time::mono_ns;
 use std::io::{Read, Write};
@@ -20,11 +23,31 @@ use std::time::Duration;
 const IDLE_NS: u64 = 30_000_000_000;
 
 struct Conn {
+    token: u64,
     stream: UnixStream,
     client: Client,
     buf: Vec<u8>,
     last_ns: u64,
     closed: bool,
+    /// The peer will send no more (its lines are still answered).
+    eof: bool,
+    /// A grant of this connection's is on the worker: its version, and
+    /// when the request was read.
+    awaiting: Option<(u32, u64)>,
+    /// Since when a `reserve` of this connection waits for the grant in flight.
+    queued_ns: Option<u64>,
+}
+
+impl Conn {
+    /// Polled for reading: an ended stream is always readable.
+    fn polled(&self) -> bool {
+        !self.eof && !self.closed
+    }
+
+    /// Nothing left to answer.
+    fn idle(&self) -> bool {
+        self.awaiting.is_none() && self.queued_ns.is_none()
+    }
 }
 
 /// Another front end served from this loop (the D-Bus one): its fd is
@@ -58,16 +81,19 @@ pub fn run_with(
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut conns: Vec<Conn> = Vec::new();
+    let mut next_token = 1;
     let mut next_tick = mono_ns() + tick_ms * 1_000_000;
     while !stop.load(Ordering::Relaxed) {
+        let polled: Vec<usize> = (0..conns.len()).filter(|&i| conns[i].polled()).collect();
         let (ready, exited, woken) = {
             let pidfds = m.pidfds();
-            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + conns.len() + pidfds.len());
+            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2 + polled.len() + pidfds.len());
             fds.push(listener.as_fd());
-            fds.extend(conns.iter().map(|c| c.stream.as_fd()));
+            fds.extend(polled.iter().map(|&i| conns[i].stream.as_fd()));
             fds.extend(pidfds.iter().map(|(_, fd)| *fd));
             let first_front = fds.len();
             fds.extend(fronts.iter().map(|f| f.fd()));
+            fds.extend(m.worker_fd()); // last: readable = a grant is done
             let wait = wait_ms(next_tick, mono_ns());
             // Every few ms while a thread waits for SCHED_DEADLINE
             // (`pending.rs`), 100 ms while grants are watched, else at the tick.
@@ -75,12 +101,12 @@ pub fn run_with(
             let ready = poll_readable(&fds, wait.min(most) as i32)?;
             let exited: Vec<u32> = pidfds
                 .iter()
-                .zip(&ready[1 + conns.len()..])
+                .zip(&ready[1 + polled.len()..])
                 .filter(|(_, r)| **r)
                 .map(|((pid, _), _)| *pid)
                 .collect();
-            let woken = ready[first_front..].to_vec();
-            (ready[..1 + conns.len()].to_vec(), exited, woken)
+            let woken = ready[first_front..first_front + fronts.len()].to_vec();
+            (ready[..1 + polled.len()].to_vec(), exited, woken)
         };
         for pid in exited {
             m.client_exited(pid);
@@ -90,24 +116,32 @@ pub fn run_with(
                 f.serve(m);
             }
         }
+        // The worker's fd woke the poll when a grant is done.
+        deliver(m, &mut conns);
         m.finish_deferred();
         m.repair_stranded(mono_ns());
         m.finish_pending(mono_ns());
-        for (c, r) in conns.iter_mut().zip(&ready[1..]) {
+        for (&i, r) in polled.iter().zip(&ready[1..]) {
             if *r {
-                serve_conn(m, c);
+                serve_conn(m, &mut conns[i]);
             }
         }
+        serve_queued(m, &mut conns);
+        // Answers ready at once (a job done here: the worker is gone).
+        deliver(m, &mut conns);
         if ready[0] {
-            accept(m, listener, &mut conns, max_connections);
+            accept(m, listener, &mut conns, max_connections, &mut next_token);
         }
         let now = mono_ns();
-        conns.retain(|c| !c.closed && now.saturating_sub(c.last_ns) < IDLE_NS);
+        conns.retain(|c| !c.closed && (!c.idle() || now.saturating_sub(c.last_ns) < IDLE_NS));
         if now >= next_tick {
             tick(m);
             next_tick = now + tick_ms * 1_000_000;
         }
     }
+    // The grant in flight is answered before the daemon stops.
+    m.await_in_flight();
+    deliver(m, &mut conns);
     Ok(())
 }
 
@@ -117,7 +151,48 @@ fn wait_ms(next_tick: u64, now: u64) -> u64 {
     next_tick.saturating_sub(now).div_ceil(1_000_000)
 }
 
-fn accept(m: &mut Manager, listener: &UnixListener, conns: &mut Vec<Conn>, max: usize) {
+/// Answer the grants the worker finished, each on its connection (gone:
+/// the grant stays the client's process's, like any grant of a client
+/// that hung up); their queued lines go on.
+fn deliver(m: &mut Manager, conns: &mut [Conn]) {
+    for (token, resp) in m.take_answers() {
+        let Some(c) = conns.iter_mut().find(|c| c.token == token) else {
+            continue;
+        };
+        let Some((v, t0)) = c.awaiting.take() else {
+            continue;
+        };
+        log_answer(c, t0);
+        if write_line(&c.stream, &resp.in_version(v)).is_err() {
+            c.closed = true;
+        }
+        answer_lines(m, c);
+    }
+}
+
+/// Connections whose `reserve` waited for the grant in flight, the oldest
+/// first, while no grant is in flight.
+fn serve_queued(m: &mut Manager, conns: &mut [Conn]) {
+    while !m.worker_busy() {
+        let Some(c) = conns
+            .iter_mut()
+            .filter(|c| c.queued_ns.is_some() && !c.closed)
+            .min_by_key(|c| c.queued_ns)
+        else {
+            return;
+        };
+        c.queued_ns = None;
+        answer_lines(m, c);
+    }
+}
+
+fn accept(
+    m: &mut Manager,
+    listener: &UnixListener,
+    conns: &mut Vec<Conn>,
+    max: usize,
+    next_token: &mut u64,
+) {
     for _ in 0..64 {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
@@ -139,12 +214,17 @@ fn accept(m: &mut Manager, listener: &UnixListener, conns: &mut Vec<Conn>, max: 
             continue;
         };
         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        *next_token += 1;
         conns.push(Conn {
+            token: *next_token,
             stream,
             client,
             buf: Vec::new(),
             last_ns: mono_ns(),
             closed: false,
+            eof: false,
+            awaiting: None,
+            queued_ns: None,
         });
     }
 }
@@ -162,12 +242,32 @@ fn serve_conn(m: &mut Manager, c: &mut Conn) {
     };
     c.last_ns = mono_ns();
     c.buf.extend_from_slice(&chunk[..n]);
-    while let Some(i) = c.buf.iter().position(|&b| b == b'\n') {
-        let line: Vec<u8> = c.buf.drain(..=i).collect();
-        answer(m, c, &line[..line.len() - 1]);
-        if c.closed {
+    c.eof = n == 0;
+    if c.idle() {
+        answer_lines(m, c);
+    } else if c.buf.len() > 2 * MAX_MESSAGE {
+        // Pipelined beyond reason while its grant is applied.
+        c.closed = true;
+    }
+}
+
+/// Answer the complete lines in order, until one waits: for its grant's
+/// kernel steps (`awaiting`) or for the grant in flight (`queued_ns`). At
+/// the end of the stream an unterminated last line is answered as it is.
+fn answer_lines(m: &mut Manager, c: &mut Conn) {
+    while c.awaiting.is_none() && !c.closed {
+        let Some(i) = c.buf.iter().position(|&b| b == b'\n') else {
+            break;
+        };
+        if waits_its_turn(m, &c.buf[..i]) {
+            c.queued_ns.get_or_insert_with(mono_ns);
             return;
         }
+        let line: Vec<u8> = c.buf.drain(..=i).collect();
+        answer(m, c, &line[..line.len() - 1]);
+    }
+    if c.awaiting.is_some() || c.closed {
+        return;
     }
     if c.buf.len() > MAX_MESSAGE {
         let resp = Response::error(
@@ -179,14 +279,24 @@ fn serve_conn(m: &mut Manager, c: &mut Conn) {
         c.closed = true;
         return;
     }
-    if n == 0 {
-        // End of stream: an unterminated last line is answered as it is.
+    if c.eof {
         if !c.buf.is_empty() {
+            if waits_its_turn(m, &c.buf) {
+                c.queued_ns.get_or_insert_with(mono_ns);
+                return;
+            }
             let line = std::mem::take(&mut c.buf);
             answer(m, c, &line);
         }
-        c.closed = true;
+        c.closed = c.awaiting.is_none();
     }
+}
+
+/// A `reserve` while another grant is in flight waits for it.
+fn waits_its_turn(m: &Manager, line: &[u8]) -> bool {
+    m.worker_busy()
+        && parse_request(line.strip_suffix(b"\r").unwrap_or(line))
+            .is_ok_and(|r| matches!(r.op, Op::Reserve(_)))
 }
 
 fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
@@ -195,7 +305,13 @@ fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
     let resp = match parse_request(line) {
         Ok(req) => {
             let v = req.v;
-            m.handle(&c.client, req).in_version(v)
+            match m.handle_or_start(&c.client, req, Some(c.token)) {
+                Answer::Now(resp) => resp.in_version(v),
+                Answer::Later => {
+                    c.awaiting = Some((v, t0));
+                    return;
+                }
+            }
         }
         Err(e) => {
             let r = Response::error(e.code, e.message);
@@ -203,14 +319,18 @@ fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
             r
         }
     };
+    log_answer(c, t0);
+    if write_line(&c.stream, &resp).is_err() {
+        c.closed = true;
+    }
+}
+
+fn log_answer(c: &Conn, t0: u64) {
     tracing::debug!(
         "pid {}: answered in {} µs",
         c.client.cred.pid,
         (mono_ns() - t0) / 1000
     );
-    if write_line(&c.stream, &resp).is_err() {
-        c.closed = true;
-    }
 }
 
 fn write_line(mut s: &UnixStream, r: &Response) -> std::io::Result<()> {
@@ -218,18 +338,5 @@ fn write_line(mut s: &UnixStream, r: &Response) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::wait_ms;
-
-    /// Up to the tick the poll waits at least 1 ms (no 0 ms poll before
-    /// the tick is due); at or past it, 0 (the tick runs now).
-    #[test]
-    fn the_wait_for_the_tick_is_rounded_up() {
-        let t = 5_000_000_000;
-        assert_eq!(wait_ms(t, t - 400_000), 1);
-        assert_eq!(wait_ms(t, t - 1_000_000), 1);
-        assert_eq!(wait_ms(t, t - 1_000_001), 2);
-        assert_eq!(wait_ms(t, t - 999_999_999), 1000);
-        assert_eq!((wait_ms(t, t), wait_ms(t, t + 5)), (0, 0));
-    }
-}
+#[path = "server_tests.rs"]
+mod tests;

@@ -6,7 +6,7 @@
 
 use super::config::ServeConfig;
 use super::grant;
-use super::journal::{self, Grant, JournalState, Record, GRANTS_VERSION};
+use super::grants_journal::{self as journal, Grant, JournalState, Record, GRANTS_VERSION};
 use super::ServeError;
 use crate::cgroup::Layout;
 use crate::partition::{self, Applied, ApplyOptions};

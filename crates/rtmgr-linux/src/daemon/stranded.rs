@@ -6,7 +6,7 @@
 //! (budget-based RTAI §3.3: a hard reservation's thread gets its budget
 //! every period; docs/serve.md "Stranded threads").
 
-use super::journal::Grant;
+use super::grants_journal::Grant;
 use crate::host::Host;
 use crate::tasks;
 use std::collections::BTreeMap;

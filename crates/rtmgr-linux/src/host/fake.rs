@@ -237,6 +237,7 @@ impl Kernel for FakeKernel {
 
     /// Per-CPU kernel threads carry a marker in their fake `status`: EINVAL.
     fn set_affinity(&self, host: &Host, tid: u32, cpus: &CpuSet) -> Result<()> {
+        hold_while_marked(host);
         let path = status_path(tid);
         let status = host.read(&path)?;
         if status.contains("rtmgr_fake_no_setaffinity") {
@@ -255,13 +256,18 @@ impl Kernel for FakeKernel {
         put(host, Path::new(&path), &out)
     }
 
-    fn get_policy(&self, _tid: u32) -> Result<Policy> {
-        Ok(Policy::Other { nice: 0 })
+    /// Kept beside the task (`.rtmgr_policy`, JSON); a task without one is
+    /// SCHED_OTHER at nice 0.
+    fn get_policy(&self, host: &Host, tid: u32) -> Result<Policy> {
+        Ok(read_plain(host, &format!("/proc/{tid}/.rtmgr_policy"))
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Policy::Other { nice: 0 }))
     }
 
-    /// No scheduler here: accepted, nothing changes.
-    fn set_policy(&self, _tid: u32, _policy: Policy) -> Result<()> {
-        Ok(())
+    /// Accepted; a task of the tree keeps it (`get_policy` shows it).
+    fn set_policy(&self, host: &Host, tid: u32, policy: Policy) -> Result<()> {
+        let text = serde_json::to_string(&policy).expect("a policy serializes");
+        write_beside(host, tid, ".rtmgr_policy", &text)
     }
 
     /// Kept beside the task (`.rtmgr_attr`: policy flags nice priority
@@ -437,6 +443,17 @@ fn subtree_control(host: &Host, abs: &Path, value: &str) -> Result<()> {
 
 /// Move one thread (v1) or one process (v2) into `dir`: its `/proc/*/cgroup`
 /// line changes, and on v1 its affinity becomes the cpuset's CPUs.
+/// A test holds a step here while this file is in the fake root (at most
+/// 10 s): a grant's kernel steps in flight on the grant worker.
+pub const HOLD_AFFINITY: &str = "/rtmgr_fake_hold_affinity";
+
+fn hold_while_marked(host: &Host) {
+    let t0 = std::time::Instant::now();
+    while host.exists(HOLD_AFFINITY) && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn attach(host: &Host, layout: &Layout, dir: &Path, id: u32) -> Result<()> {
     let rel = rel_path(layout, dir);
     let tids = match layout {

@@ -7,6 +7,8 @@
 #[cfg(any(test, feature = "fake"))]
 mod fake;
 mod real;
+#[cfg(test)]
+pub(crate) use fake::HOLD_AFFINITY;
 
 use rtmgr_core::CpuSet;
 pub use rtmgr_sys::process::{Limit, LimitKind};
@@ -96,8 +98,8 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn rmdir(&self, host: &Host, abs: &Path) -> Result<()>;
     fn get_affinity(&self, host: &Host, tid: u32) -> Result<CpuSet>;
     fn set_affinity(&self, host: &Host, tid: u32, cpus: &CpuSet) -> Result<()>;
-    fn get_policy(&self, tid: u32) -> Result<crate::sched::Policy>;
-    fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()>;
+    fn get_policy(&self, host: &Host, tid: u32) -> Result<crate::sched::Policy>;
+    fn set_policy(&self, host: &Host, tid: u32, policy: crate::sched::Policy) -> Result<()>;
     /// A thread's full scheduling attributes (sched_getattr / sched_setattr).
     fn get_attr(&self, host: &Host, tid: u32) -> Result<rtmgr_sys::sched::SchedAttr>;
     fn set_attr(&self, host: &Host, tid: u32, attr: &rtmgr_sys::sched::SchedAttr) -> Result<()>;
@@ -298,12 +300,12 @@ impl Host {
 
     /// A thread's scheduling policy (a fake tree's threads are all SCHED_OTHER).
     pub fn get_policy(&self, tid: u32) -> Result<crate::sched::Policy> {
-        self.kernel.get_policy(tid)
+        self.kernel.get_policy(self, tid)
     }
 
     /// Set a thread's scheduling policy (a fake tree has no scheduler: accepted, nothing changes).
     pub fn set_policy(&self, tid: u32, policy: crate::sched::Policy) -> Result<()> {
-        self.kernel.set_policy(tid, policy)
+        self.kernel.set_policy(self, tid, policy)
     }
 
     /// A debugfs file (e.g. "sched/preempt"), read in a private mount

@@ -45,11 +45,11 @@ impl Kernel for RealKernel {
         sched::set_affinity(tid, cpus).map_err(|e| task_err("sched_setaffinity", tid, e))
     }
 
-    fn get_policy(&self, tid: u32) -> Result<sched::Policy> {
+    fn get_policy(&self, _host: &Host, tid: u32) -> Result<sched::Policy> {
         sched::get_policy(tid).map_err(|e| task_err("sched_getattr", tid, e))
     }
 
-    fn set_policy(&self, tid: u32, policy: sched::Policy) -> Result<()> {
+    fn set_policy(&self, _host: &Host, tid: u32, policy: sched::Policy) -> Result<()> {
         sched::set_policy(tid, policy).map_err(|e| task_err("sched_setattr", tid, e))
     }
 

@@ -137,17 +137,21 @@ pub fn repair(
 
 /// Undo the resource knobs' records of a partition journal (a predecessor's
 /// leftovers at start, or an apply that failed half-way); the partition
-/// itself stays. Boosts put back get their `Unboost` so reset does not put
-/// them back twice. Returns what could not be restored.
+/// itself stays. Boosts put back get their `Unboost`, and tasks a dead
+/// balancer lent their `GivenBack`, so reset does not put them back twice.
+/// Returns what could not be restored.
 pub fn undo(host: &Host, partition_journal: &Path) -> Result<Vec<String>> {
     let Some(records) = journal::read(host, partition_journal)? else {
         return Ok(Vec::new());
     };
     let undone = resource_records::undo(host, &records, Source::PartitionJournal);
-    if !undone.unboosted.is_empty() {
+    if !undone.unboosted.is_empty() || !undone.given_back.is_empty() {
         let mut j = Journal::append_to(host, partition_journal)?;
         for tid in undone.unboosted {
             j.record(&Record::Unboost { tid })?;
+        }
+        for tid in undone.given_back {
+            j.record(&Record::GivenBack { tid })?;
         }
     }
     Ok(undone.problems)

@@ -417,3 +417,38 @@ fn a_boost_left_in_the_partition_journal_is_put_back_once() {
         .unboosted
         .is_empty());
 }
+
+/// A thread boosted, put back, and boosted again (starved again) before a
+/// `kill -9`: its last boost is put back, to what it had before that one.
+#[test]
+fn a_boost_after_an_unboost_of_the_same_thread_is_put_back() {
+    use crate::journal::Record;
+    let m = machine();
+    let host = m.host();
+    let jp = partition_journal(&host);
+    let mut j = crate::journal::Journal::append_to(&host, jp).unwrap();
+    let old = |nice| rtmgr_sys::sched::SchedAttr {
+        nice,
+        ..Default::default()
+    };
+    for r in [
+        Record::Boost {
+            tid: 100,
+            start_time: 1100,
+            old: old(1),
+        },
+        Record::Unboost { tid: 100 },
+        Record::Boost {
+            tid: 100,
+            start_time: 1100,
+            old: old(2),
+        },
+    ] {
+        j.record(&r).unwrap();
+    }
+    let records = crate::journal::read(&host, jp).unwrap().unwrap();
+    let src = crate::resource_records::Source::PartitionJournal;
+    let undone = crate::resource_records::undo(&host, &records, src);
+    assert_eq!(undone.unboosted, [100]);
+    assert_eq!(host.get_attr(100).unwrap(), old(2));
+}

@@ -18,6 +18,8 @@ from N client processes at once (`running`: each spins for the grant's
 answer, and waits asleep for the release's, since a thread spinning at
 SCHED_FIFO would run into RLIMIT_RTTIME); `floor` times the kernel steps a
 grant makes, on a throwaway sleeping thread (bench/grant-latency.sh runs both).
+During a `bench` cell a bystander client asks `list` every 5 ms and times
+its answers: how long other clients wait while grants are made.
 """
 
 import argparse
@@ -266,6 +268,30 @@ def check_concurrent_soft(path):
     expect(not errors, "; ".join(errors[:3]))
 
 
+def check_pipelined(path):
+    """Requests sent in one write are answered in order, one answer each:
+    a grant (its kernel steps on the daemon's worker), the same thread
+    again (refused: it holds the grant), a list that shows the grant."""
+
+    def body():
+        c = Client(path)
+        tid = threading.get_native_id()
+        req = {"v": V, "op": "reserve", "period_ns": 10 * MS, "budget_ns": MS,
+               "class": "rt1:20", "threads": [tid]}
+        line = json.dumps(req) + "\n"
+        c.send_raw(line + line + json.dumps({"v": V, "op": "list"}) + "\n")
+        granted, again, listed = c.recv_line(), c.recv_line(), c.recv_line()
+        expect(granted.get("result") == "granted", granted)
+        rid = granted["reservation"]["id"]
+        expect(again.get("result") == "refused" and "already holds" in again.get("message", ""), again)
+        expect(listed.get("result") == "list", listed)
+        expect(rid in [r["id"] for r in listed["reservations"]], listed)
+        r = c.release(rid)
+        expect(r.get("result") == "released", r)
+
+    in_thread(body)
+
+
 CHECKS = [
     ("status", check_status),
     ("malformed_line", check_malformed),
@@ -279,6 +305,7 @@ CHECKS = [
     ("release_unknown", check_release_unknown),
     ("soft_sleeping", check_soft_sleeping),
     ("concurrent_soft", check_concurrent_soft),
+    ("pipelined", check_pipelined),
     ("hard_sleeping", check_hard_sleeping),
 ]
 
@@ -332,8 +359,29 @@ def bench_client(path, cls, spin, n, period_ns, budget_ns, start_at, w):
     os.write(w, (json.dumps(out) + "\n").encode())
 
 
+def bystander(path, start_at, stop_r, w):
+    """Another client during a cell: a `list` every 5 ms, asleep in recv,
+    timed (is anyone's answer held up by the grants of others?)."""
+    import select
+    out = {"list_ns": [], "failures": []}
+    try:
+        c = Client(path)
+        while time.monotonic() < start_at:
+            time.sleep(0.001)
+        while not select.select([stop_r], [], [], 0.005)[0]:
+            t0 = time.monotonic_ns()
+            r = c.list()
+            if r.get("result") == "list":
+                out["list_ns"].append(c.read_ns - t0)
+            else:
+                out["failures"].append("list: %s" % r)
+    except Exception as e:
+        out["failures"].append("bystander: %r" % e)
+    os.write(w, (json.dumps(out) + "\n").encode())
+
+
 def bench(args):
-    """N client processes (no shared GIL), started together."""
+    """N client processes (no shared GIL), started together, and a bystander."""
     per = max(1, -(-args.requests // args.clients))
     cls = "rt0" if args.cls == "rt0" else "rt1:20"
     spin = args.state == "running"
@@ -349,10 +397,28 @@ def bench(args):
             finally:
                 os._exit(0)
         kids.append(pid)
+    stop_r, stop_w = os.pipe()
+    br, bw = os.pipe()
+    side = os.fork()
+    if side == 0:
+        os.close(r)
+        os.close(w)
+        os.close(stop_w)
+        os.close(br)
+        try:
+            bystander(args.socket, start_at, stop_r, bw)
+        finally:
+            os._exit(0)
+    os.close(stop_r)
+    os.close(bw)
     os.close(w)
     data = b""
     with os.fdopen(r, "rb") as f:
         data = f.read()
+    os.close(stop_w)  # the clients are done: the bystander stops
+    with os.fdopen(br, "rb") as f:
+        side_data = f.read()
+    os.waitpid(side, 0)
     cell = {"clients": args.clients, "class": args.cls, "state": args.state, "requests": per * args.clients,
             "period_ns": args.period_ns, "budget_ns": args.budget_ns,
             "reserve_ns": [], "release_ns": [], "failures": []}
@@ -364,8 +430,14 @@ def bench(args):
         one = json.loads(line)
         for k in ("reserve_ns", "release_ns", "failures"):
             cell[k] += one[k]
+    cell["bystander_list_ns"] = []
+    for line in side_data.decode().splitlines():
+        one = json.loads(line)
+        cell["bystander_list_ns"] += one["list_ns"]
+        cell["failures"] += one["failures"]
     cell["reserve"] = summary(cell["reserve_ns"])
     cell["release"] = summary(cell["release_ns"])
+    cell["bystander_list"] = summary(cell["bystander_list_ns"])
     emit(cell, args.out)
     return 0
 

@@ -308,3 +308,41 @@ pub fn command_as(uid: Option<u32>, program: &str) -> Command {
         }
     }
 }
+
+/// The busy `sh` under a `timeout 20` (bounded whatever happens). The caller
+/// kills and waits for the returned child.
+#[allow(clippy::zombie_processes)]
+pub fn busy() -> (Child, u32) {
+    let mut child = Command::new("timeout")
+        .args(["20", "sh", "-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = Instant::now();
+    loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            return (child, k.parse().unwrap());
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("busy child did not start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// End the busy tasks (their `timeout` and the `sh` under it).
+pub fn end_busy(children: Vec<Child>, tids: &[u32]) {
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for t in tids {
+        let _ = Command::new("kill")
+            .args(["-KILL", &t.to_string()])
+            .status();
+    }
+}

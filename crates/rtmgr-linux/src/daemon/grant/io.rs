@@ -7,7 +7,7 @@
 //! priority into the record: their snapshots (the default) read nothing.
 
 use super::{live, note, Cx, GrantStep};
-use crate::daemon::journal::Grant;
+use crate::daemon::grants_journal::Grant;
 use crate::host::HostError;
 use crate::tasks;
 

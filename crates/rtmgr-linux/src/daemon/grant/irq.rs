@@ -3,7 +3,7 @@
 //! an RT task's interrupt on its own CPU).
 
 use super::{note, Cx, Draft, GrantStep};
-use crate::daemon::journal::Grant;
+use crate::daemon::grants_journal::Grant;
 use crate::host::HostError;
 use rtmgr_core::CpuSet;
 

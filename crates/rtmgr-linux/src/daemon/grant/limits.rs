@@ -11,7 +11,7 @@
 //! same record, the last one to go restores them (`Cx::process_limits`).
 
 use super::{note, Allowance, Cx, Draft, GrantStep};
-use crate::daemon::journal::{Grant, LimitChange};
+use crate::daemon::grants_journal::{Grant, LimitChange};
 use crate::host::{Host, HostError, Limit, LimitKind};
 use crate::tasks;
 use rtmgr_core::admission::{Demand, Kind};

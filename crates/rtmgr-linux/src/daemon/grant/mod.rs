@@ -30,8 +30,9 @@ pub(crate) mod tests;
 
 pub use sched::{granted_attr, is_placeholder, placeholder_attr, PLACEHOLDER_PRIORITY};
 
-use super::journal::{Grant, ThreadBefore};
+use super::grants_journal::{Grant, ThreadBefore};
 use crate::cgroup::Layout;
+use crate::drift::{Drift, Fix};
 use crate::host::{Host, HostError};
 use crate::tasks;
 
@@ -197,23 +198,19 @@ pub fn must_wait(host: &Host, g: &Grant) -> bool {
             .any(|t| tasks::same_task(host, t.tid, t.start_time))
 }
 
-/// What one step found changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift {
-    pub step: &'static str,
-    pub what: Vec<String>,
-}
-
-/// Is the grant still as applied? Every step verifies; the ones that
-/// drifted, with what.
+/// Is the grant still as applied? Every step verifies; one `Drift` per item
+/// found changed, under the step's name, repaired by applying the step
+/// again (`Fix::Step`): the same drift type as the partition's knobs.
 pub fn drift(cx: &Cx, g: &Grant) -> Vec<Drift> {
     STEPS
         .iter()
-        .map(|s| Drift {
-            step: s.name(),
-            what: s.verify(cx, g),
+        .flat_map(|s| {
+            s.verify(cx, g).into_iter().map(|what| Drift {
+                knob: s.name(),
+                what,
+                fix: Fix::Step,
+            })
         })
-        .filter(|d| !d.what.is_empty())
         .collect()
 }
 
@@ -221,7 +218,7 @@ pub fn drift(cx: &Cx, g: &Grant) -> Vec<Drift> {
 pub fn repair(cx: &Cx, g: &Grant, drifted: &[Drift]) -> Vec<String> {
     STEPS
         .iter()
-        .filter(|s| drifted.iter().any(|d| d.step == s.name()))
+        .filter(|s| drifted.iter().any(|d| d.knob == s.name()))
         .filter_map(|s| s.apply(cx, g).err().map(|e| format!("{}: {e}", s.name())))
         .collect()
 }

@@ -5,7 +5,7 @@
 
 use super::{live, note, Cx, Draft, GrantStep};
 use crate::cgroup::{self, Layout};
-use crate::daemon::journal::{Grant, ThreadBefore};
+use crate::daemon::grants_journal::{Grant, ThreadBefore};
 use crate::host::HostError;
 use rtmgr_core::CpuSet;
 use std::path::Path;

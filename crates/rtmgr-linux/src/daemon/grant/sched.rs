@@ -3,7 +3,7 @@
 //! SCHED_DEADLINE, soft ones as SCHED_FIFO; rtkit: reset-on-fork).
 
 use super::{live, note, placement, Cx, Draft, GrantStep};
-use crate::daemon::journal::Grant;
+use crate::daemon::grants_journal::Grant;
 use crate::host::{Host, HostError};
 use crate::tasks;
 use rtmgr_core::admission::{Demand, Kind};

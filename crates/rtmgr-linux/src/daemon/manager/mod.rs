@@ -7,7 +7,7 @@
 use super::dl_leak::LeakWatch;
 use super::domains::Domains;
 use super::grant;
-use super::journal::{Grant, GrantJournal, Record, ThreadBefore};
+use super::grants_journal::{Grant, GrantJournal, Record, ThreadBefore};
 use super::peer::{thread_of, Client};
 use crate::partition::Applied;
 use crate::resources::grant::IoprioChange;
@@ -87,6 +87,12 @@ pub struct Manager {
     pub(super) resources: crate::resources::Resources,
     /// Per `[[client]]` rule: may reserve for an existing process (`--pid`).
     pub(super) existing_processes: Vec<bool>,
+    /// Where a grant's kernel steps run off the loop (`grant_worker.rs`).
+    worker: Option<crate::daemon::grant_worker::GrantWorker>,
+    /// The jobs sent to the worker and not yet finished, oldest first.
+    in_flight: std::collections::VecDeque<off_loop::Pending>,
+    /// Answers of finished grants for the front end, by token.
+    answers: Vec<(u64, Response)>,
     /// Which knobs the next reconcile verifies (`reconcile.rs`).
     pub(super) knob_sweep: rtmgr_core::partition::sweep::KnobSweep,
 }
@@ -135,23 +141,42 @@ impl Manager {
             live: None,
             resources: Default::default(),
             existing_processes: Vec::new(),
+            worker: None,
+            in_flight: Default::default(),
+            answers: Vec::new(),
             knob_sweep: Default::default(),
         }
     }
 
-    /// Answer one request of `client`.
+    /// Answer one request of `client`, its grant applied inline.
     pub fn handle(&mut self, client: &Client, req: Request) -> Response {
+        match self.handle_or_start(client, req, None) {
+            Answer::Now(resp) => resp,
+            Answer::Later => Response::error(ErrorCode::Os, "a grant went to the worker"),
+        }
+    }
+
+    /// Answer one request of `client`; with a `token`, a grant's kernel
+    /// steps go to the grant worker and its answer comes later
+    /// (`take_answers`).
+    pub fn handle_or_start(&mut self, client: &Client, req: Request, token: Option<u64>) -> Answer {
         self.stats.requests += 1;
         let resp = match req.op {
-            Op::Reserve(r) => self.reserve(client, &r),
-            Op::Release { id } => self.release(client, id),
+            Op::Reserve(r) => match self.reserve(client, &r, token) {
+                Answer::Now(resp) => resp,
+                Answer::Later => return Answer::Later,
+            },
+            Op::Release { id } => match self.release(client, id, token) {
+                Answer::Now(resp) => resp,
+                Answer::Later => return Answer::Later,
+            },
             Op::List => self.list(client),
             Op::Status => Response::new(Reply::Status {
                 status: Box::new(self.status()),
             }),
         };
         self.count(&resp);
-        resp
+        Answer::Now(resp)
     }
 
     /// Count a response made outside `handle` (a malformed line).
@@ -199,24 +224,31 @@ impl Manager {
         })
     }
 
-    fn reserve(&mut self, client: &Client, r: &ReserveRequest) -> Response {
+    fn reserve(&mut self, client: &Client, r: &ReserveRequest, token: Option<u64>) -> Answer {
         if self.stopping {
-            return Response::error(ErrorCode::ShuttingDown, "the daemon is stopping");
+            return Answer::Now(Response::error(
+                ErrorCode::ShuttingDown,
+                "the daemon is stopping",
+            ));
         }
         if let Err(resp) = self.rate(client) {
-            return resp;
+            return Answer::Now(resp);
         }
         let v = match r.validate() {
             Ok(v) => v,
-            Err(Invalid::Error(e)) => return Response::error(e.code, e.message),
-            Err(Invalid::Refused(kind, m)) => return refused(kind, m),
+            Err(Invalid::Error(e)) => return Answer::Now(Response::error(e.code, e.message)),
+            Err(Invalid::Refused(kind, m)) => return Answer::Now(refused(kind, m)),
         };
-        match self.try_reserve(client, &v) {
-            Ok(resp) | Err(resp) => resp,
-        }
+        self.try_reserve(client, &v, token)
+            .unwrap_or_else(Answer::Now)
     }
 
-    fn try_reserve(&mut self, client: &Client, v: &ValidReserve) -> Result<Response, Response> {
+    fn try_reserve(
+        &mut self,
+        client: &Client,
+        v: &ValidReserve,
+        token: Option<u64>,
+    ) -> Result<Answer, Response> {
         // For an existing process, the grant is the target's: its threads,
         // watched until it exits; the requester's policy and credentials.
         let target_client;
@@ -248,7 +280,16 @@ impl Manager {
             .policy
             .decide(&client.peer, &ask, &self.usage(client.cred.uid))
             .map_err(|e| refused(RefusalKind::Policy, e.to_string()))?;
-        self.grant_admitted(client, v, tids, irq, (allow.rttime_us, allow.memlock_bytes))
+        let ask = Allowed {
+            v,
+            tids,
+            irq,
+            limits: (allow.rttime_us, allow.memlock_bytes),
+        };
+        match token {
+            Some(token) => self.start_grant(token, client, ask),
+            None => self.grant_admitted(client, ask).map(Answer::Now),
+        }
     }
 
     /// Each thread belongs to the process (the caller, or the one it named) and holds no grant yet.
@@ -272,6 +313,7 @@ impl Manager {
             if let Some(g) = self
                 .grants
                 .values()
+                .chain(self.in_flight_grants())
                 .find(|g| g.threads.iter().any(|t| t.tid == tid))
             {
                 return Err(refused(
@@ -281,91 +323,6 @@ impl Manager {
             }
         }
         Ok(())
-    }
-
-    /// Admit a request the client's policy allowed (`limits`: the
-    /// RLIMIT_RTTIME µs and RLIMIT_MEMLOCK bytes it sets), journal the grant,
-    /// put it into effect, watch the client: the path every front end's
-    /// grants take.
-    pub(in crate::daemon) fn grant_admitted(
-        &mut self,
-        client: &Client,
-        v: &ValidReserve,
-        tids: Vec<u32>,
-        irq: Option<u32>,
-        limits: (u64, u64),
-    ) -> Result<Response, Response> {
-        let pid = client.cred.pid;
-        let count = tids.len() as u32;
-        let before: Vec<(u32, u64)> = tids
-            .iter()
-            .filter_map(|&t| tasks::info(&self.host, pid, t).map(|i| (t, i.start_time)))
-            .collect();
-        let held = self
-            .grants
-            .values()
-            .map(|g| g.resources.memlock_bytes)
-            .sum();
-        let mut resources = self
-            .resources
-            .for_request(&self.host, v, &before, limits.1, held)?;
-        let io_target = self.resources.io_target(v);
-        let placed = self.admission.check(&v.demand, count, v.cpu).map_err(|r| {
-            Response::new(Reply::Refused {
-                reason: RefusalKind::Admission,
-                message: r.to_string(),
-                cpus: r.cpus,
-                retry_after_ms: None,
-            })
-        })?;
-        let (threads, fresh_tids) = self.threads_before(pid, &tids, io_target, &mut resources)?;
-        // Limits are per process: the first grant of a process sets them,
-        // later ones carry the same record, the last one to go restores them.
-        let carried = self
-            .grants
-            .values()
-            .chain(self.deferred.iter().map(|d| &d.grant))
-            .find(|g| g.pid == pid)
-            .map(|g| g.limits.clone());
-        let draft = grant::Draft {
-            allowance: grant::Allowance {
-                rttime_us: limits.0,
-                memlock_bytes: limits.1,
-                enforce: client.cred.uid != 0,
-            },
-            fresh_tids,
-            fresh_limits: carried.is_none(),
-        };
-        let first_of_pid = !self.pid_busy(pid);
-        let mut g = Grant {
-            id: self.next_id,
-            pid,
-            pid_start: client.start_time,
-            uid: client.cred.uid,
-            name: v.name.clone(),
-            cpu: placed.cpu,
-            class: v.class.to_string(),
-            demand: v.demand,
-            threads,
-            limits: carried.unwrap_or_default(),
-            irq: irq.map(|n| (n, String::new())),
-            cgroup: self.domains.dir(placed.cpu).cloned(),
-            response_ns: placed.response_ns,
-            resources,
-        };
-        self.journal_and_apply(&draft, &mut g, first_of_pid)?;
-        // The client may have exited between the checks and the grant.
-        if !tasks::same_task(&self.host, pid, client.start_time) {
-            let _ = self.journal.record(&Record::Release { id: g.id });
-            self.revoke(g.id, &g, first_of_pid);
-            return Err(Response::error(
-                ErrorCode::Gone,
-                format!("process {pid} exited during the grant"),
-            ));
-        }
-        self.admission.insert(g.id, g.demand, count, &placed);
-        self.watch(pid, client.start_time);
-        Ok(self.granted(g))
     }
 
     /// Each thread's before-state: read afresh (`fresh`), or taken over
@@ -396,54 +353,6 @@ impl Manager {
             threads.push(t);
         }
         Ok((threads, fresh_tids))
-    }
-
-    /// Snapshot, journal and apply a new grant. A hard grant's thread the
-    /// kernel refuses SCHED_DEADLINE where it waits is granted at SCHED_FIFO
-    /// 1 and pending (`pending.rs`). EBUSY on the way (the early
-    /// SCHED_DEADLINE's cpuset move, or the policy on the RT CPU: the
-    /// kernel's books differ from admission's): undone already; once more
-    /// without the early step, EBUSY then pending too. No wait here.
-    fn journal_and_apply(
-        &mut self,
-        draft: &grant::Draft,
-        g: &mut Grant,
-        first_of_pid: bool,
-    ) -> Result<(), Response> {
-        let layout = self.applied.layout.clone();
-        let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
-        cx.busy_pending = self.dl_leak.returning(g.cpu, mono_ns());
-        grant::snapshot(&cx, draft, g).map_err(gone)?;
-        self.next_id += 1;
-        self.journal
-            .record(&Record::Grant(Box::new(g.clone())))
-            .map_err(|e| Response::error(ErrorCode::Os, format!("grants journal: {e}")))?;
-        let mut applied = grant::apply(&cx, g);
-        if g.demand.is_hard()
-            && !cx.busy_pending
-            && applied
-                .as_ref()
-                .is_err_and(|e| e.errno() == Some(libc::EBUSY))
-        {
-            tracing::info!(
-                "reservation {}: the kernel refused SCHED_DEADLINE on the way (EBUSY); its threads wait at SCHED_FIFO 1 where refused",
-                g.id
-            );
-            cx.busy_pending = true;
-            applied = grant::apply(&cx, g);
-        }
-        let Err(e) = applied else { return Ok(()) };
-        let _ = self.journal.record(&Record::Release { id: g.id });
-        if e.errno() == Some(libc::EBUSY) {
-            return Err(refused(
-                RefusalKind::Admission,
-                format!(
-                    "CPU {}: the kernel's SCHED_DEADLINE admission refused it (EBUSY): another deadline task or the kernel's fair server holds bandwidth there",
-                    g.cpu
-                ),
-            ));
-        }
-        Err(gone(e))
     }
 
     /// The answer for a grant in effect, which the Manager now holds: what
@@ -530,10 +439,14 @@ fn carry_ioprio(changes: &mut Vec<IoprioChange>, earlier: IoprioChange, new: u16
     }
 }
 
+mod granting;
+mod off_loop;
 mod pending;
 mod queries;
 mod revoke;
 mod stranded;
 mod target;
 
+pub(in crate::daemon) use granting::Allowed;
+pub use granting::Answer;
 pub use queries::info_of;

@@ -4,7 +4,7 @@
 
 use super::Manager;
 use crate::daemon::grant;
-use crate::daemon::journal::Grant;
+use crate::daemon::grants_journal::Grant;
 use crate::daemon::pending::{Pending, EVERY_NS};
 use crate::tasks;
 

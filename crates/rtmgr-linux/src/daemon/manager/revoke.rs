@@ -2,7 +2,7 @@
 //! undo, then forget), the clients that exited, and every grant at SIGTERM
 //! (DROPS §4.1: what the resource manager granted it takes back).
 
-use super::{refused, Grant, Manager, Record, Watched};
+use super::{off_loop, refused, Answer, Deferred, Grant, Manager, Record, Watched};
 use crate::daemon::dl_leak;
 use crate::daemon::grant;
 use crate::daemon::peer::Client;
@@ -11,6 +11,7 @@ use crate::{tasks, HostError};
 use rtmgr_core::protocol::{ErrorCode, RefusalKind, Reply, Response};
 use rtmgr_sys::pidfd::Pidfd;
 use rtmgr_sys::time::mono_ns;
+use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd};
 
 impl Manager {
@@ -26,31 +27,45 @@ impl Manager {
         self.watched.insert(pid, Watched { start_time, pidfd });
     }
 
-    pub(super) fn release(&mut self, client: &Client, id: u64) -> Response {
+    /// A client's release. With a `token`, the answer of a grant whose
+    /// placement goes back on the worker comes when it is back (`Later`).
+    pub(super) fn release(&mut self, client: &Client, id: u64, token: Option<u64>) -> Answer {
         if let Err(resp) = self.rate(client) {
-            return resp;
+            return Answer::Now(resp);
         }
         let Some(g) = self.grants.get(&id) else {
-            return Response::error(ErrorCode::NotFound, format!("no reservation {id}"));
+            return Answer::Now(Response::error(
+                ErrorCode::NotFound,
+                format!("no reservation {id}"),
+            ));
         };
         if client.cred.uid != 0 && client.cred.uid != g.uid {
-            return refused(
+            return Answer::Now(refused(
                 RefusalKind::Permission,
                 format!(
                     "reservation {id} belongs to uid {}, not to {}",
                     g.uid,
                     client.peer.label()
                 ),
-            );
+            ));
         }
-        self.revoke_id(id);
-        Response::new(Reply::Released { id })
+        self.revoke_answering(id, token);
+        if token.is_some_and(|t| self.answers_later(t)) {
+            return Answer::Later;
+        }
+        Answer::Now(Response::new(Reply::Released { id }))
     }
 
     /// Revoke one grant: journal first, then undo, then forget. A live
     /// thread that was SCHED_DEADLINE (in this grant or one it took over)
     /// gets its policy back now and its placement a period later (`release.rs`).
     pub fn revoke_id(&mut self, id: u64) -> Vec<String> {
+        self.revoke_answering(id, None)
+    }
+
+    /// `revoke_id`; a placement that goes back on the worker answers
+    /// `released` under `token` when it is back.
+    fn revoke_answering(&mut self, id: u64, token: Option<u64>) -> Vec<String> {
         let Some(g) = self.grants.remove(&id) else {
             return Vec::new();
         };
@@ -69,15 +84,14 @@ impl Manager {
         } else {
             // Revoking, undo, Release: killed in between, the next daemon
             // (or `partition reset`) finds it being revoked and finishes it.
+            // The policy now (a release's answer says the thread is back),
+            // the placement on the grant worker when there is one
+            // (`off_loop.rs`): a cpuset move can take milliseconds.
             let _ = self.journal.record(&Record::Revoking { id });
             let last_of_pid = !self.pid_busy(g.pid);
-            let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
-            let problems = grant::revoke(&cx, &g);
-            if last_of_pid {
-                self.watched.remove(&g.pid);
-            }
-            self.revoked(g, &problems);
-            problems
+            let cx = grant::Cx::new(&self.host, &self.applied.layout, false);
+            let policy = grant::revoke_policy(&cx, &g);
+            self.undo_placement(g, last_of_pid, policy, token)
         };
         if hard {
             self.dl_leak
@@ -107,11 +121,12 @@ impl Manager {
     }
 
     pub(in crate::daemon) fn compact(&mut self) {
-        let live: Vec<&Grant> = self.grants.values().collect();
-        // Being revoked: half-revoked deadline grants, and undos that failed.
-        let releasing: Vec<&Grant> = (self.deferred.iter().map(|d| &d.grant))
-            .chain(&self.unfinished)
-            .collect();
+        let (live, releasing) = on_record(
+            &self.grants,
+            &self.in_flight,
+            &self.deferred,
+            &self.unfinished,
+        );
         if let Err(e) = self.journal.maybe_compact(&self.header, &live, &releasing) {
             tracing::warn!("grants journal compaction: {e}");
         }
@@ -173,11 +188,29 @@ impl Manager {
 
     /// Rewrite the journal: header and the live grants only.
     pub(in crate::daemon) fn rewrite_journal(&mut self) -> Result<(), HostError> {
-        let live: Vec<&Grant> = self.grants.values().collect();
-        // Being revoked: half-revoked deadline grants, and undos that failed.
-        let releasing: Vec<&Grant> = (self.deferred.iter().map(|d| &d.grant))
-            .chain(&self.unfinished)
-            .collect();
+        let (live, releasing) = on_record(
+            &self.grants,
+            &self.in_flight,
+            &self.deferred,
+            &self.unfinished,
+        );
         self.journal.rewrite(&self.header, &live, &releasing)
     }
+}
+
+/// What the grants journal holds: the live grants (those being applied on
+/// the worker too), and those being revoked (half-revoked deadline grants,
+/// those whose placement the worker gives back, and undos that failed).
+fn on_record<'a>(
+    grants: &'a BTreeMap<u64, Grant>,
+    jobs: &'a VecDeque<off_loop::Pending>,
+    deferred: &'a [Deferred],
+    unfinished: &'a [Grant],
+) -> (Vec<&'a Grant>, Vec<&'a Grant>) {
+    let live = grants.values().chain(off_loop::applying(jobs)).collect();
+    let releasing = (deferred.iter().map(|d| &d.grant))
+        .chain(off_loop::undoing(jobs))
+        .chain(unfinished)
+        .collect();
+    (live, releasing)
 }

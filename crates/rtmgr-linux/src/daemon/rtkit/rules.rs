@@ -8,7 +8,7 @@
 use super::bus::{Call, Caller, Fail};
 use super::config::RtkitSection;
 use super::high::{self, HighThreads};
-use crate::daemon::manager::Manager;
+use crate::daemon::manager::{Allowed, Manager};
 use crate::daemon::peer::{self, thread_of, Client};
 use crate::tasks;
 use rtmgr_core::admission::rate::Burst;
@@ -149,8 +149,13 @@ impl Rtkit {
             cache_share: None,
         };
         m.stats.requests += 1;
-        let limits = (self.cfg.rttime_usec_max, 0);
-        let resp = match m.grant_admitted(&client, &v, vec![tid], None, limits) {
+        let ask = Allowed {
+            v: &v,
+            tids: vec![tid],
+            irq: None,
+            limits: (self.cfg.rttime_usec_max, 0),
+        };
+        let resp = match m.grant_admitted(&client, ask) {
             Ok(r) | Err(r) => r,
         };
         m.count(&resp);
@@ -373,7 +378,7 @@ fn root_only(caller: Caller, what: &str) -> Result<(), Fail> {
     }
 }
 
-pub fn is_rtkit(g: &crate::daemon::journal::Grant) -> bool {
+pub fn is_rtkit(g: &crate::daemon::grants_journal::Grant) -> bool {
     g.name.as_deref() == Some(GRANT_NAME)
 }
 

@@ -1,0 +1,92 @@
+//! The request loop over a real socket, on a fake machine whose
+//! `sched_setaffinity` the test holds (`host::HOLD_AFFINITY`): while one
+//! client's grant is in flight on the worker, another client's `status` is
+//! answered; then the grant's own answer comes. And the wait for the tick
+//! in whole ms, rounded up.
+
+use super::{run, wait_ms};
+use crate::daemon::release::regrant_tests::manager_with;
+use crate::fake::FakeMachine;
+use crate::host::HOLD_AFFINITY;
+use rtmgr_core::CpuSet;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn ask(path: &std::path::Path, line: &str) -> String {
+    let mut s = UnixStream::connect(path).unwrap();
+    s.write_all(line.as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn a_status_is_answered_while_another_client_s_grant_is_in_flight() {
+    // The test process is the fake machine's client (the socket's peer).
+    let me = std::process::id();
+    let m = FakeMachine::new(2).task(me, "client").build();
+    let host = m.host();
+    let mut d = manager_with(&m, "rt_cpus = \"1\"\n[[client]]\nusers = [\"*\"]\n");
+    d.start_grant_worker(0, &CpuSet::single(0));
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("rtmgr.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    host.write(HOLD_AFFINITY, "held").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicBool::new(false));
+    let grant = {
+        let (sock, granted) = (sock.clone(), granted.clone());
+        std::thread::spawn(move || {
+            let line = ask(
+                &sock,
+                "{\"v\":1,\"op\":\"reserve\",\"class\":\"rt1:10\",\"period_ns\":10000000,\"budget_ns\":1000000}\n",
+            );
+            granted.store(true, Ordering::SeqCst);
+            line
+        })
+    };
+    let other = {
+        let (sock, granted, host, stop) =
+            (sock.clone(), granted.clone(), host.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // Once the grant is held on the worker (its thread pinned last).
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(300) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let status = ask(&sock, "{\"v\":1,\"op\":\"status\"}\n");
+            let before_grant = !granted.load(Ordering::SeqCst);
+            std::fs::remove_file(host.path(HOLD_AFFINITY)).unwrap();
+            while !granted.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stop.store(true, Ordering::SeqCst);
+            (status, before_grant)
+        })
+    };
+    run(&mut d, &listener, 8, 1000, &stop, |_| {}).unwrap();
+    let (status, before_grant) = other.join().unwrap();
+    let granted_line = grant.join().unwrap();
+    assert!(status.contains("\"status\""), "{status}");
+    assert!(
+        before_grant,
+        "the status waited for the other client's grant"
+    );
+    assert!(granted_line.contains("\"granted\""), "{granted_line}");
+    d.stop_grant_worker();
+}
+
+/// Up to the tick the poll waits at least 1 ms (no 0 ms poll before the
+/// tick is due); at or past it, 0 (the tick runs now).
+#[test]
+fn the_wait_for_the_tick_is_rounded_up() {
+    let t = 5_000_000_000;
+    assert_eq!(wait_ms(t, t - 400_000), 1);
+    assert_eq!(wait_ms(t, t - 1_000_000), 1);
+    assert_eq!(wait_ms(t, t - 1_000_001), 2);
+    assert_eq!(wait_ms(t, t - 999_999_999), 1000);
+    assert_eq!((wait_ms(t, t), wait_ms(t, t + 5)), (0, 0));
+}
