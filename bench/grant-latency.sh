@@ -12,6 +12,10 @@
 # are then the result). Measure alone: the figures are the machine's.
 #   bash bench/grant-latency.sh [REQUESTS_PER_CELL] [OUT_DIR]
 #   CLIENTS="1 16 64" CLASSES="rt0 rt1" STATES="sleeping running" BUDGET_NS=2000000 RTMGR=path/to/rtmgr
+#   WORKERS="on off" ROUNDS=3: each round runs every cell with the daemon's
+#   grant worker on, then off ([serve] grant_worker), a fresh daemon each,
+#   so the two are compared in the same minutes; a cell's figures merge its
+#   rounds. A bystander client asks `list` every 5 ms during each cell.
 # Writes OUT_DIR/grant-latency.json (command, date, machine, kernel, cells,
 # floor) and prints the table.
 set -euo pipefail
@@ -21,6 +25,8 @@ OUT=${2:-bench/results/grant-latency-$(date -u +%Y%m%dT%H%M%SZ)}
 CLIENTS=${CLIENTS:-1 16 64}
 CLASSES=${CLASSES:-rt0 rt1}
 STATES=${STATES:-sleeping running}
+WORKERS=${WORKERS:-on off}
+ROUNDS=${ROUNDS:-3}
 # Each grant: BUDGET_NS every 10 ms, at most 8 ms / clients so that every
 # client of a cell fits under the admission cap (0.9) at once. The Python
 # client needs ~0.5 ms of CPU per round trip: with less, a hard (rt0)
@@ -41,16 +47,20 @@ CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
 take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
+COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 STATE=$(mktemp -d /tmp/rtmgr-grant-latency.XXXXXX)
-chmod 755 "$STATE"
 SOCK=$STATE/state/rtmgr.sock
 RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
-cat > "$STATE/rtmgr.toml" <<CFG
+# The daemon's config, with its grant worker on or off ($1).
+write_config() {
+  mkdir -p "$STATE"
+  chmod 755 "$STATE"
+  cat > "$STATE/rtmgr.toml" <<CFG
 rt_cpus = "$RT_CPU"
 [serve]
 state_dir = "$STATE/state"
 balancer = false
+grant_worker = $([ "$1" = on ] && echo true || echo false)
 [[client]]
 users = ["root"]
 max_priority = 98
@@ -58,6 +68,7 @@ max_reservations = 256
 requests_per_burst = 1000000
 burst_s = 1
 CFG
+}
 . bench/scratch-daemon.sh
 finish() {
   trap - INT TERM EXIT
@@ -68,12 +79,30 @@ report() {
   "$PY" - "$OUT" "$COMMAND" "$N" <<'PYEOF'
 import glob, json, os, platform, re, sys, time
 out, command, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cells = []
+def summary(xs):
+    if not xs:
+        return {"n": 0}
+    s = sorted(xs)
+    q = lambda p: s[min(len(s) - 1, int(p * len(s)))]
+    return {"n": len(s), "p50_ns": q(0.50), "p99_ns": q(0.99), "max_ns": s[-1]}
+merged = {}
 for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
     with open(f) as fh:
         c = json.load(fh)
-    for k in ("reserve_ns", "release_ns"):
-        c.pop(k, None)
+    worker = os.path.basename(f).split("-")[1]
+    key = (c["clients"], c["class"], c["state"], worker)
+    m = merged.setdefault(key, {"clients": c["clients"], "class": c["class"], "state": c["state"],
+                                "grant_worker": worker, "rounds": 0, "budget_ns": c.get("budget_ns"),
+                                "period_ns": c.get("period_ns"), "reserve_ns": [], "release_ns": [],
+                                "bystander_list_ns": [], "failures": []})
+    m["rounds"] += 1
+    for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
+        m[k] += c.get(k, [])
+cells = []
+for key in sorted(merged):
+    c = merged[key]
+    c["reserve"], c["release"] = summary(c.pop("reserve_ns")), summary(c.pop("release_ns"))
+    c["bystander_list"] = summary(c.pop("bystander_list_ns"))
     cells.append(c)
 floor = None
 if os.path.exists(os.path.join(out, "floor.json")):
@@ -85,7 +114,7 @@ try:
         model = next((l.split(":", 1)[1].strip() for l in fh if l.startswith("model name")), "")
 except OSError:
     pass
-doc = {"version": 1, "command": command, "requests_per_cell": n,
+doc = {"version": 2, "command": command, "requests_per_cell": n,
        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
        "machine": {"cpus": os.cpu_count(), "model": model, "arch": platform.machine(),
                    "hostname": platform.node()},
@@ -93,10 +122,10 @@ doc = {"version": 1, "command": command, "requests_per_cell": n,
 with open(os.path.join(out, "grant-latency.json"), "w") as fh:
     json.dump(doc, fh, indent=1)
 us = lambda s, k: "-" if not s or s.get("n", 0) == 0 else "%.0f" % (s[k] / 1000)
-print("%-5s %-9s %7s %6s %9s %9s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "list p50", "list p99", "failed"))
+print("%-5s %-9s %7s %-6s %6s %9s %9s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "worker", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "list p50", "list p99", "failed"))
 for c in cells:
     r, l, b = c["reserve"], c["release"], c.get("bystander_list", {})
-    print("%-5s %-9s %7d %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], r.get("n", 0),
+    print("%-5s %-9s %7d %-6s %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], c["grant_worker"], r.get("n", 0),
           us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"),
           us(b, "p50_ns"), us(b, "p99_ns"), len(c["failures"])))
 print("(µs; reserve = request sent until the answer was read: recv() returned, before the client parses it; release likewise;")
@@ -115,6 +144,8 @@ PYEOF
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
+set -- $WORKERS
+write_config "$1"
 start_scratch_daemon
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -128,13 +159,23 @@ if [ "$LAYOUT" = v1 ]; then
   NRT_DIR=$(echo "$PART" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
   "$PY" "$CLIENT" floor --cpuset-dir "$RT_DIR" --back-dir "$NRT_DIR" --requests "$N" --out "$OUT/floor.json" 9>&-
 fi
-for clients in $CLIENTS; do
-  for class in $CLASSES; do
-    for state in $STATES; do
-      echo "cell: $class $state, $clients client(s)" >&2
-      budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
-      "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-        --requests "$N" --budget-ns "$budget" --out "$OUT/cell-$class-$state-$(printf %02d "$clients").json" 9>&-
+# Rounds, each with the worker on and off in turn (a daemon each), so that
+# the two are compared in the same minutes of the host.
+for round in $(seq "$ROUNDS"); do
+  for worker in $WORKERS; do
+    stop_scratch_daemon
+    write_config "$worker"
+    start_scratch_daemon
+    for clients in $CLIENTS; do
+      for class in $CLASSES; do
+        for state in $STATES; do
+          echo "round $round/$ROUNDS, worker $worker: $class $state, $clients client(s)" >&2
+          budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
+          "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
+            --requests "$N" --budget-ns "$budget" \
+            --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
+        done
+      done
     done
   done
 done

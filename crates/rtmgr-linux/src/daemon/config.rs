@@ -49,6 +49,11 @@ pub struct ServeSection {
     /// (`loop_priority.rs`); 0 leaves it SCHED_OTHER.
     #[serde(default = "default_loop_priority")]
     pub loop_priority: u32,
+    /// A grant's kernel steps (and a revocation's placement, a root
+    /// domain's rebuild) on the grant worker thread, off the request loop
+    /// (`grant_worker.rs`); false: on the loop, as before (for comparison).
+    #[serde(default = "default_true")]
+    pub grant_worker: bool,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -65,6 +70,9 @@ fn default_balance_ms() -> u64 {
 }
 fn default_max_connections() -> usize {
     128
+}
+fn default_true() -> bool {
+    true
 }
 fn default_loop_priority() -> u32 {
     super::loop_priority::DEFAULT

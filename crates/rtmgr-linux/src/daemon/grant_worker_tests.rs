@@ -223,3 +223,15 @@ fn a_root_domain_rebuild_runs_on_the_worker_behind_its_jobs() {
     assert_eq!(d.take_answers().len(), 1, "the grant's answer");
     d.stop_grant_worker();
 }
+
+#[test]
+fn the_config_has_the_worker_on_unless_it_says_false() {
+    let on = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"").unwrap();
+    assert!(on.serve.grant_worker);
+    let off =
+        crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"\n[serve]\ngrant_worker = false\n")
+            .unwrap();
+    assert!(!off.serve.grant_worker);
+    let bad = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"\n[serve]\ngrant_worker = 2\n");
+    assert!(bad.is_err());
+}

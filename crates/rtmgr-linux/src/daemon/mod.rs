@@ -226,7 +226,13 @@ fn run(
     }
     let raised = loop_priority::raise(host, cfg.serve.loop_priority, &applied.plan.nrt);
     tracing::info!("{raised}");
-    m.start_grant_worker(cfg.serve.loop_priority, &applied.plan.nrt);
+    if cfg.serve.grant_worker {
+        m.start_grant_worker(cfg.serve.loop_priority, &applied.plan.nrt);
+    } else {
+        tracing::info!(
+            "grant worker off ([serve] grant_worker = false): kernel steps on the request loop"
+        );
+    }
     let served = server::run_with(
         &mut m,
         &listener,
