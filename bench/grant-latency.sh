@@ -15,7 +15,7 @@
 #   WORKERS="on off" ROUNDS=3: each round runs every cell with the daemon's
 #   grant worker on, then off ([serve] grant_worker), a fresh daemon each,
 #   so the two are compared in the same minutes; a cell's figures merge its
-#   rounds. A bystander client asks `list` every 5 ms during each cell.
+#   rounds. A bystander client (SCHED_FIFO 2) asks `list` every 2 ms during each cell.
 # Writes OUT_DIR/grant-latency.json (command, date, machine, kernel, cells,
 # floor) and prints the table.
 set -euo pipefail
@@ -98,6 +98,11 @@ for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
     m["rounds"] += 1
     for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
         m[k] += c.get(k, [])
+    # Each round's p99 too: their spread is the figure's interval.
+    for k in ("reserve", "bystander_list"):
+        p99 = summary(c.get(k + "_ns", [])).get("p99_ns")
+        if p99 is not None:
+            m.setdefault(k + "_p99_by_round_ns", []).append(p99)
 cells = []
 for key in sorted(merged):
     c = merged[key]
@@ -128,8 +133,13 @@ for c in cells:
     print("%-5s %-9s %7d %-6s %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], c["grant_worker"], r.get("n", 0),
           us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"),
           us(b, "p50_ns"), us(b, "p99_ns"), len(c["failures"])))
+print("p99 per round, min-max over the rounds (ms):")
+for c in cells:
+    rng = lambda k: "-" if not c.get(k) else "%.2f-%.2f" % (min(c[k]) / 1e6, max(c[k]) / 1e6)
+    print("  %-5s %-9s %3d %-4s reserve %-13s list %s" % (c["class"], c["state"], c["clients"], c["grant_worker"],
+          rng("reserve_p99_by_round_ns"), rng("bystander_list_p99_by_round_ns")))
 print("(µs; reserve = request sent until the answer was read: recv() returned, before the client parses it; release likewise;")
-print(" list = a bystander client's `list` every 5 ms during the cell: how long others wait while grants are made)")
+print(" list = a bystander client's `list` every 2 ms during the cell, at SCHED_FIFO 2: how long others wait while grants are made)")
 if floor:
     print("floor, the kernel steps alone on a sleeping thread (µs):")
     for k, s in floor["steps"].items():
