@@ -29,6 +29,16 @@ fn status() -> Request {
     }
 }
 
+/// The grants journal of `manager`'s daemon config, as read back.
+fn grants_journal_of(host: &crate::Host) -> crate::daemon::grants_journal::JournalState {
+    let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
+        .unwrap()
+        .grants_journal();
+    crate::daemon::grants_journal::read(host, &path)
+        .unwrap()
+        .unwrap()
+}
+
 fn unhold(host: &crate::Host) {
     std::fs::remove_file(host.path(HOLD_AFFINITY)).unwrap();
 }
@@ -108,12 +118,7 @@ fn a_grant_whose_step_fails_on_the_worker_leaves_nothing_held() {
     );
     assert_eq!(d.stats.errors, 1);
     assert!(d.grants.is_empty() && !d.worker_busy());
-    let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
-        .unwrap()
-        .grants_journal();
-    let journal = crate::daemon::grants_journal::read(&host, &path)
-        .unwrap()
-        .unwrap();
+    let journal = grants_journal_of(&host);
     assert!(
         journal.live.is_empty(),
         "released in the journal: {journal:?}"
@@ -196,12 +201,7 @@ fn a_release_s_placement_goes_back_on_the_worker_and_then_it_is_answered() {
         crate::cgroup::task_cgroup(&host, &layout, PID),
         cgroup_before
     );
-    let path = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"")
-        .unwrap()
-        .grants_journal();
-    let journal = crate::daemon::grants_journal::read(&host, &path)
-        .unwrap()
-        .unwrap();
+    let journal = grants_journal_of(&host);
     assert!(journal.all().is_empty(), "{journal:?}");
     d.stop_grant_worker();
 }
