@@ -16,6 +16,10 @@
 #   grant worker on, then off ([serve] grant_worker), a fresh daemon each,
 #   so the two are compared in the same minutes; a cell's figures merge its
 #   rounds. A bystander client (SCHED_FIFO 2) asks `list` every 2 ms during each cell.
+#   The daemon's own time per answer (request read until answer written,
+#   its `rtmgr_answer_seconds` histogram, scraped around each cell) is
+#   reported beside the clients' round trips: the daemon is built with the
+#   feature `metrics` (an RTMGR given must be too, or DAEMON_TIMES=0).
 # Writes OUT_DIR/grant-latency.json (command, date, machine, kernel, cells,
 # floor) and prints the table.
 set -euo pipefail
@@ -38,9 +42,14 @@ ROUNDS=${ROUNDS:-3}
 BUDGET_NS=${BUDGET_NS:-2000000}
 [ "$(id -u)" = 0 ] || { echo "bench/grant-latency.sh: root only (it starts rtmgr serve)" >&2; exit 2; }
 PY=$(command -v /usr/bin/python3 || command -v python3) || { echo "needs python3" >&2; exit 2; }
+DAEMON_TIMES=${DAEMON_TIMES:-1}
 if [ -z "${RTMGR:-}" ]; then
-  cargo build --release -p rtmgr >/dev/null
+  cargo build --release -p rtmgr $([ "$DAEMON_TIMES" = 1 ] && echo --features metrics) >/dev/null
   RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
+fi
+METRICS_ADDR=
+if [ "$DAEMON_TIMES" = 1 ]; then
+  METRICS_ADDR=127.0.0.1:$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 fi
 CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
 . bench/machine-lock.sh
@@ -61,6 +70,7 @@ rt_cpus = "$RT_CPU"
 state_dir = "$STATE/state"
 balancer = false
 grant_worker = $([ "$1" = on ] && echo true || echo false)
+$([ -n "$METRICS_ADDR" ] && echo "metrics = \"$METRICS_ADDR\"")
 [[client]]
 users = ["root"]
 max_priority = 98
@@ -98,6 +108,10 @@ for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
     m["rounds"] += 1
     for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
         m[k] += c.get(k, [])
+    for op, rows in c.get("daemon_answer_buckets", {}).items():
+        acc = m.setdefault("daemon_buckets", {}).setdefault(op, {})
+        for le, n in rows:
+            acc[le] = acc.get(le, 0) + n
     # Each round's p99 too: their spread is the figure's interval.
     for k in ("reserve", "bystander_list"):
         p99 = summary(c.get(k + "_ns", [])).get("p99_ns")
@@ -108,6 +122,14 @@ for key in sorted(merged):
     c = merged[key]
     c["reserve"], c["release"] = summary(c.pop("reserve_ns")), summary(c.pop("release_ns"))
     c["bystander_list"] = summary(c.pop("bystander_list_ns"))
+    # The daemon's own answer times: each quantile is the upper bound of the
+    # bucket it falls in (buckets x1.5 apart: at most 50 % above the true one).
+    for op, acc in c.pop("daemon_buckets", {}).items():
+        rows = sorted(((float(le), n) for le, n in acc.items()))
+        total = rows[-1][1] if rows else 0
+        def bound(p):
+            return next((int(le * 1e9) if le != float("inf") else None for le, n in rows if n >= p * total), None)
+        c["daemon_" + op] = {"n": int(total), "p50_le_ns": bound(0.50), "p99_le_ns": bound(0.99)} if total else {"n": 0}
     cells.append(c)
 floor = None
 if os.path.exists(os.path.join(out, "floor.json")):
@@ -133,6 +155,14 @@ for c in cells:
     print("%-5s %-9s %7d %-6s %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], c["grant_worker"], r.get("n", 0),
           us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"),
           us(b, "p50_ns"), us(b, "p99_ns"), len(c["failures"])))
+if any(c.get("daemon_reserve") for c in cells):
+    print("the daemon's own time, request read until answer written (bucket upper bounds, µs):")
+    d = lambda s, k: "-" if not s or s.get(k) is None else "%.0f" % (s[k] / 1000)
+    for c in cells:
+        r, l = c.get("daemon_reserve", {}), c.get("daemon_release", {})
+        print("  %-5s %-9s %3d %-4s reserve p50 <= %6s  p99 <= %6s   release p50 <= %6s  p99 <= %6s" % (
+            c["class"], c["state"], c["clients"], c["grant_worker"], d(r, "p50_le_ns"), d(r, "p99_le_ns"),
+            d(l, "p50_le_ns"), d(l, "p99_le_ns")))
 print("p99 per round, min-max over the rounds (ms):")
 for c in cells:
     rng = lambda k: "-" if not c.get(k) else "%.2f-%.2f" % (min(c[k]) / 1e6, max(c[k]) / 1e6)
@@ -182,7 +212,7 @@ for round in $(seq "$ROUNDS"); do
           echo "round $round/$ROUNDS, worker $worker: $class $state, $clients client(s)" >&2
           budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
           "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-            --requests "$N" --budget-ns "$budget" \
+            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done

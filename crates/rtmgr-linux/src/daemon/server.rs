@@ -8,7 +8,7 @@
 //! answer, every other one is served meanwhile, and the next `reserve`
 //! waits its turn (the oldest first).
 
-use super::manager::{Answer, Manager};
+use super::manager::{Answer, AnswerOp, Manager};
 use super::peer::{self, Client};
 use rtmgr_core::protocol::{parse_request, ErrorCode, Op, Response, MAX_MESSAGE};
 use rtmgr_sys::pidfd::{peer_cred, peer_pidfd, poll_readable};
@@ -31,11 +31,14 @@ struct Conn {
     closed: bool,
     /// The peer will send no more (its lines are still answered).
     eof: bool,
-    /// A grant of this connection's is on the worker: its version, and
-    /// when the request was read.
-    awaiting: Option<(u32, u64)>,
+    /// A grant of this connection's is on the worker: its version, when
+    /// the request was read, and which request it was.
+    awaiting: Option<(u32, u64, AnswerOp)>,
     /// Since when a `reserve` of this connection waits for the grant in flight.
     queued_ns: Option<u64>,
+    /// When the next line to answer was read, if earlier than `last_ns`
+    /// (a `reserve` that waited its turn).
+    head_read_ns: Option<u64>,
 }
 
 impl Conn {
@@ -159,13 +162,13 @@ fn deliver(m: &mut Manager, conns: &mut [Conn]) {
         let Some(c) = conns.iter_mut().find(|c| c.token == token) else {
             continue;
         };
-        let Some((v, t0)) = c.awaiting.take() else {
+        let Some((v, read_ns, op)) = c.awaiting.take() else {
             continue;
         };
-        log_answer(c, t0);
         if write_line(&c.stream, &resp.in_version(v)).is_err() {
             c.closed = true;
         }
+        answered(m, c, op, read_ns);
         answer_lines(m, c);
     }
 }
@@ -181,7 +184,7 @@ fn serve_queued(m: &mut Manager, conns: &mut [Conn]) {
         else {
             return;
         };
-        c.queued_ns = None;
+        c.head_read_ns = c.queued_ns.take();
         answer_lines(m, c);
     }
 }
@@ -225,6 +228,7 @@ fn accept(
             eof: false,
             awaiting: None,
             queued_ns: None,
+            head_read_ns: None,
         });
     }
 }
@@ -259,12 +263,13 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
         let Some(i) = c.buf.iter().position(|&b| b == b'\n') else {
             break;
         };
+        let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
         if waits_its_turn(m, &c.buf[..i]) {
-            c.queued_ns.get_or_insert_with(mono_ns);
+            c.queued_ns.get_or_insert(read_ns);
             return;
         }
         let line: Vec<u8> = c.buf.drain(..=i).collect();
-        answer(m, c, &line[..line.len() - 1]);
+        answer(m, c, &line[..line.len() - 1], read_ns);
     }
     if c.awaiting.is_some() || c.closed {
         return;
@@ -281,12 +286,13 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     }
     if c.eof {
         if !c.buf.is_empty() {
+            let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
             if waits_its_turn(m, &c.buf) {
-                c.queued_ns.get_or_insert_with(mono_ns);
+                c.queued_ns.get_or_insert(read_ns);
                 return;
             }
             let line = std::mem::take(&mut c.buf);
-            answer(m, c, &line);
+            answer(m, c, &line, read_ns);
         }
         c.closed = c.awaiting.is_none();
     }
@@ -299,16 +305,17 @@ fn waits_its_turn(m: &Manager, line: &[u8]) -> bool {
             .is_ok_and(|r| matches!(r.op, Op::Reserve(_)))
 }
 
-fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
+/// Answer one line, read at `read_ns`.
+fn answer(m: &mut Manager, c: &mut Conn, line: &[u8], read_ns: u64) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let t0 = mono_ns();
-    let resp = match parse_request(line) {
+    let (resp, op) = match parse_request(line) {
         Ok(req) => {
             let v = req.v;
+            let op = AnswerOp::of(&req.op);
             match m.handle_or_start(&c.client, req, Some(c.token)) {
-                Answer::Now(resp) => resp.in_version(v),
+                Answer::Now(resp) => (resp.in_version(v), op),
                 Answer::Later => {
-                    c.awaiting = Some((v, t0));
+                    c.awaiting = Some((v, read_ns, op));
                     return;
                 }
             }
@@ -316,20 +323,24 @@ fn answer(m: &mut Manager, c: &mut Conn, line: &[u8]) {
         Err(e) => {
             let r = Response::error(e.code, e.message);
             m.count(&r);
-            r
+            (r, AnswerOp::Other)
         }
     };
-    log_answer(c, t0);
     if write_line(&c.stream, &resp).is_err() {
         c.closed = true;
     }
+    answered(m, c, op, read_ns);
 }
 
-fn log_answer(c: &Conn, t0: u64) {
+/// An answer written: how long since its request was read, waiting its
+/// turn included (`rtmgr_answer_seconds`, and the debug log).
+fn answered(m: &mut Manager, c: &Conn, op: AnswerOp, read_ns: u64) {
+    let took_ns = mono_ns().saturating_sub(read_ns);
+    m.observe_answer(op, took_ns);
     tracing::debug!(
         "pid {}: answered in {} µs",
         c.client.cred.pid,
-        (mono_ns() - t0) / 1000
+        took_ns / 1000
     );
 }
 

@@ -9,7 +9,7 @@ answer, as most programs do.
 
     rtmgr_client.py --socket PATH conformance [--only NAME,...] [--skip NAME,...]
     rtmgr_client.py --socket PATH bench --clients N --class rt0|rt1 \
-        --state sleeping|running --requests R [--out FILE.json]
+        --state sleeping|running --requests R [--metrics URL] [--out FILE.json]
     rtmgr_client.py floor --cpuset-dir DIR --back-dir DIR --requests R [--out FILE.json]
 
 `conformance` prints one line per check and a JSON summary last; exit 0 when
@@ -20,7 +20,10 @@ SCHED_FIFO would run into RLIMIT_RTTIME); `floor` times the kernel steps a
 grant makes, on a throwaway sleeping thread (bench/grant-latency.sh runs both).
 During a `bench` cell a bystander client (SCHED_FIFO 2 as root) asks `list`
 every 2 ms and times its answers: how long other clients wait while grants
-are made.
+are made. With `--metrics URL` (a daemon built with the feature `metrics`),
+`bench` also keeps the daemon's own time per answer during the cell
+(`rtmgr_answer_seconds`, request read until answer written), scraped before
+and after: what of a round trip is the daemon's, and what is the client's.
 """
 
 import argparse
@@ -389,8 +392,35 @@ def bystander(path, start_at, stop_r, w):
     os.write(w, (json.dumps(out) + "\n").encode())
 
 
+def answer_buckets(url):
+    """The daemon's `rtmgr_answer_seconds` buckets by request: {op: {le: count}}."""
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("rtmgr_answer_seconds_bucket{"):
+            continue
+        labels, value = line[len("rtmgr_answer_seconds_bucket{"):].split("} ")
+        kv = dict(x.split("=", 1) for x in labels.split(","))
+        le = kv["le"].strip('"')
+        out.setdefault(kv["op"].strip('"'), {})[le] = float(value)
+    return out
+
+
+def bucket_diff(before, after):
+    """The cell's own answers: cumulative counts after minus before, as
+    [[upper bound (s, or "+Inf"), count], ...], smallest bound first."""
+    out = {}
+    for op, b in after.items():
+        rows = [(float(le), le, n - before.get(op, {}).get(le, 0.0)) for le, n in b.items()]
+        out[op] = [[le if le == "+Inf" else f, n] for f, le, n in sorted(rows)]
+    return out
+
+
 def bench(args):
     """N client processes (no shared GIL), started together, and a bystander."""
+    daemon_before = answer_buckets(args.metrics) if args.metrics else None
     per = max(1, -(-args.requests // args.clients))
     cls = "rt0" if args.cls == "rt0" else "rt1:20"
     spin = args.state == "running"
@@ -447,6 +477,9 @@ def bench(args):
     cell["reserve"] = summary(cell["reserve_ns"])
     cell["release"] = summary(cell["release_ns"])
     cell["bystander_list"] = summary(cell["bystander_list_ns"])
+    if daemon_before is not None:
+        # Cumulative bucket counts of the daemon's answer times in this cell.
+        cell["daemon_answer_buckets"] = bucket_diff(daemon_before, answer_buckets(args.metrics))
     emit(cell, args.out)
     return 0
 
@@ -588,6 +621,7 @@ def main():
     b.add_argument("--requests", type=int, default=50)
     b.add_argument("--period-ns", type=int, default=10 * MS)
     b.add_argument("--budget-ns", type=int, default=100_000)
+    b.add_argument("--metrics", help="the daemon's /metrics URL: keep its own answer times too")
     b.add_argument("--out")
     f = sub.add_parser("floor")
     f.add_argument("--cpuset-dir", required=True)

@@ -179,6 +179,16 @@ impl Manager {
         Answer::Now(resp)
     }
 
+    /// An answer written `took_ns` after its request was read.
+    pub fn observe_answer(&self, op: AnswerOp, took_ns: u64) {
+        #[cfg(feature = "metrics")]
+        if let Some(mx) = &self.metrics {
+            mx.answer_time(op, took_ns);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (op, took_ns);
+    }
+
     /// Count a response made outside `handle` (a malformed line).
     pub fn count(&mut self, resp: &Response) {
         #[cfg(feature = "metrics")]
@@ -448,5 +458,5 @@ mod stranded;
 mod target;
 
 pub(in crate::daemon) use granting::Allowed;
-pub use granting::Answer;
+pub use granting::{Answer, AnswerOp};
 pub use queries::info_of;

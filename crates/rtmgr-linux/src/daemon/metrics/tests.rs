@@ -141,6 +141,9 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     m.starvation_boost(2);
     m.stranded(1);
     m.pending_fallback(2, 3);
+    m.answer_time(AnswerOp::Reserve, 2_000_000);
+    m.answer_time(AnswerOp::Reserve, 40_000);
+    m.answer_time(AnswerOp::Other, 15_000);
     let exporter = Exporter::start("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
     let (status, headers, body) = get(exporter.local_addr(), "GET", "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -222,6 +225,14 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
         body.contains("# UNIT rtmgr_guard_latency_seconds seconds"),
         "{body}"
     );
+    assert_eq!(v("rtmgr_answer_seconds_count{op=\"reserve\"}"), 2.0);
+    assert_eq!(v("rtmgr_answer_seconds_count{op=\"release\"}"), 0.0);
+    assert_eq!(v("rtmgr_answer_seconds_count{op=\"other\"}"), 1.0);
+    // 10 µs ×1.5: 40 µs is under the 50.625 µs bound, 2 ms is not.
+    assert_eq!(
+        v("rtmgr_answer_seconds_bucket{le=\"0.000050625\",op=\"reserve\"}"),
+        1.0
+    );
 }
 
 #[test]
@@ -258,6 +269,9 @@ fn a_fresh_scrape_has_every_known_series_at_zero() {
     }
     assert_eq!(v("rtmgr_requests_total"), 0.0);
     assert_eq!(v("rtmgr_cpu_refusals_total{cpu=\"3\"}"), 0.0);
+    for op in ["reserve", "release", "other"] {
+        assert_eq!(v(&format!("rtmgr_answer_seconds_count{{op=\"{op}\"}}")), 0.0);
+    }
     assert!(
         s.values().all(|&x| x == 0.0),
         "a fresh daemon counted nothing: {body}"
