@@ -235,3 +235,65 @@ fn the_config_has_the_worker_on_unless_it_says_false() {
     let bad = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"\n[serve]\ngrant_worker = 2\n");
     assert!(bad.is_err());
 }
+
+/// A reserve of `budget_ns` every 10 ms.
+fn reserve_of(budget_ns: u64) -> Request {
+    Request {
+        v: 1,
+        op: Op::Reserve(rtmgr_core::protocol::ReserveRequest::new(
+            10_000_000, budget_ns,
+        )),
+    }
+}
+
+/// The client of another process of the fake machine.
+fn client_of(m: &FakeMachine, pid: u32) -> Client {
+    let mut c = client(m);
+    c.cred.pid = pid;
+    c.start_time = crate::tasks::info(&m.host(), pid, pid).unwrap().start_time;
+    c
+}
+
+#[test]
+fn another_process_grant_is_admitted_on_books_that_hold_the_one_in_flight_and_queued_behind_it() {
+    let (b, third) = (PID + 1, PID + 2);
+    let m = FakeMachine::new(2)
+        .task(PID, "client")
+        .task(b, "second")
+        .task(third, "third")
+        .build();
+    let host = m.host();
+    let (mut d, c) = held_in_flight(&m, 7);
+    assert!(d.reserve_may_queue(Some(b)));
+    assert!(!d.reserve_may_queue(Some(PID)), "the same process waits");
+    assert!(!d.reserve_may_queue(None), "a pid named by another waits");
+    // The books hold the grant in flight (0.1): 0.85 more would pass the
+    // cap of 0.9, and is refused at once.
+    let over = match d.handle_or_start(&client_of(&m, b), reserve_of(8_500_000), Some(8)) {
+        Answer::Now(resp) => resp.to_line(),
+        Answer::Later => panic!("not refused at once"),
+    };
+    assert!(over.contains("\"refused\"") && over.contains("admission"), "{over}");
+    // What fits is admitted now, its steps queued behind the held ones.
+    let second = d.handle_or_start(&client_of(&m, b), reserve(), Some(9));
+    assert!(matches!(second, Answer::Later), "{second:?}");
+    assert!(
+        !d.reserve_may_queue(Some(third)),
+        "one grant waits behind the one applied, no more"
+    );
+    unhold(&host);
+    let mut got = answers(&mut d);
+    while got.len() < 2 {
+        got.extend(answers(&mut d));
+    }
+    let tokens: Vec<u64> = got.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tokens, [7, 9], "in the order they were started");
+    for (_, resp) in &got {
+        assert!(matches!(resp.reply, Reply::Granted { .. }), "{resp:?}");
+    }
+    assert_eq!(d.grants.len(), 2);
+    assert_eq!(host.get_affinity(b).unwrap(), CpuSet::single(1));
+    assert!(d.reserve_may_queue(Some(third)));
+    drop(c);
+    d.stop_grant_worker();
+}

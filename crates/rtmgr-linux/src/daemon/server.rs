@@ -5,7 +5,8 @@
 //! protocol's maximum, bytes that are not a request, a peer that vanishes —
 //! each gets an error or is dropped, and the daemon goes on. A grant's
 //! kernel steps run on the grant worker: its connection waits for the
-//! answer, every other one is served meanwhile, and the next `reserve`
+//! answer, every other one is served meanwhile; another process's `reserve`
+//! is admitted at once and its steps queued behind, one of the same process
 //! waits its turn (the oldest first).
 
 use super::manager::{Answer, AnswerOp, Manager};
@@ -173,17 +174,16 @@ fn deliver(m: &mut Manager, conns: &mut [Conn]) {
     }
 }
 
-/// Connections whose `reserve` waited for the grant in flight, the oldest
-/// first, while no grant is in flight.
+/// Connections whose `reserve` waited for a job in flight, the oldest
+/// first: each goes on if its turn has come (`waits_its_turn`), else waits
+/// on.
 fn serve_queued(m: &mut Manager, conns: &mut [Conn]) {
-    while !m.worker_busy() {
-        let Some(c) = conns
-            .iter_mut()
-            .filter(|c| c.queued_ns.is_some() && !c.closed)
-            .min_by_key(|c| c.queued_ns)
-        else {
-            return;
-        };
+    let mut queued: Vec<usize> = (0..conns.len())
+        .filter(|&i| conns[i].queued_ns.is_some() && !conns[i].closed)
+        .collect();
+    queued.sort_by_key(|&i| conns[i].queued_ns);
+    for i in queued {
+        let c = &mut conns[i];
         c.head_read_ns = c.queued_ns.take();
         answer_lines(m, c);
     }
@@ -264,7 +264,7 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
             break;
         };
         let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
-        if waits_its_turn(m, &c.buf[..i]) {
+        if waits_its_turn(m, &c.client, &c.buf[..i]) {
             c.queued_ns.get_or_insert(read_ns);
             return;
         }
@@ -287,7 +287,7 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     if c.eof {
         if !c.buf.is_empty() {
             let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
-            if waits_its_turn(m, &c.buf) {
+            if waits_its_turn(m, &c.client, &c.buf) {
                 c.queued_ns.get_or_insert(read_ns);
                 return;
             }
@@ -298,11 +298,15 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     }
 }
 
-/// A `reserve` while another grant is in flight waits for it.
-fn waits_its_turn(m: &Manager, line: &[u8]) -> bool {
+/// A `reserve` waits while a job of its process is in flight (or, for
+/// another process named by pid, any job): `Manager::reserve_may_queue`.
+/// Others are admitted at once and their steps queued behind the jobs.
+fn waits_its_turn(m: &Manager, client: &Client, line: &[u8]) -> bool {
     m.worker_busy()
-        && parse_request(line.strip_suffix(b"\r").unwrap_or(line))
-            .is_ok_and(|r| matches!(r.op, Op::Reserve(_)))
+        && parse_request(line.strip_suffix(b"\r").unwrap_or(line)).is_ok_and(|r| match &r.op {
+            Op::Reserve(res) => !m.reserve_may_queue(res.pid.is_none().then_some(client.cred.pid)),
+            _ => false,
+        })
 }
 
 /// Answer one line, read at `read_ns`.

@@ -17,6 +17,27 @@ pub use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Everything left in `f`, the first read(2) `first` bytes long, doubling
+/// after: no stat or seek for a size hint (which /proc and sysfs do not
+/// give), so a control file costs one read and the read of its end.
+pub(crate) fn read_whole(f: &mut impl std::io::Read, first: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; first.max(1)];
+    let mut n = 0;
+    loop {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if n == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("{op} {path}: {source}")]
@@ -242,18 +263,7 @@ impl Host {
     pub fn read_in_one(&self, abs: impl AsRef<Path>) -> Result<String> {
         let p = self.path(abs);
         let mut f = std::fs::File::open(&p).map_err(|e| io_err("open", &p, e))?;
-        let mut buf = vec![0u8; 1 << 16];
-        let mut n = 0;
-        loop {
-            match std::io::Read::read(&mut f, &mut buf[n..]).map_err(|e| io_err("read", &p, e))? {
-                0 => break,
-                k => n += k,
-            }
-            if n == buf.len() {
-                buf.resize(buf.len() * 2, 0);
-            }
-        }
-        buf.truncate(n);
+        let buf = read_whole(&mut f, 1 << 16).map_err(|e| io_err("read", &p, e))?;
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
@@ -404,5 +414,32 @@ mod tests {
         let gone = host.read_in_one("/t/none").unwrap_err();
         assert!(gone.is_gone());
         assert_eq!(gone.into_io().kind(), std::io::ErrorKind::NotFound);
+    }
+
+    /// A reader that gives a few bytes at a time, and is interrupted once.
+    struct Trickle<'a>(&'a [u8], bool);
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if !self.1 {
+                self.1 = true;
+                return Err(std::io::ErrorKind::Interrupted.into());
+            }
+            let n = self.0.len().min(out.len()).min(7);
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_whole_file_is_read_past_its_first_buffer_and_through_an_interruption() {
+        let text: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for first in [0, 1, 16, 4096, 1 << 16] {
+            assert_eq!(read_whole(&mut Trickle(&text, false), first).unwrap(), text);
+        }
+        assert!(read_whole(&mut Trickle(b"", true), 4096)
+            .unwrap()
+            .is_empty());
     }
 }

@@ -8,7 +8,6 @@ use crate::daemon::grant;
 use crate::daemon::grant_worker::ApplyWork;
 use crate::daemon::peer::Client;
 use crate::{tasks, HostError};
-use rtmgr_core::admission::Placed;
 use rtmgr_core::protocol::{ErrorCode, Op, RefusalKind, Reply, Response, ValidReserve};
 use rtmgr_sys::time::mono_ns;
 
@@ -66,8 +65,6 @@ pub(in crate::daemon) struct Completion {
     start_time: u64,
     pub grant: Grant,
     pub first_of_pid: bool,
-    count: u32,
-    placed: Placed,
 }
 
 impl Manager {
@@ -85,16 +82,18 @@ impl Manager {
         self.complete_grant(done, out)
     }
 
-    /// `grant_admitted` with the kernel steps on the worker: the answer
-    /// comes later under `token`. Inline when there is no worker, or while
-    /// it works (the server holds a `reserve` back until it is idle).
+    /// `grant_admitted` with the kernel steps on the worker, queued behind
+    /// the jobs in flight (admitted on books that hold theirs): the answer
+    /// comes later under `token`. Inline when there is no worker, or when a
+    /// job of the same process is in flight (`reserve_may_queue`: the server
+    /// holds such a `reserve` back until that job is done).
     pub(in crate::daemon) fn start_grant(
         &mut self,
         token: u64,
         client: &Client,
         ask: Allowed,
     ) -> Result<Answer, Response> {
-        if self.worker.is_none() || self.worker_busy() {
+        if self.worker.is_none() || !self.reserve_may_queue(Some(client.cred.pid)) {
             return self.grant_admitted(client, ask).map(Answer::Now);
         }
         let (work, done) = self.prepare_grant(client, ask)?;
@@ -124,6 +123,7 @@ impl Manager {
         let held = self
             .grants
             .values()
+            .chain(self.in_flight_grants())
             .map(|g| g.resources.memlock_bytes)
             .sum();
         let mut resources = self
@@ -145,6 +145,7 @@ impl Manager {
             .grants
             .values()
             .chain(self.deferred.iter().map(|d| &d.grant))
+            .chain(self.in_flight_grants())
             .find(|g| g.pid == pid)
             .map(|g| g.limits.clone());
         let draft = grant::Draft {
@@ -174,13 +175,14 @@ impl Manager {
             resources,
         };
         let work = self.journal_grant(&draft, &mut g, first_of_pid)?;
+        // In the books from now: a grant admitted while this one's steps
+        // run counts it (taken out again if they fail).
+        self.admission.insert(g.id, g.demand, count, &placed);
         let done = Completion {
             pid,
             start_time: client.start_time,
             grant: g,
             first_of_pid,
-            count,
-            placed,
         };
         Ok((work, done))
     }
@@ -223,10 +225,9 @@ impl Manager {
             start_time,
             grant: g,
             first_of_pid,
-            count,
-            placed,
         } = done;
         if let Err(e) = out {
+            self.admission.remove(g.id);
             let _ = self.journal.record(&Record::Release { id: g.id });
             if e.errno() == Some(libc::EBUSY) {
                 return Err(refused(
@@ -248,7 +249,6 @@ impl Manager {
                 format!("process {pid} exited during the grant"),
             ));
         }
-        self.admission.insert(g.id, g.demand, count, &placed);
         self.watch(pid, start_time);
         Ok(self.granted(g))
     }

@@ -199,7 +199,10 @@ impl Metrics {
             }
         }
         for op in AnswerOp::ALL {
-            let h = m.answer_time.get_or_create(&OpLabel { op: op.name() }).clone();
+            let h = m
+                .answer_time
+                .get_or_create(&OpLabel { op: op.name() })
+                .clone();
             m.answer_by_op.push(h);
         }
         for kind in &RefusalKind::ALL {

@@ -270,7 +270,10 @@ fn a_fresh_scrape_has_every_known_series_at_zero() {
     assert_eq!(v("rtmgr_requests_total"), 0.0);
     assert_eq!(v("rtmgr_cpu_refusals_total{cpu=\"3\"}"), 0.0);
     for op in ["reserve", "release", "other"] {
-        assert_eq!(v(&format!("rtmgr_answer_seconds_count{{op=\"{op}\"}}")), 0.0);
+        assert_eq!(
+            v(&format!("rtmgr_answer_seconds_count{{op=\"{op}\"}}")),
+            0.0
+        );
     }
     assert!(
         s.values().all(|&x| x == 0.0),
