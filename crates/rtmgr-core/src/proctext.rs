@@ -2,7 +2,8 @@
 //! (ARTiS §2.3 on an unpatched kernel): a task's `status` lines, `schedstat`,
 //! CPU pressure (PSI), `loadavg`, the per-CPU interrupt ticks and times of
 //! /proc/stat (the times also for `rtmgr top`),
-//! and the ARTiS class of a scheduling policy. Pure: text in, numbers out.
+//! a task's `stat`, and the ARTiS class of a scheduling policy. Pure: text
+//! in, numbers out.
 
 use crate::class::{TaskClass, RT0_PRIORITY};
 use crate::cpuset::CpuSet;
@@ -22,6 +23,61 @@ pub fn class_of_policy(policy: u32, prio: u32) -> TaskClass {
         (true, p) => TaskClass::Rt1 {
             priority: p.clamp(1, 98) as u8,
         },
+    }
+}
+
+/// The fields of /proc/…/stat that rtmgr reads (proc(5) numbers them from
+/// 1: pid, comm, state…). `comm` may hold spaces and parentheses: the
+/// fields after it start at the last ')'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStat<'a> {
+    pub comm: &'a str,
+    /// Field 3: R, S, D, T, t, Z, I…
+    pub state: char,
+    /// Field 9: PF_* flags.
+    pub flags: u64,
+    /// Fields 14 and 15: user and system time, clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+    /// Field 22: clock ticks after boot.
+    pub starttime: u64,
+    /// Fields 39–41 (absent before Linux 2.5.19): last CPU, RT priority, policy.
+    pub processor: Option<u32>,
+    pub rt_priority: Option<u32>,
+    pub policy: Option<u32>,
+}
+
+impl<'a> TaskStat<'a> {
+    pub fn parse(text: &'a [u8]) -> Option<TaskStat<'a>> {
+        let text = std::str::from_utf8(text).ok()?;
+        let open = text.find('(')?;
+        let close = text.rfind(')')?;
+        let comm = text.get(open + 1..close)?;
+        let mut rest = text.get(close + 1..)?.split_ascii_whitespace();
+        let state = rest.next()?.chars().next()?;
+        // fields[n] is field n, from 4 (ppid) to 41 (policy); some are
+        // signed (priority, nice), some above i64::MAX (rsslim).
+        let mut fields = [0u64; 42];
+        let mut last = 3;
+        for (slot, word) in fields[4..].iter_mut().zip(rest) {
+            *slot = word
+                .parse::<u64>()
+                .or_else(|_| word.parse::<i64>().map(|v| v as u64))
+                .ok()?;
+            last += 1;
+        }
+        let field = |n: usize| (n <= last).then(|| fields[n]);
+        Some(TaskStat {
+            comm,
+            state,
+            flags: field(9)?,
+            utime: field(14)?,
+            stime: field(15)?,
+            starttime: field(22)?,
+            processor: field(39).map(|c| c as u32),
+            rt_priority: field(40).map(|p| p as u32),
+            policy: field(41).map(|p| p as u32),
+        })
     }
 }
 
@@ -164,6 +220,38 @@ pub fn parse_steal(stat: &str) -> BTreeMap<u32, u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::TaskStat;
+
+    /// A SCHED_FIFO 20 thread's stat, its comm with a space and parentheses.
+    const FIFO_STAT: &str = "5826 (py (x) 3) S 5823 4286 30263 0 -1 4194368 494 0 0 0 54 8 0 0 -21 0 1 0 3433473 28348416 3859 18446744073709551615 1 1 0 0 0 0 0 16781312 16386 0 0 0 17 1 20 1 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn a_task_stat_reads_past_an_odd_comm_and_negative_and_huge_fields() {
+        let st = TaskStat::parse(FIFO_STAT.as_bytes()).unwrap();
+        assert_eq!(st.comm, "py (x) 3");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.flags, 4194368);
+        assert_eq!((st.utime, st.stime), (54, 8));
+        assert_eq!(st.starttime, 3433473);
+        assert_eq!(st.processor, Some(1));
+        assert_eq!(st.rt_priority, Some(20));
+        assert_eq!(st.policy, Some(1));
+    }
+
+    #[test]
+    fn an_old_kernel_stat_has_no_policy_and_garbage_is_none() {
+        let short: String = FIFO_STAT.split(' ').take(38).collect::<Vec<_>>().join(" ");
+        let st = TaskStat::parse(short.as_bytes()).unwrap();
+        assert_eq!(
+            (st.processor, st.rt_priority, st.policy),
+            (None, None, None)
+        );
+        assert_eq!(st.starttime, 3433473);
+        for bad in ["", "5826 (py", "5826 (py) S 1 2", "5826 (py) S x 4286"] {
+            assert_eq!(TaskStat::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -30,26 +30,19 @@ impl TaskInfo {
     }
 }
 
-/// Parse /proc/<tid>/stat. The comm field may contain spaces and parentheses,
-/// so split at the last ')'.
+/// Parse /proc/<tid>/stat (`rtmgr_core::proctext::TaskStat`).
 pub fn parse_stat(pid: u32, tid: u32, text: &str) -> Option<TaskInfo> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // rest[0] is field 3 (state); field N is rest[N - 3].
-    let field = |n: usize| rest.get(n - 3).and_then(|s| s.parse::<u64>().ok());
-    let flags = field(9)?;
+    let st = rtmgr_core::proctext::TaskStat::parse(text.as_bytes())?;
     Some(TaskInfo {
         pid,
         tid,
-        comm,
-        kthread: flags & PF_KTHREAD != 0,
-        no_setaffinity: flags & PF_NO_SETAFFINITY != 0,
-        start_time: field(22)?,
-        rt_priority: field(40).unwrap_or(0) as u32,
-        policy: field(41).unwrap_or(0) as u32,
-        cpu_ticks: field(14).unwrap_or(0) + field(15).unwrap_or(0),
+        comm: st.comm.to_string(),
+        kthread: st.flags & PF_KTHREAD != 0,
+        no_setaffinity: st.flags & PF_NO_SETAFFINITY != 0,
+        start_time: st.starttime,
+        rt_priority: st.rt_priority.unwrap_or(0),
+        policy: st.policy.unwrap_or(0),
+        cpu_ticks: st.utime + st.stime,
     })
 }
 

@@ -45,6 +45,36 @@ pub enum Op {
     Status,
 }
 
+/// Which request an answer was for (the daemon's `rtmgr_answer_seconds`
+/// labels its answer times by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnswerOp {
+    Reserve,
+    Release,
+    /// Every other request, and a line that is not one.
+    Other,
+}
+
+impl AnswerOp {
+    pub const ALL: [AnswerOp; 3] = [AnswerOp::Reserve, AnswerOp::Release, AnswerOp::Other];
+
+    pub fn of(op: &Op) -> AnswerOp {
+        match op {
+            Op::Reserve(_) => AnswerOp::Reserve,
+            Op::Release { .. } => AnswerOp::Release,
+            _ => AnswerOp::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerOp::Reserve => "reserve",
+            AnswerOp::Release => "release",
+            AnswerOp::Other => "other",
+        }
+    }
+}
+
 /// A request line: `{"v":1,"op":…,…}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {

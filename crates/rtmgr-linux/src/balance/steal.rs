@@ -16,7 +16,7 @@ impl StealWindow {
     pub fn new(host: &Host) -> StealWindow {
         StealWindow {
             prev: read(host),
-            tick_ns: 1_000_000_000 / procfs::ticks_per_second().max(1),
+            tick_ns: 1_000_000_000 / rtmgr_sys::time::clock_ticks_per_second().max(1),
         }
     }
 

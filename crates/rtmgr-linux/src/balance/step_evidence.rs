@@ -97,7 +97,7 @@ pub(super) fn report_step(
 /// down; 0 when /proc/uptime cannot be read (every task then counts as new).
 pub(super) fn uptime_ticks(host: &Host) -> u64 {
     let secs = crate::unmovable::uptime_s(host).unwrap_or(0.0);
-    (secs * procfs::ticks_per_second() as f64) as u64
+    (secs * rtmgr_sys::time::clock_ticks_per_second() as f64) as u64
 }
 
 /// The guard's trips since the last step: counted, and given to the policy

@@ -273,7 +273,10 @@ fn another_process_grant_is_admitted_on_books_that_hold_the_one_in_flight_and_qu
         Answer::Now(resp) => resp.to_line(),
         Answer::Later => panic!("not refused at once"),
     };
-    assert!(over.contains("\"refused\"") && over.contains("admission"), "{over}");
+    assert!(
+        over.contains("\"refused\"") && over.contains("admission"),
+        "{over}"
+    );
     // What fits is admitted now, its steps queued behind the held ones.
     let second = d.handle_or_start(&client_of(&m, b), reserve(), Some(9));
     assert!(matches!(second, Answer::Later), "{second:?}");

@@ -9,9 +9,9 @@
 //! is admitted at once and its steps queued behind, one of the same process
 //! waits its turn (the oldest first).
 
-use super::manager::{Answer, AnswerOp, Manager};
+use super::manager::{Answer, Manager};
 use super::peer::{self, Client};
-use rtmgr_core::protocol::{parse_request, ErrorCode, Op, Response, MAX_MESSAGE};
+use rtmgr_core::protocol::{parse_request, AnswerOp, ErrorCode, Op, Response, MAX_MESSAGE};
 use rtmgr_sys::pidfd::{peer_cred, peer_pidfd, poll_readable};
 use rtmgr_sys::time::mono_ns;
 use std::io::{Read, Write};

@@ -47,13 +47,23 @@ pub enum Outcome {
     Code(u8),
 }
 
+/// Log to stderr at `RTMGR_LOG` (`warn` when unset or unreadable): a level
+/// (`info`), targets at levels (`rtmgr_linux::daemon=debug`), or both,
+/// comma-separated (tracing-subscriber's `Targets`).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RTMGR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = std::env::var("RTMGR_LOG")
+        .ok()
+        .and_then(|s| s.parse::<tracing_subscriber::filter::Targets>().ok())
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::WARN)
+        });
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .without_time()
+        .finish()
+        .with(filter)
         .try_init();
 }
 

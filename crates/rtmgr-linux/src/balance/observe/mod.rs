@@ -257,7 +257,7 @@ impl Observer {
             window_ns,
             cpus,
             tasks,
-            time_resolution_ns: 1_000_000_000 / procfs::ticks_per_second().max(1),
+            time_resolution_ns: 1_000_000_000 / rtmgr_sys::time::clock_ticks_per_second().max(1),
         }
     }
 

@@ -93,7 +93,7 @@ impl Observer {
             return;
         }
         let now = irq_ticks(&String::from_utf8_lossy(&self.buf));
-        let tps = procfs::ticks_per_second().max(1);
+        let tps = rtmgr_sys::time::clock_ticks_per_second().max(1);
         let elapsed = self.irq_at_ns.map(|t| now_ns.saturating_sub(t));
         self.irq_share = now
             .iter()

@@ -5,15 +5,13 @@
 
 use super::Observer;
 use crate::balance::procfile::{FdBudget, KeptFile};
-use procfs::process::Stat;
-use procfs::FromRead;
 use rtmgr_core::class::TaskClass;
-use rtmgr_core::proctext::{class_of_policy, parse_io, parse_schedstat, parse_status};
+use rtmgr_core::proctext::{class_of_policy, parse_io, parse_schedstat, parse_status, TaskStat};
 use rtmgr_core::CpuSet;
 use std::io;
 use std::path::PathBuf;
 
-const PF_KTHREAD: u32 = 0x0020_0000;
+const PF_KTHREAD: u64 = 0x0020_0000;
 /// Fewest clock ticks in a window for its user/kernel split to count.
 const MIN_TICKS: u64 = 3;
 /// A task found quiet at successive full scans is checked every 2, 4, then
@@ -159,7 +157,7 @@ struct ProcReads<'a> {
 impl Rec {
     /// Take what `stat` says (policy, CPU, state, the user/kernel split of
     /// its ticks); returns whether the task was new.
-    fn take_stat(&mut self, stat: &Stat) -> bool {
+    fn take_stat(&mut self, stat: &TaskStat) -> bool {
         let fresh = self.fresh;
         self.fresh = false;
         self.check_every = 1;
@@ -167,7 +165,7 @@ impl Rec {
         self.start_time = stat.starttime;
         self.kthread = stat.flags & PF_KTHREAD != 0;
         self.class = class_of_policy(stat.policy.unwrap_or(0), stat.rt_priority.unwrap_or(0));
-        self.cpu = stat.processor.unwrap_or(0).max(0) as u32;
+        self.cpu = stat.processor.unwrap_or(0);
         self.runnable = stat.state == 'R';
         let (du, ds) = (
             stat.utime.saturating_sub(self.ticks_user),
@@ -334,7 +332,7 @@ impl Observer {
             Ok(()) => self.last.reads += 1,
             Err(_) => return false,
         }
-        let Ok(stat) = Stat::from_read(&self.buf[..]) else {
+        let Some(stat) = TaskStat::parse(&self.buf) else {
             return false;
         };
         if !rec.fresh && stat.starttime != rec.start_time {
@@ -346,7 +344,7 @@ impl Observer {
         }
         let fresh = rec.take_stat(&stat);
         let (run_ns, delay_ns, slices) = pulse.unwrap_or_else(|| {
-            let tps = procfs::ticks_per_second().max(1);
+            let tps = rtmgr_sys::time::clock_ticks_per_second().max(1);
             ((stat.utime + stat.stime) * 1_000_000_000 / tps, 0, u64::MAX)
         });
         // Times it was switched in since: an upper bound of its switches.

@@ -8,7 +8,7 @@ use crate::daemon::grant;
 use crate::daemon::grant_worker::ApplyWork;
 use crate::daemon::peer::Client;
 use crate::{tasks, HostError};
-use rtmgr_core::protocol::{ErrorCode, Op, RefusalKind, Reply, Response, ValidReserve};
+use rtmgr_core::protocol::{ErrorCode, RefusalKind, Reply, Response, ValidReserve};
 use rtmgr_sys::time::mono_ns;
 
 /// A request's answer: now, or when its grant's kernel steps are done
@@ -17,35 +17,6 @@ use rtmgr_sys::time::mono_ns;
 pub enum Answer {
     Now(Response),
     Later,
-}
-
-/// Which request an answer was for, as `rtmgr_answer_seconds` labels it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AnswerOp {
-    Reserve,
-    Release,
-    /// Every other request, and a line that is not one.
-    Other,
-}
-
-impl AnswerOp {
-    pub const ALL: [AnswerOp; 3] = [AnswerOp::Reserve, AnswerOp::Release, AnswerOp::Other];
-
-    pub fn of(op: &Op) -> AnswerOp {
-        match op {
-            Op::Reserve(_) => AnswerOp::Reserve,
-            Op::Release { .. } => AnswerOp::Release,
-            _ => AnswerOp::Other,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            AnswerOp::Reserve => "reserve",
-            AnswerOp::Release => "release",
-            AnswerOp::Other => "other",
-        }
-    }
 }
 
 /// A request the client's policy allowed: the reservation, its threads,

@@ -16,8 +16,8 @@ use rtmgr_core::admission::policy::{Ask, ClientPolicy};
 use rtmgr_core::admission::rate::Burst;
 use rtmgr_core::admission::{Admission, AdmissionConfig};
 use rtmgr_core::protocol::{
-    ErrorCode, Invalid, IrqRef, Op, RefusalKind, Reply, Request, ReserveRequest, Response,
-    ValidReserve,
+    AnswerOp, ErrorCode, Invalid, IrqRef, Op, RefusalKind, Reply, Request, ReserveRequest,
+    Response, ValidReserve,
 };
 use rtmgr_sys::pidfd::Pidfd;
 use rtmgr_sys::time::mono_ns;
@@ -458,5 +458,5 @@ mod stranded;
 mod target;
 
 pub(in crate::daemon) use granting::Allowed;
-pub use granting::{Answer, AnswerOp};
+pub use granting::Answer;
 pub use queries::info_of;

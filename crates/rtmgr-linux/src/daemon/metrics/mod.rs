@@ -13,7 +13,6 @@ mod http;
 pub use http::Exporter;
 
 use crate::balance::LiveEvents;
-use crate::daemon::manager::AnswerOp;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -22,7 +21,7 @@ use prometheus_client::registry::{Registry, Unit};
 use rtmgr_core::admission::CpuRefusal;
 use rtmgr_core::partition::drift_events::ALL as DRIFT_EVENTS;
 use rtmgr_core::partition::{drift_kind, KnobId, ResourceKnobId};
-use rtmgr_core::protocol::{RefusalKind, Reply, Response};
+use rtmgr_core::protocol::{AnswerOp, RefusalKind, Reply, Response};
 use rtmgr_core::CpuSet;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
