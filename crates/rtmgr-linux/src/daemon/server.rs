@@ -5,8 +5,7 @@
 //! protocol's maximum, bytes that are not a request, a peer that vanishes —
 //! each gets an error or is dropped, and the daemon goes on. A grant's
 //! kernel steps run on the grant worker: its connection waits for the
-//! answer, every other one is served meanwhile; another process's `reserve`
-//! is admitted at once and its steps queued behind, one of the same process
+//! answer, every other one is served meanwhile, and the next `reserve`
 //! waits its turn (the oldest first).
 
 use super::manager::{Answer, Manager};
@@ -174,16 +173,17 @@ fn deliver(m: &mut Manager, conns: &mut [Conn]) {
     }
 }
 
-/// Connections whose `reserve` waited for a job in flight, the oldest
-/// first: each goes on if its turn has come (`waits_its_turn`), else waits
-/// on.
+/// Connections whose `reserve` waited for the grant in flight, the oldest
+/// first, while no grant is in flight.
 fn serve_queued(m: &mut Manager, conns: &mut [Conn]) {
-    let mut queued: Vec<usize> = (0..conns.len())
-        .filter(|&i| conns[i].queued_ns.is_some() && !conns[i].closed)
-        .collect();
-    queued.sort_by_key(|&i| conns[i].queued_ns);
-    for i in queued {
-        let c = &mut conns[i];
+    while !m.worker_busy() {
+        let Some(c) = conns
+            .iter_mut()
+            .filter(|c| c.queued_ns.is_some() && !c.closed)
+            .min_by_key(|c| c.queued_ns)
+        else {
+            return;
+        };
         c.head_read_ns = c.queued_ns.take();
         answer_lines(m, c);
     }
@@ -264,7 +264,7 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
             break;
         };
         let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
-        if waits_its_turn(m, &c.client, &c.buf[..i]) {
+        if waits_its_turn(m, &c.buf[..i]) {
             c.queued_ns.get_or_insert(read_ns);
             return;
         }
@@ -287,7 +287,7 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     if c.eof {
         if !c.buf.is_empty() {
             let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
-            if waits_its_turn(m, &c.client, &c.buf) {
+            if waits_its_turn(m, &c.buf) {
                 c.queued_ns.get_or_insert(read_ns);
                 return;
             }
@@ -298,15 +298,11 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     }
 }
 
-/// A `reserve` waits while a job of its process is in flight (or, for
-/// another process named by pid, any job): `Manager::reserve_may_queue`.
-/// Others are admitted at once and their steps queued behind the jobs.
-fn waits_its_turn(m: &Manager, client: &Client, line: &[u8]) -> bool {
+/// A `reserve` while a job is in flight waits for it.
+fn waits_its_turn(m: &Manager, line: &[u8]) -> bool {
     m.worker_busy()
-        && parse_request(line.strip_suffix(b"\r").unwrap_or(line)).is_ok_and(|r| match &r.op {
-            Op::Reserve(res) => !m.reserve_may_queue(res.pid.is_none().then_some(client.cred.pid)),
-            _ => false,
-        })
+        && parse_request(line.strip_suffix(b"\r").unwrap_or(line))
+            .is_ok_and(|r| matches!(r.op, Op::Reserve(_)))
 }
 
 /// Answer one line, read at `read_ns`.

@@ -53,18 +53,19 @@ impl Manager {
         self.complete_grant(done, out)
     }
 
-    /// `grant_admitted` with the kernel steps on the worker, queued behind
-    /// the jobs in flight (admitted on books that hold theirs): the answer
-    /// comes later under `token`. Inline when there is no worker, or when a
-    /// job of the same process is in flight (`reserve_may_queue`: the server
-    /// holds such a `reserve` back until that job is done).
+    /// `grant_admitted` with the kernel steps on the worker: the answer
+    /// comes later under `token`. Inline when there is no worker, or while
+    /// it works (the server holds a `reserve` back until it is idle: a
+    /// grant prepared while another's steps run held the loop longer, and
+    /// another client's answer with it, for no shorter grant; measured in
+    /// docs/protocol.md, "How long an answer takes").
     pub(in crate::daemon) fn start_grant(
         &mut self,
         token: u64,
         client: &Client,
         ask: Allowed,
     ) -> Result<Answer, Response> {
-        if self.worker.is_none() || !self.reserve_may_queue(Some(client.cred.pid)) {
+        if self.worker.is_none() || self.worker_busy() {
             return self.grant_admitted(client, ask).map(Answer::Now);
         }
         let (work, done) = self.prepare_grant(client, ask)?;
@@ -94,7 +95,6 @@ impl Manager {
         let held = self
             .grants
             .values()
-            .chain(self.in_flight_grants())
             .map(|g| g.resources.memlock_bytes)
             .sum();
         let mut resources = self
@@ -116,7 +116,6 @@ impl Manager {
             .grants
             .values()
             .chain(self.deferred.iter().map(|d| &d.grant))
-            .chain(self.in_flight_grants())
             .find(|g| g.pid == pid)
             .map(|g| g.limits.clone());
         let draft = grant::Draft {

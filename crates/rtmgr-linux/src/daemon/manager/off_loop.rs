@@ -14,9 +14,6 @@ use rtmgr_core::CpuSet;
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
 
-/// Grants admitted whose steps are not done: the one applied and one behind it.
-const GRANTS_IN_FLIGHT: usize = 2;
-
 /// A job on the worker, and what finishing it takes.
 #[derive(Debug)]
 pub(in crate::daemon) enum Pending {
@@ -57,31 +54,9 @@ impl Manager {
         self.worker.as_ref().map(|w| w.fd())
     }
 
-    /// Is the worker on a job?
+    /// Is the worker on a job (the next grant waits for it)?
     pub fn worker_busy(&self) -> bool {
         !self.in_flight.is_empty()
-    }
-
-    /// May a `reserve` of process `pid` (None: another process's, named by
-    /// pid) be admitted now and its steps queued behind the jobs in flight?
-    /// Not while a job of the same process is in flight: its threads'
-    /// before-state, and its limits, would be read before that job's steps
-    /// change them (a release's placement still going back, a grant still
-    /// being placed). Nor while a root domain is rebuilt (`dl_leak.rs`).
-    /// Nor while a grant waits behind the one being applied already: one
-    /// prepared ahead is enough to keep the worker busy, and a burst of
-    /// reserves prepared at once would hold the loop (and every other
-    /// client's answer) for their whole preparation.
-    pub fn reserve_may_queue(&self, pid: Option<u32>) -> bool {
-        let Some(pid) = pid else {
-            return self.in_flight.is_empty();
-        };
-        applying(&self.in_flight).count() < GRANTS_IN_FLIGHT
-            && self.in_flight.iter().all(|p| match p {
-                Pending::Grant { done, .. } => done.grant.pid != pid,
-                Pending::Undo { grant, .. } => grant.pid != pid,
-                Pending::Rebuild { .. } => false,
-            })
     }
 
     /// The grants being applied: their threads and processes hold them already.
