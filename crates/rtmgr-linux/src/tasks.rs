@@ -123,11 +123,7 @@ pub fn state(host: &Host, tid: u32) -> Option<char> {
 /// CPU it last ran on until it next wakes.
 pub fn run_queue_cpu(host: &Host, tid: u32) -> Option<u32> {
     let text = host.read_opt(format!("/proc/{tid}/stat"))?;
-    let rest: Vec<&str> = text
-        .get(text.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    rest.get(39 - 3)?.parse().ok()
+    rtmgr_core::proctext::TaskStat::parse(text.as_bytes())?.processor
 }
 
 /// The task's CPU time so far, ns (the first field of /proc/<tid>/schedstat:
@@ -140,7 +136,8 @@ pub fn exec_ns(host: &Host, tid: u32) -> Option<u64> {
         .ok()
 }
 
-/// The state letter of a /proc/<tid>/stat line (after the comm's last ')').
+/// The state letter of a /proc/<tid>/stat line (after the comm's last ')';
+/// the rest of the line need not be there).
 fn state_of(stat: &str) -> Option<char> {
     stat.get(stat.rfind(')')? + 1..)?
         .trim_start()

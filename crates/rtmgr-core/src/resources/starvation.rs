@@ -139,11 +139,7 @@ pub struct Sample {
 impl Sample {
     /// From the text of /proc/TID/stat and /proc/TID/status.
     pub fn parse(tid: u32, stat: &str, status: &str) -> Option<Sample> {
-        let open = stat.find('(')?;
-        let close = stat.rfind(')')?;
-        let comm = stat.get(open + 1..close)?.to_string();
-        let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-        let field = |n: usize| rest.get(n - 3).and_then(|s| s.parse::<u64>().ok());
+        let st = crate::proctext::TaskStat::parse(stat.as_bytes())?;
         let get = |key: &str| {
             status
                 .lines()
@@ -153,11 +149,11 @@ impl Sample {
         };
         Some(Sample {
             tid,
-            start_time: field(22)?,
-            comm,
-            runnable: rest.first() == Some(&"R"),
+            start_time: st.starttime,
+            comm: st.comm.to_string(),
+            runnable: st.state == 'R',
             switches: get("voluntary_ctxt_switches:") + get("nonvoluntary_ctxt_switches:"),
-            cpu_ticks: field(14)? + field(15)?,
+            cpu_ticks: st.utime + st.stime,
         })
     }
 }
