@@ -4,7 +4,9 @@
 # threads sleeping in recv() or running (spinning) while they wait; and, in
 # the same run, the kernel steps a grant makes, alone, as the floor (a v1
 # cpuset attach of a sleeping thread, sched_setscheduler, sched_setattr,
-# prlimit, ioprio_set). The clients are the protocol's conformance client
+# prlimit, ioprio_set), and the attaches alone from as many processes at
+# once as each cell has clients (its reserves' floor: each attach waits for
+# the others' under cgroup_mutex). The clients are the protocol's conformance client
 # (crates/rtmgr/tests/conformance/rtmgr_client.py, Python standard library).
 # Root only. It starts its own daemon (private state directory, balancer
 # off, a root rule without rate limit), holds the machine lock throughout and
@@ -135,6 +137,10 @@ floor = None
 if os.path.exists(os.path.join(out, "floor.json")):
     with open(os.path.join(out, "floor.json")) as fh:
         floor = json.load(fh)
+    floor["concurrent"] = []
+    for f in sorted(glob.glob(os.path.join(out, "floor-*.json"))):
+        with open(f) as fh:
+            floor["concurrent"].append(json.load(fh)["concurrent"])
 model = ""
 try:
     with open("/proc/cpuinfo") as fh:
@@ -176,6 +182,14 @@ if floor:
         print("  %-20s n %3d  p50 %7s  p99 %7s  max %7s" % (k, s.get("n", 0), us(s, "p50_ns"), us(s, "p99_ns"), us(s, "max_ns")))
     if floor.get("errors"):
         print("  errors:", floor["errors"])
+    for conc in floor.get("concurrent", []):
+        a, b = conc["attach"], conc["attach_back"]
+        print("  %2d processes at once, cpuset attach  p50 %7s  p99 %7s  max %7s;  and back  p99 %7s" % (
+            conc["clients"], us(a, "p50_ns"), us(a, "p99_ns"), us(a, "max_ns"), us(b, "p99_ns")))
+        for c in cells:
+            if c["clients"] == conc["clients"] and c["reserve"].get("n") and a.get("n"):
+                print("     %-5s %-9s %-4s reserve p99 / attach p99 at once: %.1f" % (
+                    c["class"], c["state"], c["grant_worker"], c["reserve"]["p99_ns"] / a["p99_ns"]))
 failures = sorted({re.sub(r"\d+", "N", f) for c in cells for f in c["failures"]})
 if failures:
     print("failures (first 5 kinds):", "; ".join(failures[:5]))
@@ -198,6 +212,12 @@ if [ "$LAYOUT" = v1 ]; then
   RT_DIR=$(echo "$PART" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["rt_cgroup"])')/cpu$RT_CPU
   NRT_DIR=$(echo "$PART" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
   "$PY" "$CLIENT" floor --cpuset-dir "$RT_DIR" --back-dir "$NRT_DIR" --requests "$N" --out "$OUT/floor.json" 9>&-
+  # The attaches alone at each cell's concurrency: the floor of its reserves.
+  for clients in $CLIENTS; do
+    [ "$clients" -gt 1 ] || continue
+    "$PY" "$CLIENT" floor --cpuset-dir "$RT_DIR" --back-dir "$NRT_DIR" --requests "$N" --clients "$clients" \
+      --out "$OUT/floor-$(printf %02d "$clients").json" 9>&-
+  done
 fi
 # Rounds, each with the worker on and off in turn (a daemon each), so that
 # the two are compared in the same minutes of the host.

@@ -10,7 +10,7 @@ answer, as most programs do.
     rtmgr_client.py --socket PATH conformance [--only NAME,...] [--skip NAME,...]
     rtmgr_client.py --socket PATH bench --clients N --class rt0|rt1 \
         --state sleeping|running --requests R [--metrics URL] [--out FILE.json]
-    rtmgr_client.py floor --cpuset-dir DIR --back-dir DIR --requests R [--out FILE.json]
+    rtmgr_client.py floor --cpuset-dir DIR --back-dir DIR --requests R [--clients N] [--out FILE.json]
 
 `conformance` prints one line per check and a JSON summary last; exit 0 when
 every check passed. `bench` times reserve -> granted -> release round trips
@@ -605,8 +605,80 @@ def floor(args):
         wake.set()
         t.join()
     out = {"steps": {k: summary(v) | {"samples_ns": v} for k, v in steps.items()}, "errors": errors}
+    if args.clients > 1:
+        out["concurrent"] = attach_concurrently(args)
     emit(out, args.out)
     return 0
+
+
+def attach_loop(args, n, start_at, w):
+    """One of `attach_concurrently`'s processes: its own sleeping thread
+    moved into the RT CPU's cpuset and back, n times, at once again."""
+    out = {"attach_ns": [], "attach_back_ns": [], "failures": []}
+    stop = threading.Event()
+    tid_box = []
+
+    def sleeper():
+        tid_box.append(threading.get_native_id())
+        stop.wait()
+
+    t = threading.Thread(target=sleeper)
+    t.start()
+    while not tid_box:
+        time.sleep(0.001)
+    tid = str(tid_box[0])
+    try:
+        time.sleep(max(0.0, start_at - time.monotonic()))
+        for _ in range(n):
+            for key, d in (("attach_ns", args.cpuset_dir), ("attach_back_ns", args.back_dir)):
+                t0 = time.monotonic_ns()
+                with open(os.path.join(d, "tasks"), "w") as f:
+                    f.write(tid)
+                out[key].append(time.monotonic_ns() - t0)
+    except OSError as e:
+        out["failures"].append(repr(e))
+    finally:
+        try:
+            with open(os.path.join(args.back_dir, "tasks"), "w") as f:
+                f.write(tid)
+        except OSError:
+            pass
+        stop.set()
+        t.join()
+    os.write(w, (json.dumps(out) + "\n").encode())
+
+
+def attach_concurrently(args):
+    """The kernel's cpuset attaches alone under the bench's concurrency:
+    --clients processes, started together, each moving its own sleeping
+    thread into the RT CPU's cpuset and back in a closed loop, as the bench's
+    clients are granted and released (no daemon, no other step). An
+    attach's time here includes its wait for the others' (the kernel takes
+    `cgroup_mutex` for each): the floor of a `reserve` at that concurrency."""
+    per = max(1, -(-args.requests // args.clients))
+    r, w = os.pipe()
+    start_at = time.monotonic() + 0.2 + 0.005 * args.clients
+    kids = []
+    for _ in range(args.clients):
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                attach_loop(args, per, start_at, w)
+            finally:
+                os._exit(0)
+        kids.append(pid)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    for pid in kids:
+        os.waitpid(pid, 0)
+    got = {"attach_ns": [], "attach_back_ns": [], "failures": []}
+    for line in data.decode().splitlines():
+        for k, v in json.loads(line).items():
+            got[k] += v
+    return {"clients": args.clients, "attach": summary(got["attach_ns"]),
+            "attach_back": summary(got["attach_back_ns"]), "failures": got["failures"]}
 
 
 def main():
@@ -629,6 +701,8 @@ def main():
     f.add_argument("--cpuset-dir", required=True)
     f.add_argument("--back-dir", required=True)
     f.add_argument("--requests", type=int, default=50)
+    f.add_argument("--clients", type=int, default=1,
+                   help="also time the attaches alone from this many processes at once")
     f.add_argument("--out")
     a = p.parse_args()
     return {"conformance": conformance, "bench": bench, "floor": floor}[a.cmd](a)
