@@ -420,24 +420,34 @@ def bucket_diff(before, after):
     return out
 
 
-def bench(args):
-    """N client processes (no shared GIL), started together, and a bystander."""
-    daemon_before = answer_buckets(args.metrics) if args.metrics else None
-    per = max(1, -(-args.requests // args.clients))
-    cls = "rt0" if args.cls == "rt0" else "rt1:20"
-    spin = args.state == "running"
+def in_processes(n, run):
+    """n forked processes (no shared GIL) that start together: each runs
+    run(start_at, w) and writes its JSON line to w. Their pids, the pipe's
+    two ends (the caller closes w once every writer is forked) and the start."""
     r, w = os.pipe()
-    start_at = time.monotonic() + 0.2 + 0.005 * args.clients
+    start_at = time.monotonic() + 0.2 + 0.005 * n
     kids = []
-    for _ in range(args.clients):
+    for _ in range(n):
         pid = os.fork()
         if pid == 0:
             os.close(r)
             try:
-                bench_client(args.socket, cls, spin, per, args.period_ns, args.budget_ns, start_at, w)
+                run(start_at, w)
             finally:
                 os._exit(0)
         kids.append(pid)
+    return kids, r, w, start_at
+
+
+def bench(args):
+    """N client processes, started together, and a bystander."""
+    daemon_before = answer_buckets(args.metrics) if args.metrics else None
+    per = max(1, -(-args.requests // args.clients))
+    cls = "rt0" if args.cls == "rt0" else "rt1:20"
+    spin = args.state == "running"
+    kids, r, w, start_at = in_processes(
+        args.clients,
+        lambda start_at, w: bench_client(args.socket, cls, spin, per, args.period_ns, args.budget_ns, start_at, w))
     stop_r, stop_w = os.pipe()
     br, bw = os.pipe()
     side = os.fork()
@@ -656,18 +666,7 @@ def attach_concurrently(args):
     attach's time here includes its wait for the others' (the kernel takes
     `cgroup_mutex` for each): the floor of a `reserve` at that concurrency."""
     per = max(1, -(-args.requests // args.clients))
-    r, w = os.pipe()
-    start_at = time.monotonic() + 0.2 + 0.005 * args.clients
-    kids = []
-    for _ in range(args.clients):
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                attach_loop(args, per, start_at, w)
-            finally:
-                os._exit(0)
-        kids.append(pid)
+    kids, r, w, _ = in_processes(args.clients, lambda start_at, w: attach_loop(args, per, start_at, w))
     os.close(w)
     with os.fdopen(r, "rb") as f:
         data = f.read()
