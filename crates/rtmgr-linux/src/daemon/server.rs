@@ -142,10 +142,34 @@ pub fn run_with(
             next_tick = now + tick_ms * 1_000_000;
         }
     }
-    // The grant in flight is answered before the daemon stops.
-    m.await_in_flight();
-    deliver(m, &mut conns);
+    drain(m, &mut conns);
     Ok(())
+}
+
+/// At the stop, nothing read goes unanswered: the grant in flight is
+/// answered first, then every complete line already read, in order on each
+/// connection; a `reserve` (one that waited its turn too) gets
+/// `shutting_down` and is granted nothing, the rest their usual answers (a
+/// `release` may still go to the worker: it is waited for). Nothing more is
+/// read.
+fn drain(m: &mut Manager, conns: &mut [Conn]) {
+    m.stop_granting();
+    loop {
+        m.await_in_flight();
+        deliver(m, conns);
+        for c in conns
+            .iter_mut()
+            .filter(|c| !c.closed && c.awaiting.is_none())
+        {
+            if let Some(t) = c.queued_ns.take() {
+                c.head_read_ns = Some(t);
+            }
+            answer_lines(m, c);
+        }
+        if !m.worker_busy() {
+            return;
+        }
+    }
 }
 
 /// Whole ms until `next_tick`, rounded up: rounded down, the poll ended

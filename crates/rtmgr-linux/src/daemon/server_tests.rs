@@ -1,8 +1,9 @@
 //! The request loop over a real socket, on a fake machine whose
 //! `sched_setaffinity` the test holds (`host::HOLD_AFFINITY`): while one
 //! client's grant is in flight on the worker, another client's `status` is
-//! answered; then the grant's own answer comes. And the wait for the tick
-//! in whole ms, rounded up.
+//! answered; then the grant's own answer comes. A stop while a `reserve`
+//! waits its turn answers it `shutting_down`. And the wait for the tick in
+//! whole ms, rounded up.
 
 use super::{run, wait_ms};
 use crate::daemon::release::regrant_tests::manager_with;
@@ -23,27 +24,44 @@ fn ask(path: &std::path::Path, line: &str) -> String {
     answer
 }
 
-#[test]
-fn a_status_is_answered_while_another_client_s_grant_is_in_flight() {
+const RESERVE: &str =
+    "{\"v\":1,\"op\":\"reserve\",\"class\":\"rt1:10\",\"period_ns\":10000000,\"budget_ns\":1000000}\n";
+
+/// A daemon on a fake machine whose client is this test process, its grant
+/// worker started and its affinity steps held (`HOLD_AFFINITY`) until the
+/// test removes the mark.
+fn held_daemon() -> (
+    FakeMachine,
+    crate::daemon::manager::Manager,
+    tempfile::TempDir,
+    UnixListener,
+) {
     // The test process is the fake machine's client (the socket's peer).
     let me = std::process::id();
     let m = FakeMachine::new(2).task(me, "client").build();
-    let host = m.host();
     let mut d = manager_with(&m, "rt_cpus = \"1\"\n[[client]]\nusers = [\"*\"]\n");
     d.start_grant_worker(0, &CpuSet::single(0));
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("rtmgr.sock");
-    let listener = UnixListener::bind(&sock).unwrap();
-    host.write(HOLD_AFFINITY, "held").unwrap();
+    let listener = UnixListener::bind(dir.path().join("rtmgr.sock")).unwrap();
+    m.host().write(HOLD_AFFINITY, "held").unwrap();
+    (m, d, dir, listener)
+}
+
+/// Wait `ms` (the loop reads what was sent meanwhile).
+fn pause(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+#[test]
+fn a_status_is_answered_while_another_client_s_grant_is_in_flight() {
+    let (m, mut d, dir, listener) = held_daemon();
+    let (host, sock) = (m.host(), dir.path().join("rtmgr.sock"));
     let stop = Arc::new(AtomicBool::new(false));
     let granted = Arc::new(AtomicBool::new(false));
     let grant = {
         let (sock, granted) = (sock.clone(), granted.clone());
         std::thread::spawn(move || {
-            let line = ask(
-                &sock,
-                "{\"v\":1,\"op\":\"reserve\",\"class\":\"rt1:10\",\"period_ns\":10000000,\"budget_ns\":1000000}\n",
-            );
+            let line = ask(&sock, RESERVE);
             granted.store(true, Ordering::SeqCst);
             line
         })
@@ -54,14 +72,12 @@ fn a_status_is_answered_while_another_client_s_grant_is_in_flight() {
         std::thread::spawn(move || {
             // Once the grant is held on the worker (its thread pinned last).
             let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_millis(300) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            pause(300);
             let status = ask(&sock, "{\"v\":1,\"op\":\"status\"}\n");
             let before_grant = !granted.load(Ordering::SeqCst);
             std::fs::remove_file(host.path(HOLD_AFFINITY)).unwrap();
             while !granted.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(5));
+                pause(5);
             }
             stop.store(true, Ordering::SeqCst);
             (status, before_grant)
@@ -76,6 +92,45 @@ fn a_status_is_answered_while_another_client_s_grant_is_in_flight() {
         "the status waited for the other client's grant"
     );
     assert!(granted_line.contains("\"granted\""), "{granted_line}");
+    d.stop_grant_worker();
+}
+
+/// A stop while one client's grant is in flight and another's `reserve`
+/// waits its turn: the first is granted, the second answered
+/// `shutting_down` (not end-of-stream), and a `list` sent after it on the
+/// same connection is answered too, in order.
+#[test]
+fn a_reserve_waiting_its_turn_at_the_stop_is_answered_shutting_down() {
+    let (m, mut d, dir, listener) = held_daemon();
+    let (host, sock) = (m.host(), dir.path().join("rtmgr.sock"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let first = {
+        let sock = sock.clone();
+        std::thread::spawn(move || ask(&sock, RESERVE))
+    };
+    let second = {
+        let (sock, host, stop) = (sock.clone(), host.clone(), stop.clone());
+        std::thread::spawn(move || {
+            pause(300);
+            let mut s = UnixStream::connect(&sock).unwrap();
+            let list = "{\"v\":1,\"op\":\"list\"}\n";
+            s.write_all(format!("{RESERVE}{list}").as_bytes()).unwrap();
+            pause(300);
+            stop.store(true, Ordering::SeqCst);
+            pause(200);
+            std::fs::remove_file(host.path(HOLD_AFFINITY)).unwrap();
+            let mut lines = BufReader::new(s).lines();
+            let mut next = || lines.next().and_then(|l| l.ok()).unwrap_or_default();
+            (next(), next())
+        })
+    };
+    run(&mut d, &listener, 8, 50, &stop, |_| {}).unwrap();
+    let (reserve, list) = second.join().unwrap();
+    let granted = first.join().unwrap();
+    assert!(granted.contains("\"granted\""), "{granted}");
+    assert!(reserve.contains("\"shutting_down\""), "{reserve}");
+    assert!(list.contains("\"reservations\""), "{list}");
+    assert_eq!(d.grants().count(), 1, "only the first client's grant");
     d.stop_grant_worker();
 }
 

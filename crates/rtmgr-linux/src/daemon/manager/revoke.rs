@@ -176,6 +176,11 @@ impl Manager {
             .collect()
     }
 
+    /// From now on every `reserve` is answered `shutting_down`.
+    pub(in crate::daemon) fn stop_granting(&mut self) {
+        self.stopping = true;
+    }
+
     /// Stop granting; revoke every grant (SIGTERM), waiting out the
     /// deadline threads' last period. Returns what could not be undone.
     pub fn revoke_all(&mut self) -> Vec<String> {
