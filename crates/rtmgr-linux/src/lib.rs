@@ -48,6 +48,7 @@ pub mod sched;
 #[cfg(any(test, feature = "fake"))]
 pub mod snapshot;
 pub mod status;
+pub mod step;
 pub mod tasks;
 pub mod trace;
 pub mod unmovable;

@@ -6,37 +6,42 @@
 //! `resources::Resources::for_request`, which reads the threads' old I/O
 //! priority into the record: their snapshots (the default) read nothing.
 
-use super::{live, note, Cx, GrantStep};
+use super::{drifted, live, note, Cx, GrantStep, GrantSteps, On};
 use crate::daemon::grants_journal::Grant;
+use crate::drift::Drift;
 use crate::host::HostError;
+use crate::step::Step;
 use crate::tasks;
 
 /// Each thread's I/O priority (`resources.ioprio`: old and new per thread).
 pub struct Ioprio;
 
-impl GrantStep for Ioprio {
+impl Step<GrantSteps> for Ioprio {
     fn name(&self) -> &'static str {
         "I/O priority"
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         g.resources
             .ioprio
             .iter()
             .try_for_each(|c| cx.host.set_ioprio(c.tid, c.new))
     }
 
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         g.resources
             .ioprio
             .iter()
             .filter(|c| tasks::same_task(cx.host, c.tid, c.start_time))
             .filter(|c| cx.host.get_ioprio(c.tid).is_ok_and(|now| now != c.new))
-            .map(|c| format!("thread {} ioprio", c.tid))
+            .map(|c| drifted(self, format!("thread {} ioprio", c.tid)))
             .collect()
     }
 
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         for c in g.resources.ioprio.iter().rev() {
             if tasks::same_task(cx.host, c.tid, c.start_time) {
@@ -47,6 +52,8 @@ impl GrantStep for Ioprio {
         problems
     }
 }
+
+impl GrantStep for Ioprio {}
 
 /// The grant's resctrl group, if it still exists.
 fn existing_group<'g>(cx: &Cx, g: &'g Grant) -> Option<&'g std::path::PathBuf> {
@@ -60,12 +67,13 @@ fn existing_group<'g>(cx: &Cx, g: &'g Grant) -> Option<&'g std::path::PathBuf> {
 /// that is gone (the daemon removed it at stop) already gave its tasks back.
 pub struct CacheGroup;
 
-impl GrantStep for CacheGroup {
+impl Step<GrantSteps> for CacheGroup {
     fn name(&self) -> &'static str {
         "cache group"
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         let Some(group) = &g.resources.cache_group else {
             return Ok(());
         };
@@ -74,7 +82,8 @@ impl GrantStep for CacheGroup {
             .try_for_each(|t| cx.host.write(group.join("tasks"), &t.tid.to_string()))
     }
 
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         let Some(group) = existing_group(cx, g) else {
             return Vec::new();
         };
@@ -82,12 +91,13 @@ impl GrantStep for CacheGroup {
         let member = |tid: u32| members.split_whitespace().any(|w| w == tid.to_string());
         live(cx.host, g)
             .filter(|t| !member(t.tid))
-            .map(|t| format!("thread {} cache group", t.tid))
+            .map(|t| drifted(self, format!("thread {} cache group", t.tid)))
             .collect()
     }
 
     /// Back to the default group (the resctrl root).
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         let Some(group) = existing_group(cx, g) else {
             return problems;
@@ -102,3 +112,5 @@ impl GrantStep for CacheGroup {
         problems
     }
 }
+
+impl GrantStep for CacheGroup {}

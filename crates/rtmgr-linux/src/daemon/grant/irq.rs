@@ -2,44 +2,49 @@
 //! resource manager hands out devices' interrupts with the CPU; McKenney §5:
 //! an RT task's interrupt on its own CPU).
 
-use super::{note, Cx, Draft, GrantStep};
-use crate::daemon::grants_journal::Grant;
+use super::{drifted, note, Drafting, GrantStep, GrantSteps, On};
+use crate::drift::Drift;
 use crate::host::HostError;
+use crate::step::Step;
 use rtmgr_core::CpuSet;
 
 /// The IRQ's affinity: the grant's RT CPU; its raw mask before, journalled.
 pub struct IrqSteering;
 
-impl GrantStep for IrqSteering {
+impl Step<GrantSteps> for IrqSteering {
     fn name(&self) -> &'static str {
         "IRQ"
     }
 
-    fn snapshot(&self, cx: &Cx, _draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+    fn snapshot(&self, at: &mut Drafting<'_>) -> Result<(), HostError> {
+        let (cx, g) = (at.cx, &mut *at.g);
         if let Some((irq, old)) = &mut g.irq {
             *old = crate::irq::raw_mask(cx.host, *irq)?;
         }
         Ok(())
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         match g.irq {
             Some((irq, _)) => crate::irq::set_affinity(cx.host, irq, &CpuSet::single(g.cpu)),
             None => Ok(()),
         }
     }
 
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         let Some((irq, _)) = g.irq else {
             return Vec::new();
         };
         match crate::irq::affinity(cx.host, irq) {
-            Ok(a) if a != CpuSet::single(g.cpu) => vec![format!("IRQ {irq}")],
+            Ok(a) if a != CpuSet::single(g.cpu) => vec![drifted(self, format!("IRQ {irq}"))],
             _ => Vec::new(),
         }
     }
 
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         if let Some((irq, old)) = &g.irq {
             if cx.host.exists(format!("/proc/irq/{irq}")) {
@@ -50,3 +55,5 @@ impl GrantStep for IrqSteering {
         problems
     }
 }
+
+impl GrantStep for IrqSteering {}

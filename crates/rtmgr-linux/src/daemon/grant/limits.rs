@@ -10,9 +10,11 @@
 //! process: the first grant of a process sets them, later ones carry the
 //! same record, the last one to go restores them (`Cx::process_limits`).
 
-use super::{note, Allowance, Cx, Draft, GrantStep};
+use super::{drifted, note, Allowance, Drafting, GrantStep, GrantSteps, On};
 use crate::daemon::grants_journal::{Grant, LimitChange};
+use crate::drift::Drift;
 use crate::host::{Host, HostError, Limit, LimitKind};
+use crate::step::Step;
 use crate::tasks;
 use rtmgr_core::admission::{Demand, Kind};
 
@@ -138,12 +140,13 @@ fn restore_limit(host: &Host, pid: u32, c: &LimitChange) -> Result<(), HostError
     }
 }
 
-impl GrantStep for LimitStep {
+impl Step<GrantSteps> for LimitStep {
     fn name(&self) -> &'static str {
         self.name
     }
 
-    fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+    fn snapshot(&self, at: &mut Drafting<'_>) -> Result<(), HostError> {
+        let (cx, draft, g) = (at.cx, at.draft, &mut *at.g);
         if !draft.fresh_limits {
             return Ok(());
         }
@@ -156,7 +159,8 @@ impl GrantStep for LimitStep {
         Ok(())
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         if !cx.process_limits {
             return Ok(());
         }
@@ -167,7 +171,8 @@ impl GrantStep for LimitStep {
     /// The limit as set; without CAP_SYS_RESOURCE, as far as the kernel
     /// lets it be set (`soft_only`: a raise of the hard limit is refused
     /// every time, so repairing it would be in vain).
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         if !tasks::same_task(cx.host, g.pid, g.pid_start) {
             return Vec::new();
         }
@@ -181,11 +186,12 @@ impl GrantStep for LimitStep {
                     .flatten()
                     .is_some_and(|now| !as_granted(c, now))
             })
-            .map(|c| format!("process {} {:?}", g.pid, c.kind))
+            .map(|c| drifted(self, format!("process {} {:?}", g.pid, c.kind)))
             .collect()
     }
 
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         if !cx.process_limits || !tasks::same_task(cx.host, g.pid, g.pid_start) {
             return problems;
@@ -197,3 +203,5 @@ impl GrantStep for LimitStep {
         problems
     }
 }
+
+impl GrantStep for LimitStep {}

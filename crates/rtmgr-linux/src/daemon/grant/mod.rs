@@ -4,10 +4,12 @@
 //! SCHED_DEADLINE, soft ones as SCHED_FIFO; ARTiS §2.4: an RT task is bound
 //! to one RT CPU; rtkit: RLIMIT_RTTIME and reset-on-fork on every grant).
 //!
-//! Each `GrantStep` records what it will change in the grant record
-//! (`snapshot`, journalled before anything changes), changes it (`apply`),
-//! says what drifted (`verify`) and gives it back from the record alone
-//! (`undo`, so it also works for a daemon that was `kill -9`ed). The steps,
+//! Each step is a `step::Step` of the grant family (`GrantSteps`), the
+//! shape the partition's and the resources' knobs have too: it records what
+//! it will change in the grant record (`snapshot`, journalled before
+//! anything changes), changes it (`apply`), says what drifted (`verify`, as
+//! `Drift`) and gives it back from the record alone (`undo`, so it also
+//! works for a daemon that was `kill -9`ed). The steps,
 //! in order: on cgroup v1, SCHED_DEADLINE for the threads of a hard grant
 //! that wait on another CPU than their RT CPU (`sched.rs`: the kernel admits
 //! it only where the thread waits, and the cpuset move carries the
@@ -34,6 +36,7 @@ use super::grants_journal::{Grant, ThreadBefore};
 use crate::cgroup::Layout;
 use crate::drift::{Drift, Fix};
 use crate::host::{Host, HostError};
+use crate::step::{Family, Step};
 use crate::tasks;
 
 /// Where a step works: the machine, its cpuset hierarchy, and whether this
@@ -98,23 +101,49 @@ impl Draft {
     }
 }
 
-/// One thing a grant changes.
-pub trait GrantStep {
-    fn name(&self) -> &'static str;
-    /// Record the old value of what `apply` will change, in the grant record
-    /// (by default nothing left to read: the request's record holds it).
-    fn snapshot(&self, _cx: &Cx, _draft: &Draft, _g: &mut Grant) -> Result<(), HostError> {
-        Ok(())
-    }
-    /// Put it into effect (the record is journalled already).
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError>;
-    /// What differs from the grant now (changed behind the daemon's back).
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String>;
-    /// Give it back from the record; what could not be (a gone task is no problem).
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String>;
+/// The grant family of `step::Step`: a new grant's record is drafted
+/// (`snapshot` fills in what its threads and process had, before it is
+/// journalled), then its steps apply, verify and undo the journalled record.
+pub struct GrantSteps;
+
+/// A new grant's record being filled with what its threads had.
+pub struct Drafting<'a> {
+    pub cx: &'a Cx<'a>,
+    pub draft: &'a Draft,
+    pub g: &'a mut Grant,
+}
+
+/// A journalled grant on the machine.
+#[derive(Clone, Copy)]
+pub struct On<'a> {
+    pub cx: &'a Cx<'a>,
+    pub g: &'a Grant,
+}
+
+impl Family for GrantSteps {
+    type Snapshot<'a> = Drafting<'a>;
+    type Apply<'a> = On<'a>;
+    type Verify<'a> = On<'a>;
+    type Undo<'a> = On<'a>;
+    type Error = HostError;
+}
+
+/// One thing a grant changes: a `Step` of the grant family.
+pub trait GrantStep: Step<GrantSteps> {
     /// Given back with the policies, a period before the rest (`release.rs`).
     fn is_policy(&self) -> bool {
         false
+    }
+}
+
+/// What a grant step found changed: repaired by applying the step again
+/// from the grant's record (`Fix::Step`), the same drift type as the
+/// partition's knobs.
+fn drifted(step: &(impl Step<GrantSteps> + ?Sized), what: String) -> Drift {
+    Drift {
+        knob: step.name(),
+        what,
+        fix: Fix::Step,
     }
 }
 
@@ -133,7 +162,13 @@ pub const STEPS: [&dyn GrantStep; 9] = [
 
 /// Fill the old values into a new grant's record (before it is journalled).
 pub fn snapshot(cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
-    STEPS.iter().try_for_each(|s| s.snapshot(cx, draft, g))
+    STEPS.iter().try_for_each(|s| {
+        s.snapshot(&mut Drafting {
+            cx,
+            draft,
+            g: &mut *g,
+        })
+    })
 }
 
 /// Put a journalled grant into effect, step by step. On error the steps
@@ -143,7 +178,7 @@ pub fn apply(cx: &Cx, g: &Grant) -> Result<(), HostError> {
     let mut took = Vec::with_capacity(STEPS.len());
     for (i, step) in STEPS.iter().enumerate() {
         let t0 = rtmgr_sys::time::mono_ns();
-        let r = step.apply(cx, g);
+        let r = step.apply(&mut On { cx, g });
         took.push((step.name(), rtmgr_sys::time::mono_ns() - t0));
         if let Err(e) = r {
             for p in undo(cx, g, &STEPS[..=i]) {
@@ -165,7 +200,11 @@ pub fn apply(cx: &Cx, g: &Grant) -> Result<(), HostError> {
 }
 
 fn undo(cx: &Cx, g: &Grant, steps: &[&dyn GrantStep]) -> Vec<String> {
-    steps.iter().rev().flat_map(|s| s.undo(cx, g)).collect()
+    steps
+        .iter()
+        .rev()
+        .flat_map(|s| s.undo(&mut On { cx, g }))
+        .collect()
 }
 
 /// Undo a grant from its record: every step, in reverse. Returns what could
@@ -199,19 +238,9 @@ pub fn must_wait(host: &Host, g: &Grant) -> bool {
 }
 
 /// Is the grant still as applied? Every step verifies; one `Drift` per item
-/// found changed, under the step's name, repaired by applying the step
-/// again (`Fix::Step`): the same drift type as the partition's knobs.
+/// found changed, under the step's name (`drifted`).
 pub fn drift(cx: &Cx, g: &Grant) -> Vec<Drift> {
-    STEPS
-        .iter()
-        .flat_map(|s| {
-            s.verify(cx, g).into_iter().map(|what| Drift {
-                knob: s.name(),
-                what,
-                fix: Fix::Step,
-            })
-        })
-        .collect()
+    STEPS.iter().flat_map(|s| s.verify(&On { cx, g })).collect()
 }
 
 /// Re-apply the steps that drifted (gone threads are skipped); what failed.
@@ -219,7 +248,10 @@ pub fn repair(cx: &Cx, g: &Grant, drifted: &[Drift]) -> Vec<String> {
     STEPS
         .iter()
         .filter(|s| drifted.iter().any(|d| d.knob == s.name()))
-        .filter_map(|s| s.apply(cx, g).err().map(|e| format!("{}: {e}", s.name())))
+        .filter_map(|s| {
+            let r = s.apply(&mut On { cx, g });
+            r.err().map(|e| format!("{}: {e}", s.name()))
+        })
         .collect()
 }
 

@@ -3,10 +3,12 @@
 //! task its CPU; ARTiS §2.4: an RT task is bound to one RT CPU), and given
 //! back with no CPU mask of rtmgr's left behind (`mask_back`).
 
-use super::{live, note, Cx, Draft, GrantStep};
+use super::{drifted, live, note, Cx, Drafting, GrantStep, GrantSteps, On};
 use crate::cgroup::{self, Layout};
 use crate::daemon::grants_journal::{Grant, ThreadBefore};
+use crate::drift::Drift;
 use crate::host::HostError;
+use crate::step::Step;
 use rtmgr_core::CpuSet;
 use std::path::Path;
 
@@ -22,19 +24,21 @@ pub(super) fn target<'g>(layout: &Layout, g: &'g Grant) -> Option<&'g Path> {
     }
 }
 
-impl GrantStep for Cpuset {
+impl Step<GrantSteps> for Cpuset {
     fn name(&self) -> &'static str {
         "cpuset"
     }
 
-    fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+    fn snapshot(&self, at: &mut Drafting<'_>) -> Result<(), HostError> {
+        let (cx, draft, g) = (at.cx, at.draft, &mut *at.g);
         for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
             t.cgroup = cgroup::task_cgroup(cx.host, cx.layout, t.tid);
         }
         Ok(())
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         let Some(dir) = target(cx.layout, g) else {
             return Ok(());
         };
@@ -50,7 +54,8 @@ impl GrantStep for Cpuset {
         Ok(())
     }
 
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         let Some(dir) = target(cx.layout, g) else {
             return Vec::new();
         };
@@ -59,14 +64,15 @@ impl GrantStep for Cpuset {
             .filter(|t| {
                 cgroup::task_cgroup(cx.host, cx.layout, t.tid).is_some_and(|now| now != want)
             })
-            .map(|t| format!("thread {} cpuset", t.tid))
+            .map(|t| drifted(self, format!("thread {} cpuset", t.tid)))
             .collect()
     }
 
     /// Back into its old cpuset (the mount when that is gone); the kernel
     /// resets a thread's affinity to its new cpuset's CPUs, so its own
     /// affinity goes back after the move.
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         if target(cx.layout, g).is_none() {
             return problems;
@@ -77,6 +83,8 @@ impl GrantStep for Cpuset {
         problems
     }
 }
+
+impl GrantStep for Cpuset {}
 
 /// One thread back into its old cpuset (the mount when that is gone), then
 /// its own affinity.
@@ -104,12 +112,13 @@ pub(super) fn in_target(cx: &Cx, g: &Grant, tid: u32) -> bool {
 /// Affinity: each thread pinned to the grant's RT CPU.
 pub struct Affinity;
 
-impl GrantStep for Affinity {
+impl Step<GrantSteps> for Affinity {
     fn name(&self) -> &'static str {
         "affinity"
     }
 
-    fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+    fn snapshot(&self, at: &mut Drafting<'_>) -> Result<(), HostError> {
+        let (cx, draft, g) = (at.cx, at.draft, &mut *at.g);
         for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
             t.affinity = cx.host.get_affinity(t.tid)?;
             t.cpuset_cpus = cgroup::task_cpuset_cpus(cx.host, cx.layout, t.tid);
@@ -117,7 +126,8 @@ impl GrantStep for Affinity {
         Ok(())
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         let one = CpuSet::single(g.cpu);
         for t in &g.threads {
             // Pinned by the cpuset move already: setting it again would be
@@ -131,11 +141,12 @@ impl GrantStep for Affinity {
         Ok(())
     }
 
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         let one = CpuSet::single(g.cpu);
         live(cx.host, g)
             .filter(|t| cx.host.get_affinity(t.tid).is_ok_and(|a| a != one))
-            .map(|t| format!("thread {} affinity", t.tid))
+            .map(|t| drifted(self, format!("thread {} affinity", t.tid)))
             .collect()
     }
 
@@ -143,7 +154,8 @@ impl GrantStep for Affinity {
     /// cpuset step's undo, after the move (which resets it; before the move
     /// the old CPUs may lie outside the RT cpuset, and the kernel refuses
     /// them). The same for a grant re-adopted after a crash.
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         for t in live(cx.host, g).filter(|t| !in_target(cx, g, t.tid)) {
             let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
@@ -152,6 +164,8 @@ impl GrantStep for Affinity {
         problems
     }
 }
+
+impl GrantStep for Affinity {}
 
 /// The affinity a thread gets back: its recorded one unless that was just
 /// its cpuset's CPUs (`cgroup::mask_to_give_back`).

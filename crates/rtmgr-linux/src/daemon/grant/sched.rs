@@ -2,9 +2,11 @@
 //! manager grants CPU time; budget-based RTAI §3.3: hard reservations as
 //! SCHED_DEADLINE, soft ones as SCHED_FIFO; rtkit: reset-on-fork).
 
-use super::{live, note, placement, Cx, Draft, GrantStep};
+use super::{drifted, live, note, placement, Cx, Drafting, GrantStep, GrantSteps, On};
 use crate::daemon::grants_journal::Grant;
+use crate::drift::Drift;
 use crate::host::{Host, HostError};
+use crate::step::Step;
 use crate::tasks;
 use rtmgr_core::admission::{Demand, Kind};
 use rtmgr_sys::sched::{SchedAttr, SCHED_DEADLINE, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
@@ -65,12 +67,13 @@ fn matches(now: &SchedAttr, want: &SchedAttr) -> bool {
 /// to go back (`is_policy`).
 pub struct SchedAttrs;
 
-impl GrantStep for SchedAttrs {
+impl Step<GrantSteps> for SchedAttrs {
     fn name(&self) -> &'static str {
         "scheduling attributes"
     }
 
-    fn snapshot(&self, cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> {
+    fn snapshot(&self, at: &mut Drafting<'_>) -> Result<(), HostError> {
+        let (cx, draft, g) = (at.cx, at.draft, &mut *at.g);
         for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
             t.attr = cx.host.get_attr(t.tid)?;
         }
@@ -82,7 +85,8 @@ impl GrantStep for SchedAttrs {
     /// the kernel refuses SCHED_DEADLINE because it still waits on another
     /// CPU's run queue gets the placeholder, SCHED_FIFO 1, instead: the
     /// daemon sets SCHED_DEADLINE once it is seen on its RT CPU (`pending.rs`).
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         let attr = granted_attr(&g.demand);
         for t in &g.threads {
             if has(cx.host, t.tid, &attr) {
@@ -107,16 +111,18 @@ impl GrantStep for SchedAttrs {
 
     /// A hard grant's thread at the placeholder is pending, not drifted
     /// (`pending.rs` owns it).
-    fn verify(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn verify(&self, at: &On<'_>) -> Vec<Drift> {
+        let On { cx, g } = *at;
         let want = granted_attr(&g.demand);
         let ok = |a: &SchedAttr| matches(a, &want) || (g.demand.is_hard() && is_placeholder(a));
         live(cx.host, g)
             .filter(|t| cx.host.get_attr(t.tid).is_ok_and(|a| !ok(&a)))
-            .map(|t| format!("thread {} policy", t.tid))
+            .map(|t| drifted(self, format!("thread {} policy", t.tid)))
             .collect()
     }
 
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        let On { cx, g } = *at;
         let mut problems = Vec::new();
         for t in live(cx.host, g) {
             let r = cx.host.set_attr(t.tid, &t.attr);
@@ -124,7 +130,9 @@ impl GrantStep for SchedAttrs {
         }
         problems
     }
+}
 
+impl GrantStep for SchedAttrs {
     fn is_policy(&self) -> bool {
         true
     }
@@ -191,12 +199,13 @@ fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> H
 /// same record as `SchedAttrs`.
 pub struct DeadlineWhereItWaits;
 
-impl GrantStep for DeadlineWhereItWaits {
+impl Step<GrantSteps> for DeadlineWhereItWaits {
     fn name(&self) -> &'static str {
         "deadline before the move"
     }
 
-    fn apply(&self, cx: &Cx, g: &Grant) -> Result<(), HostError> {
+    fn apply(&self, at: &mut On<'_>) -> Result<(), HostError> {
+        let On { cx, g } = *at;
         if !g.demand.is_hard() || placement::target(cx.layout, g).is_none() || cx.busy_pending {
             return Ok(());
         }
@@ -236,14 +245,16 @@ impl GrantStep for DeadlineWhereItWaits {
     }
 
     /// `SchedAttrs` verifies the policy.
-    fn verify(&self, _cx: &Cx, _g: &Grant) -> Vec<String> {
+    fn verify(&self, _at: &On<'_>) -> Vec<Drift> {
         Vec::new()
     }
 
-    fn undo(&self, cx: &Cx, g: &Grant) -> Vec<String> {
-        SchedAttrs.undo(cx, g)
+    fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        SchedAttrs.undo(at)
     }
+}
 
+impl GrantStep for DeadlineWhereItWaits {
     fn is_policy(&self) -> bool {
         true
     }

@@ -112,15 +112,16 @@ fn each_step_applies_verifies_and_undoes() {
         let cx = Cx::new(&host, &layout, true);
         snapshot(&cx, &draft(), &mut g).unwrap();
         let before = state(&host);
-        s.apply(&cx, &g).unwrap();
-        assert!(s.verify(&cx, &g).is_empty(), "{}", s.name());
+        let mut on = On { cx: &cx, g: &g };
+        s.apply(&mut on).unwrap();
+        assert!(s.verify(&on).is_empty(), "{}", s.name());
         if s.name() == "cache group" {
             let tasks = host.read(format!("{RESCTRL_GROUP}/tasks")).unwrap();
             assert_eq!(tasks.trim(), PID.to_string());
         } else {
             assert_ne!(state(&host), before, "{} changed nothing", s.name());
         }
-        assert!(s.undo(&cx, &g).is_empty(), "{}", s.name());
+        assert!(s.undo(&mut on).is_empty(), "{}", s.name());
         assert_eq!(state(&host), before, "{}", s.name());
         if s.name() == "cache group" {
             host.write(format!("{RESCTRL_GROUP}/tasks"), "").unwrap();
@@ -129,7 +130,7 @@ fn each_step_applies_verifies_and_undoes() {
         }
         // The early deadline step leaves verifying to `SchedAttrs`.
         assert!(
-            early || !s.verify(&cx, &g).is_empty(),
+            early || !s.verify(&on).is_empty(),
             "{} undone yet verified",
             s.name()
         );
@@ -166,7 +167,9 @@ fn a_hard_grant_sets_the_deadline_where_the_thread_waits() {
         let cx = Cx::new(&host, &layout, true);
         snapshot(&cx, &draft(), &mut g).unwrap();
         let before = state(&host);
-        step("deadline before the move").apply(&cx, &g).unwrap();
+        step("deadline before the move")
+            .apply(&mut On { cx: &cx, g: &g })
+            .unwrap();
         let policy = host.get_attr(PID).unwrap().policy;
         assert_eq!(
             policy == rtmgr_sys::sched::SCHED_DEADLINE,
@@ -280,7 +283,7 @@ fn each_drift_is_seen_and_repaired() {
         assert!(repair(&cx, &g, &drifted).is_empty(), "{name}");
         assert_eq!(drift(&cx, &g), vec![], "{name}: drift after repair");
         assert_eq!(state(&host), granted, "{name}");
-        assert!(step(name).verify(&cx, &g).is_empty());
+        assert!(step(name).verify(&On { cx: &cx, g: &g }).is_empty());
     }
 }
 
@@ -300,14 +303,15 @@ fn a_limit_the_kernel_let_be_raised_soft_only_is_as_granted() {
     };
     host.set_limit(PID, LimitKind::MemLock, soft_only).unwrap();
     let memory = step("locked memory");
+    let whats = |d: Vec<crate::drift::Drift>| d.into_iter().map(|d| d.what).collect::<Vec<_>>();
     assert_eq!(
-        memory.verify(&cx, &g),
+        whats(memory.verify(&On { cx: &cx, g: &g })),
         vec![format!("process {PID} MemLock")]
     );
     std::fs::create_dir_all(host.path("/proc/self")).unwrap();
     let no_sys_resource = "Name:\trtmgr\nCapEff:\t000001fffeffffff\n";
     host.write("/proc/self/status", no_sys_resource).unwrap();
-    assert!(memory.verify(&cx, &g).is_empty());
+    assert!(memory.verify(&On { cx: &cx, g: &g }).is_empty());
 }
 
 /// The whole pipeline: granted, then revoked in two halves (policy, then
