@@ -4,54 +4,22 @@
 //! partition. Undo empties and removes them and disables what it enabled.
 //! Verify checks their CPUs (and v1's root load balancing) still hold.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, UndoCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, UndoCx, VerifyCx};
 use super::Result;
 use crate::cgroup::{self, Layout};
 use crate::drift::{self, Drift, Fix};
 use crate::host::HostError;
 use crate::journal::Record;
+use crate::step::Step;
 use crate::Host;
 use rtmgr_core::partition::{KnobId, KnobReport};
 use std::path::{Path, PathBuf};
 
 pub(super) struct Cpusets;
 
-impl Knob for Cpusets {
-    fn id(&self) -> KnobId {
-        KnobId::Cgroups
-    }
-
-    fn explain(&self) -> &'static str {
-        "The partition itself (ARTiS §2.1: RT CPUs kept for RT tasks; what `cset shield` does). \
-         cgroup v1: an `rtmgr-nrt` cpuset for everything else and a CPU-exclusive `rtmgr-rt`, with \
-         load balancing off across the root so the scheduler never pulls work onto the RT CPUs. \
-         cgroup v2: `rtmgr-rt` becomes an isolated partition, which also takes the RT CPUs out of \
-         the scheduler's load-balancing domains. Reset empties and removes them."
-    }
-
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        let (rt, nrt) = (&cx.plan.rt, &cx.plan.nrt);
-        match cx.layout {
-            None => cx.unavailable(self.id(), "no cpuset controller: apply would refuse"),
-            Some(Layout::V1(m)) => cx.report(
-                self.id(),
-                vec![
-                    format!("create {}/rtmgr-nrt with CPUs {nrt}", m.display()),
-                    format!(
-                        "create {}/rtmgr-rt, CPU-exclusive, with CPUs {rt}",
-                        m.display()
-                    ),
-                    "cpuset.sched_load_balance of the root -> 0".into(),
-                ],
-            ),
-            Some(Layout::V2(m)) => cx.report(
-                self.id(),
-                vec![format!(
-                    "create {}/rtmgr-rt as an isolated partition with CPUs {rt}",
-                    m.display()
-                )],
-            ),
-        }
+impl Step<PartitionKnobs> for Cpusets {
+    fn name(&self) -> &'static str {
+        self.id().name()
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -104,8 +72,9 @@ impl Knob for Cpusets {
         out
     }
 
-    fn undo(&self, cx: &mut UndoCx<'_>) {
-        cx.restore_files(Some(self.name()));
+    fn undo(&self, cx: &mut UndoCx<'_>) -> Vec<String> {
+        let mut problems = Vec::new();
+        problems.extend(cx.restore_files(Some(self.name())));
         let created: Vec<PathBuf> = cx
             .records
             .iter()
@@ -118,7 +87,7 @@ impl Knob for Cpusets {
             match remove_cgroup(cx.host, cx.layout, dir) {
                 Ok(true) => cx.report.cgroups_removed.push(dir.display().to_string()),
                 Ok(false) => {}
-                Err(e) => cx.problems.push(format!("remove {}: {e}", dir.display())),
+                Err(e) => problems.push(format!("remove {}: {e}", dir.display())),
             }
         }
         for r in cx.records.iter().rev() {
@@ -130,6 +99,46 @@ impl Knob for Cpusets {
                     ));
                 }
             }
+        }
+        problems
+    }
+}
+
+impl Knob for Cpusets {
+    fn id(&self) -> KnobId {
+        KnobId::Cgroups
+    }
+
+    fn explain(&self) -> &'static str {
+        "The partition itself (ARTiS §2.1: RT CPUs kept for RT tasks; what `cset shield` does). \
+         cgroup v1: an `rtmgr-nrt` cpuset for everything else and a CPU-exclusive `rtmgr-rt`, with \
+         load balancing off across the root so the scheduler never pulls work onto the RT CPUs. \
+         cgroup v2: `rtmgr-rt` becomes an isolated partition, which also takes the RT CPUs out of \
+         the scheduler's load-balancing domains. Reset empties and removes them."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let (rt, nrt) = (&cx.plan.rt, &cx.plan.nrt);
+        match cx.layout {
+            None => cx.unavailable(self.id(), "no cpuset controller: apply would refuse"),
+            Some(Layout::V1(m)) => cx.report(
+                self.id(),
+                vec![
+                    format!("create {}/rtmgr-nrt with CPUs {nrt}", m.display()),
+                    format!(
+                        "create {}/rtmgr-rt, CPU-exclusive, with CPUs {rt}",
+                        m.display()
+                    ),
+                    "cpuset.sched_load_balance of the root -> 0".into(),
+                ],
+            ),
+            Some(Layout::V2(m)) => cx.report(
+                self.id(),
+                vec![format!(
+                    "create {}/rtmgr-rt as an isolated partition with CPUs {rt}",
+                    m.display()
+                )],
+            ),
         }
     }
 }

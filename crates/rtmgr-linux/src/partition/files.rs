@@ -4,9 +4,10 @@
 //! writes the new one, reset writes the old values back; `verify` finds them
 //! again and reports each that no longer holds its new value.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, UndoCx, VerifyCx};
 use super::{crash_point, Result};
 use crate::drift::{self, Drift};
+use crate::step::Step;
 use crate::{cpus, Host};
 use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy, PartitionPlan};
 use std::path::{Path, PathBuf};
@@ -50,6 +51,31 @@ fn every_cpu_plan(host: &Host) -> PartitionPlan {
     }
 }
 
+impl<T: FileKnob> Step<PartitionKnobs> for T {
+    fn name(&self) -> &'static str {
+        self.id().name()
+    }
+
+    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
+        let found = self.find(cx.host, cx.plan);
+        apply(cx, self.knob(), found)
+    }
+
+    /// Every file it would set now that does not hold its new value.
+    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
+        let name = self.knob().name();
+        let journalled = cx.journalled_files(name);
+        self.expected(cx.host, &cx.applied.plan, &journalled)
+            .iter()
+            .filter_map(|s| drift::file(cx.host, name, &s.label, &s.path, &s.new))
+            .collect()
+    }
+
+    fn undo(&self, cx: &mut UndoCx<'_>) -> Vec<String> {
+        cx.restore_files(Some(self.name()))
+    }
+}
+
 impl<T: FileKnob> Knob for T {
     fn id(&self) -> KnobId {
         self.knob()
@@ -63,23 +89,8 @@ impl<T: FileKnob> Knob for T {
         preview(cx, self.knob(), self.find(cx.host, cx.plan))
     }
 
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
-        let found = self.find(cx.host, cx.plan);
-        apply(cx, self.knob(), found)
-    }
-
     fn watched(&self, host: &Host) -> Vec<PathBuf> {
         self.watched_files(host)
-    }
-
-    /// Every file it would set now that does not hold its new value.
-    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
-        let name = self.knob().name();
-        let journalled = cx.journalled_files(name);
-        self.expected(cx.host, &cx.applied.plan, &journalled)
-            .iter()
-            .filter_map(|s| drift::file(cx.host, name, &s.label, &s.path, &s.new))
-            .collect()
     }
 }
 

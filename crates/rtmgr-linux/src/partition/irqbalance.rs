@@ -6,10 +6,11 @@
 //! does) and journals the ban it had, which `reset` gives back. Verify finds
 //! an irqbalance started since (it forgot the ban); repair bans it again.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{PartitionError, Result};
 use crate::drift::{Drift, Fix};
 use crate::journal::Record;
+use crate::step::Step;
 use crate::{cpus, tasks, Host};
 use rtmgr_core::partition::coexist;
 use rtmgr_core::partition::{IrqbalanceMode, KnobId, KnobReport, PartitionPlan};
@@ -119,56 +120,9 @@ fn refuse(ib: &Running) -> PartitionError {
 
 pub(super) struct Irqbalance;
 
-impl Knob for Irqbalance {
-    fn id(&self) -> KnobId {
-        KnobId::Irqbalance
-    }
-
-    fn explain(&self) -> &'static str {
-        "irqbalance rewrites every interrupt's affinity at each rebalance (every 10 s), which \
-         puts interrupts back on the RT CPUs the `irqs` knob cleared (McKenney §2.1: steer \
-         interrupts away from the real-time CPU; DROPS §4.1: one owner per resource). Beside a \
-         running irqbalance, apply refuses unless told `--irqbalance ban`: then it asks \
-         irqbalance through its own socket (`settings cpus`, as irqbalance-ui does) to ban the \
-         RT CPUs as well as those it banned already, so irqbalance keeps balancing the NRT CPUs. \
-         The ban it had is journalled; reset gives it back (or its own rules, when the ban was \
-         what they give). A restarted irqbalance forgets run-time bans: tuned's irqbalance \
-         plugin restarts it."
-    }
-
-    fn preflight(&self, host: &Host, plan: &PartitionPlan) -> Result<()> {
-        let Some(ib) = running(host) else {
-            return Ok(());
-        };
-        match plan.irqbalance {
-            IrqbalanceMode::Refuse => Err(refuse(&ib)),
-            IrqbalanceMode::Ban if !host.exists(&ib.socket) => Err(PartitionError::Irqbalance(format!(
-                "irqbalance (pid {}) has no socket {} (built without its UI socket, or older than 1.4): set {BANNED_VAR}={} in its config and restart it, or stop it",
-                ib.pid,
-                ib.socket.display(),
-                plan.rt.to_list()
-            ))),
-            IrqbalanceMode::Ban => Ok(()),
-        }
-    }
-
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        let Some(ib) = running(cx.host) else {
-            return cx.unavailable(self.id(), "irqbalance is not running");
-        };
-        let line = match cx.plan.irqbalance {
-            IrqbalanceMode::Refuse => format!(
-                "irqbalance (pid {}) runs: apply refuses without --irqbalance ban",
-                ib.pid
-            ),
-            IrqbalanceMode::Ban => format!(
-                "irqbalance (pid {}) will ban CPUs {} through {}",
-                ib.pid,
-                cx.plan.rt,
-                ib.socket.display()
-            ),
-        };
-        cx.report(self.id(), vec![line])
+impl Step<PartitionKnobs> for Irqbalance {
+    fn name(&self) -> &'static str {
+        self.id().name()
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -242,6 +196,90 @@ impl Knob for Irqbalance {
         }]
     }
 
+    fn undo(&self, cx: &mut UndoCx<'_>) -> Vec<String> {
+        let mut problems = Vec::new();
+        for r in cx.records.iter().rev() {
+            let Record::Irqbalance {
+                pid,
+                start_time,
+                socket,
+                restore,
+            } = r
+            else {
+                continue;
+            };
+            if !tasks::same_task(cx.host, *pid, *start_time) {
+                cx.report.notes.push(format!(
+                    "irqbalance (pid {pid}) is gone: a new one follows its own config, nothing to give back"
+                ));
+                continue;
+            }
+            match tell(cx.host, socket, restore) {
+                Ok(_) => cx
+                    .report
+                    .notes
+                    .push(format!("irqbalance (pid {pid}): sent `{restore}`")),
+                Err(e) => {
+                    problems.push(format!("irqbalance (pid {pid}) {}: {e}", socket.display()))
+                }
+            }
+        }
+        problems
+    }
+}
+
+impl Knob for Irqbalance {
+    fn id(&self) -> KnobId {
+        KnobId::Irqbalance
+    }
+
+    fn explain(&self) -> &'static str {
+        "irqbalance rewrites every interrupt's affinity at each rebalance (every 10 s), which \
+         puts interrupts back on the RT CPUs the `irqs` knob cleared (McKenney §2.1: steer \
+         interrupts away from the real-time CPU; DROPS §4.1: one owner per resource). Beside a \
+         running irqbalance, apply refuses unless told `--irqbalance ban`: then it asks \
+         irqbalance through its own socket (`settings cpus`, as irqbalance-ui does) to ban the \
+         RT CPUs as well as those it banned already, so irqbalance keeps balancing the NRT CPUs. \
+         The ban it had is journalled; reset gives it back (or its own rules, when the ban was \
+         what they give). A restarted irqbalance forgets run-time bans: tuned's irqbalance \
+         plugin restarts it."
+    }
+
+    fn preflight(&self, host: &Host, plan: &PartitionPlan) -> Result<()> {
+        let Some(ib) = running(host) else {
+            return Ok(());
+        };
+        match plan.irqbalance {
+            IrqbalanceMode::Refuse => Err(refuse(&ib)),
+            IrqbalanceMode::Ban if !host.exists(&ib.socket) => Err(PartitionError::Irqbalance(format!(
+                "irqbalance (pid {}) has no socket {} (built without its UI socket, or older than 1.4): set {BANNED_VAR}={} in its config and restart it, or stop it",
+                ib.pid,
+                ib.socket.display(),
+                plan.rt.to_list()
+            ))),
+            IrqbalanceMode::Ban => Ok(()),
+        }
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let Some(ib) = running(cx.host) else {
+            return cx.unavailable(self.id(), "irqbalance is not running");
+        };
+        let line = match cx.plan.irqbalance {
+            IrqbalanceMode::Refuse => format!(
+                "irqbalance (pid {}) runs: apply refuses without --irqbalance ban",
+                ib.pid
+            ),
+            IrqbalanceMode::Ban => format!(
+                "irqbalance (pid {}) will ban CPUs {} through {}",
+                ib.pid,
+                cx.plan.rt,
+                ib.socket.display()
+            ),
+        };
+        cx.report(self.id(), vec![line])
+    }
+
     /// Journal what gives it back its own rules, then ban the RT CPUs beside
     /// those its rules ban (a fresh irqbalance has no run-time ban). The
     /// command is left in its socket: no waiting for its answer.
@@ -269,35 +307,6 @@ impl Knob for Irqbalance {
             n += usize::from(told.is_ok());
         }
         Ok(n)
-    }
-
-    fn undo(&self, cx: &mut UndoCx<'_>) {
-        for r in cx.records.iter().rev() {
-            let Record::Irqbalance {
-                pid,
-                start_time,
-                socket,
-                restore,
-            } = r
-            else {
-                continue;
-            };
-            if !tasks::same_task(cx.host, *pid, *start_time) {
-                cx.report.notes.push(format!(
-                    "irqbalance (pid {pid}) is gone: a new one follows its own config, nothing to give back"
-                ));
-                continue;
-            }
-            match tell(cx.host, socket, restore) {
-                Ok(_) => cx
-                    .report
-                    .notes
-                    .push(format!("irqbalance (pid {pid}): sent `{restore}`")),
-                Err(e) => cx
-                    .problems
-                    .push(format!("irqbalance (pid {pid}) {}: {e}", socket.display())),
-            }
-        }
     }
 }
 

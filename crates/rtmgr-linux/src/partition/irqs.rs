@@ -5,11 +5,12 @@
 //! masks back. Verify finds IRQs pointing at RT CPUs again (irqbalance, a
 //! driver, by hand); repair steers them back to the NRT CPUs.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{crash_point, Result};
 use crate::drift::{self, Drift, Fix};
 use crate::irq;
 use crate::journal::{Journal, Record};
+use crate::step::Step;
 use rtmgr_core::partition::{irq_target, KnobId, KnobReport};
 use rtmgr_core::CpuSet;
 use std::path::Path;
@@ -28,45 +29,9 @@ fn unheld(j: &mut Journal, n: u32) -> Result<()> {
 
 pub(super) struct Irqs;
 
-impl Knob for Irqs {
-    fn id(&self) -> KnobId {
-        KnobId::Irqs
-    }
-
-    fn explain(&self) -> &'static str {
-        "Every interrupt's affinity goes to the NRT CPUs (McKenney §2.1: steer interrupts away \
-         from the real-time CPU; DROPS §4.1: the resource manager owns interrupts), except those \
-         the config leaves alone (`irq.leave`) or sends to the RT CPUs (`irq.rt`, e.g. the \
-         device an RT task serves). The kernel refuses kernel-managed and per-CPU interrupts: \
-         those are reported with the boot option that would move them. Reset writes every \
-         raw mask back."
-    }
-
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        let all = irq::numbers(cx.host).unwrap_or_default();
-        let mut moving = Vec::new();
-        let mut left = Vec::new();
-        for n in &all {
-            let Ok(aff) = irq::affinity(cx.host, *n) else {
-                continue;
-            };
-            match irq_target(cx.plan, *n) {
-                None => left.push(n.to_string()),
-                Some(t) if &aff != t => moving.push(n.to_string()),
-                Some(_) => {}
-            }
-        }
-        let mut lines = vec![format!(
-            "{} of {} IRQs steered to CPUs {} (those the kernel refuses are reported): {}",
-            moving.len(),
-            all.len(),
-            cx.plan.nrt,
-            moving.join(" ")
-        )];
-        if !left.is_empty() {
-            lines.push(format!("left alone (irq.leave): {}", left.join(" ")));
-        }
-        cx.report(self.id(), lines)
+impl Step<PartitionKnobs> for Irqs {
+    fn name(&self) -> &'static str {
+        self.id().name()
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -150,6 +115,66 @@ impl Knob for Irqs {
         out
     }
 
+    fn undo(&self, cx: &mut UndoCx<'_>) -> Vec<String> {
+        let mut problems = Vec::new();
+        for r in cx.records.iter().rev() {
+            let Record::Irqs { masks } = r else { continue };
+            for (n, mask) in masks {
+                match irq::raw_mask(cx.host, *n) {
+                    Ok(now) if now == *mask => cx.report.irqs_restored += 1,
+                    Ok(_) => match irq::write_raw_mask(cx.host, *n, mask) {
+                        Ok(()) => cx.report.irqs_restored += 1,
+                        Err(e) => problems.push(format!("IRQ {n}: {e}")),
+                    },
+                    Err(_) => {} // IRQ gone (device removed)
+                }
+            }
+        }
+        problems
+    }
+}
+
+impl Knob for Irqs {
+    fn id(&self) -> KnobId {
+        KnobId::Irqs
+    }
+
+    fn explain(&self) -> &'static str {
+        "Every interrupt's affinity goes to the NRT CPUs (McKenney §2.1: steer interrupts away \
+         from the real-time CPU; DROPS §4.1: the resource manager owns interrupts), except those \
+         the config leaves alone (`irq.leave`) or sends to the RT CPUs (`irq.rt`, e.g. the \
+         device an RT task serves). The kernel refuses kernel-managed and per-CPU interrupts: \
+         those are reported with the boot option that would move them. Reset writes every \
+         raw mask back."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let all = irq::numbers(cx.host).unwrap_or_default();
+        let mut moving = Vec::new();
+        let mut left = Vec::new();
+        for n in &all {
+            let Ok(aff) = irq::affinity(cx.host, *n) else {
+                continue;
+            };
+            match irq_target(cx.plan, *n) {
+                None => left.push(n.to_string()),
+                Some(t) if &aff != t => moving.push(n.to_string()),
+                Some(_) => {}
+            }
+        }
+        let mut lines = vec![format!(
+            "{} of {} IRQs steered to CPUs {} (those the kernel refuses are reported): {}",
+            moving.len(),
+            all.len(),
+            cx.plan.nrt,
+            moving.join(" ")
+        )];
+        if !left.is_empty() {
+            lines.push(format!("left alone (irq.leave): {}", left.join(" ")));
+        }
+        cx.report(self.id(), lines)
+    }
+
     /// Steer them back; their masks before apply are journalled already.
     /// One the kernel refuses now is journalled `Unheld`.
     fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
@@ -165,21 +190,5 @@ impl Knob for Irqs {
             }
         }
         Ok(n)
-    }
-
-    fn undo(&self, cx: &mut UndoCx<'_>) {
-        for r in cx.records.iter().rev() {
-            let Record::Irqs { masks } = r else { continue };
-            for (n, mask) in masks {
-                match irq::raw_mask(cx.host, *n) {
-                    Ok(now) if now == *mask => cx.report.irqs_restored += 1,
-                    Ok(_) => match irq::write_raw_mask(cx.host, *n, mask) {
-                        Ok(()) => cx.report.irqs_restored += 1,
-                        Err(e) => cx.problems.push(format!("IRQ {n}: {e}")),
-                    },
-                    Err(_) => {} // IRQ gone (device removed)
-                }
-            }
-        }
     }
 }

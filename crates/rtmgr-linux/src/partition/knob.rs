@@ -1,6 +1,6 @@
-//! One thing a partition changes, applied and undone by one type, as tuned has
-//! one plugin per knob (ARTiS §2.1, McKenney §2.1: what must be moved off a
-//! real-time CPU). A knob journals the old state before each change; `undo`
+//! One thing a partition changes, applied and undone by one type (a
+//! `step::Step` of the partition family), as tuned has one plugin per knob
+//! (ARTiS §2.1, McKenney §2.1: what must be moved off a real-time CPU). A knob journals the old state before each change; `undo`
 //! puts it back from the journal, also after a `kill -9` of the applier.
 //! `explain` says what it is for; `preview` what it would do here (read-only);
 //! `verify` whether the machine still holds what it applied, `repair` puts
@@ -10,6 +10,7 @@ use super::{Applied, ResetReport, Result};
 use crate::cgroup::Layout;
 use crate::drift::{self, Drift};
 use crate::journal::{Journal, Record};
+use crate::step::{Family, Step};
 use crate::Host;
 use rtmgr_core::partition::{ApplyReport, KnobId, KnobReport, PartitionPlan};
 use std::path::{Path, PathBuf};
@@ -77,7 +78,9 @@ pub(super) struct UndoCx<'a> {
 impl UndoCx<'_> {
     /// Restore the control files a knob journalled, newest first. `None`
     /// restores the files of journals written before knobs were named.
-    pub fn restore_files(&mut self, knob: Option<&str>) {
+    /// Returns what could not be restored.
+    pub fn restore_files(&mut self, knob: Option<&str>) -> Vec<String> {
+        let mut problems = Vec::new();
         for r in self.records.iter().rev() {
             if let Record::File { path, old, knob: k } = r {
                 if k.as_deref() != knob {
@@ -85,12 +88,12 @@ impl UndoCx<'_> {
                 }
                 if let Err(e) = self.host.write(path, old) {
                     if !e.is_gone() {
-                        self.problems
-                            .push(format!("restore {}: {e}", path.display()));
+                        problems.push(format!("restore {}: {e}", path.display()));
                     }
                 }
             }
         }
+        problems
     }
 }
 
@@ -157,12 +160,24 @@ impl PreviewCx<'_> {
     }
 }
 
-pub(super) trait Knob: Sync {
+/// The partition family of `step::Step`: a knob journals each item's old
+/// state just before it changes it (in `apply`, `ApplyCx::set_file`: which
+/// items there are is only known then), so its `snapshot` records nothing;
+/// `undo` reads the whole journal.
+pub(super) struct PartitionKnobs;
+
+impl Family for PartitionKnobs {
+    type Snapshot<'a> = ApplyCx<'a>;
+    type Apply<'a> = ApplyCx<'a>;
+    type Verify<'a> = VerifyCx<'a>;
+    type Undo<'a> = UndoCx<'a>;
+    type Error = super::PartitionError;
+}
+
+/// One thing a partition changes: a `Step` of the partition family (its
+/// name is its `KnobId`'s), with what only a partition's knobs do besides.
+pub(super) trait Knob: Step<PartitionKnobs> {
     fn id(&self) -> KnobId;
-    /// Its name in configs and the journal (and the crash test's point after it).
-    fn name(&self) -> &'static str {
-        self.id().name()
-    }
     /// What it is for, one paragraph (which seed or tuned reason).
     fn explain(&self) -> &'static str;
     /// Refuse the plan before anything changes (e.g. beside a program that
@@ -172,11 +187,6 @@ pub(super) trait Knob: Sync {
     }
     /// What `apply` would do on this machine; changes nothing.
     fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport;
-    /// Journal, then change.
-    fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()>;
-    /// Does the machine still hold what `apply` set? What drifted (empty:
-    /// all held). Read-only.
-    fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift>;
     /// Put back what `verify` found drifted (this knob's items), journalled
     /// first as `apply` journals; how many items hold again.
     fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
@@ -185,10 +195,6 @@ pub(super) trait Knob: Sync {
             n += usize::from(drift::rewrite(cx.host, cx.journal, d, drift::same_value)?);
         }
         Ok(n)
-    }
-    /// Put back what `apply` changed (reset runs the knobs in reverse).
-    fn undo(&self, cx: &mut UndoCx<'_>) {
-        cx.restore_files(Some(self.name()));
     }
     /// After every knob's undo: what the kernel itself resets when cpusets
     /// change or go (task affinities).

@@ -5,10 +5,11 @@
 //! debugfs is written in a private mount namespace (`Host::write_debugfs`).
 //! Verify checks the model is still the one asked for; repair sets it again.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::Result;
 use crate::drift::{Drift, Fix};
 use crate::journal::Record;
+use crate::step::Step;
 use crate::Host;
 use rtmgr_core::partition::knobs::preempt_models;
 use rtmgr_core::partition::{KnobId, KnobReport, PreemptMode};
@@ -61,37 +62,9 @@ pub fn switchable(host: &Host, want: PreemptMode) -> std::result::Result<(), Str
     }
 }
 
-impl Knob for Preempt {
-    fn id(&self) -> KnobId {
-        KnobId::Preempt
-    }
-
-    fn explain(&self) -> &'static str {
-        "How far kernel code can be preempted. With none or voluntary, a task in a system call \
-         keeps its CPU until the call ends or reaches a preemption point, so a guest in the \
-         kernel on an RT CPU delays a waking RT0 task by that long (ARTiS §2.1 moves such \
-         tasks off before they become non-preemptible). With full (or lazy, which is full for \
-         RT tasks), the kernel can be preempted everywhere except in its non-preemptible \
-         sections (spinlocks, interrupt handlers, per-CPU regions): ARTiS Table 1's \"Linux \
-         with preemption\". A PREEMPT_DYNAMIC kernel switches at run time through debugfs \
-         sched/preempt; rtmgr sets `--preempt full|lazy` for the partition's lifetime, \
-         journalled, and reset puts back the booted model. Kernels that refuse debugfs, or \
-         were built without PREEMPT_DYNAMIC, keep their model: said once, and skipped."
-    }
-
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        let Some(want) = cx.plan.preempt else {
-            return cx.report(
-                self.id(),
-                vec!["no --preempt given: the model stays".into()],
-            );
-        };
-        match now(cx.host, want) {
-            Now::Unusable(why) => cx.unavailable(self.id(), skipped(&why, want)),
-            Now::Selected(old) => {
-                cx.report(self.id(), vec![format!("sched/preempt: {old} -> {want}")])
-            }
-        }
+impl Step<PartitionKnobs> for Preempt {
+    fn name(&self) -> &'static str {
+        self.id().name()
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -144,6 +117,65 @@ impl Knob for Preempt {
         }
     }
 
+    /// Put back the journalled model when it changed; debugfs has no plain path.
+    fn undo(&self, cx: &mut UndoCx<'_>) -> Vec<String> {
+        let mut problems = Vec::new();
+        for r in cx.records.iter().rev() {
+            let Record::File { path, old, knob } = r else {
+                continue;
+            };
+            if knob.as_deref() != Some(self.name()) || path != Path::new(JOURNALLED) {
+                continue;
+            }
+            match cx.host.try_read_debugfs(REL) {
+                Ok(text) if preempt_models(&text).1 == Some(old.as_str()) => {}
+                Ok(_) => {
+                    if let Err(e) = cx.host.write_debugfs(REL, old) {
+                        problems.push(format!("restore sched/preempt {old}: {e}"));
+                    }
+                }
+                Err(e) => cx.report.notes.push(format!(
+                    "sched/preempt unreadable at reset ({e}); it was {old} before apply"
+                )),
+            }
+        }
+        problems
+    }
+}
+
+impl Knob for Preempt {
+    fn id(&self) -> KnobId {
+        KnobId::Preempt
+    }
+
+    fn explain(&self) -> &'static str {
+        "How far kernel code can be preempted. With none or voluntary, a task in a system call \
+         keeps its CPU until the call ends or reaches a preemption point, so a guest in the \
+         kernel on an RT CPU delays a waking RT0 task by that long (ARTiS §2.1 moves such \
+         tasks off before they become non-preemptible). With full (or lazy, which is full for \
+         RT tasks), the kernel can be preempted everywhere except in its non-preemptible \
+         sections (spinlocks, interrupt handlers, per-CPU regions): ARTiS Table 1's \"Linux \
+         with preemption\". A PREEMPT_DYNAMIC kernel switches at run time through debugfs \
+         sched/preempt; rtmgr sets `--preempt full|lazy` for the partition's lifetime, \
+         journalled, and reset puts back the booted model. Kernels that refuse debugfs, or \
+         were built without PREEMPT_DYNAMIC, keep their model: said once, and skipped."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let Some(want) = cx.plan.preempt else {
+            return cx.report(
+                self.id(),
+                vec!["no --preempt given: the model stays".into()],
+            );
+        };
+        match now(cx.host, want) {
+            Now::Unusable(why) => cx.unavailable(self.id(), skipped(&why, want)),
+            Now::Selected(old) => {
+                cx.report(self.id(), vec![format!("sched/preempt: {old} -> {want}")])
+            }
+        }
+    }
+
     /// Journal the model found, select the wanted one again.
     fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
         let mut n = 0;
@@ -177,29 +209,5 @@ impl Knob for Preempt {
     /// Where debugfs is mounted (a fake tree), snapshots compare it.
     fn watched(&self, _host: &Host) -> Vec<std::path::PathBuf> {
         vec![JOURNALLED.into()]
-    }
-
-    /// Put back the journalled model when it changed; debugfs has no plain path.
-    fn undo(&self, cx: &mut UndoCx<'_>) {
-        for r in cx.records.iter().rev() {
-            let Record::File { path, old, knob } = r else {
-                continue;
-            };
-            if knob.as_deref() != Some(self.name()) || path != Path::new(JOURNALLED) {
-                continue;
-            }
-            match cx.host.try_read_debugfs(REL) {
-                Ok(text) if preempt_models(&text).1 == Some(old.as_str()) => {}
-                Ok(_) => {
-                    if let Err(e) = cx.host.write_debugfs(REL, old) {
-                        cx.problems
-                            .push(format!("restore sched/preempt {old}: {e}"));
-                    }
-                }
-                Err(e) => cx.report.notes.push(format!(
-                    "sched/preempt unreadable at reset ({e}); it was {old} before apply"
-                )),
-            }
-        }
     }
 }

@@ -41,10 +41,11 @@ pub fn reset(host: &Host, journal_path: &Path) -> Result<ResetReport> {
         problems: &mut problems,
     };
     // Files journalled before knobs were named (an older rtmgr applied it).
-    cx.restore_files(None);
+    let mut left = cx.restore_files(None);
     for knob in KNOBS.iter().rev() {
-        knob.undo(&mut cx);
+        left.extend(knob.undo(&mut cx));
     }
+    cx.problems.extend(left);
     for knob in KNOBS {
         knob.settle(&mut cx);
     }

@@ -5,12 +5,13 @@
 //! Verify finds tasks allowed on RT and NRT CPUs at once (new ones, or an
 //! affinity reset by hand); repair journals their affinity and narrows it.
 
-use super::knob::{ApplyCx, Knob, PreviewCx, RepairCx, UndoCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::{crash_point, Result};
 use crate::cgroup::{self, Layout};
 use crate::drift::{Drift, Fix};
 use crate::host::HostError;
 use crate::journal::{Record, TaskBefore};
+use crate::step::Step;
 use crate::tasks;
 use crate::Host;
 use rtmgr_core::partition::{KnobId, KnobReport, KthreadPolicy};
@@ -23,51 +24,9 @@ const MAX_TASK_PASSES: usize = 8;
 
 pub(super) struct Tasks;
 
-impl Knob for Tasks {
-    fn id(&self) -> KnobId {
-        KnobId::Tasks
-    }
-
-    fn explain(&self) -> &'static str {
-        "Every movable task leaves the RT CPUs (ARTiS §2.1: Linux tasks run on the NRT CPUs; \
-         McKenney §2.1: kernel daemons are pinned away from the real-time CPU). cgroup v1 moves \
-         the root cpuset's tasks into `rtmgr-nrt`; both layouts narrow every affinity that \
-         includes an RT CPU, unbound kernel threads too unless `kernel_threads = \"leave\"`. \
-         Per-CPU kernel threads cannot move: they are reported. Reset restores every cpuset \
-         and affinity from the journal."
-    }
-
-    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
-        let (host, plan) = (cx.host, cx.plan);
-        let all = tasks::all(host).unwrap_or_default();
-        let on_rt = |t: &&tasks::TaskInfo| {
-            host.get_affinity(t.tid)
-                .is_ok_and(|a| !a.is_disjoint(&plan.rt))
-        };
-        let pinned = all
-            .iter()
-            .filter(|t| t.no_setaffinity)
-            .filter(on_rt)
-            .count();
-        let kthreads_left = plan.kernel_threads == KthreadPolicy::Leave;
-        let movable = all
-            .iter()
-            .filter(|t| !(t.no_setaffinity || (t.kthread && kthreads_left)))
-            .filter(on_rt)
-            .count();
-        let mut lines = vec![format!(
-            "{movable} of {} tasks may run on RT CPUs {}: narrowed to the NRT CPUs {}",
-            all.len(),
-            plan.rt,
-            plan.nrt
-        )];
-        lines.push(format!(
-            "{pinned} per-CPU kernel threads stay (the kernel forbids moving them)"
-        ));
-        if kthreads_left {
-            lines.push("unbound kernel threads left alone (kernel_threads = \"leave\")".into());
-        }
-        cx.report(self.id(), lines)
+impl Step<PartitionKnobs> for Tasks {
+    fn name(&self) -> &'static str {
+        self.id().name()
     }
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
@@ -138,44 +97,10 @@ impl Knob for Tasks {
         out
     }
 
-    /// Journal their affinities (reset gives them back), then narrow each
-    /// to its NRT part.
-    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
-        let (host, a) = (cx.host, cx.applied);
-        let found: Vec<TaskBefore> = drift
-            .iter()
-            .filter_map(|d| match &d.fix {
-                Fix::Task {
-                    tid,
-                    start_time,
-                    affinity,
-                } => Some(TaskBefore {
-                    tid: *tid,
-                    start_time: *start_time,
-                    cgroup: cgroup::task_cgroup(host, &a.layout, *tid),
-                    affinity: affinity.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        if found.is_empty() {
-            return Ok(0);
-        }
-        cx.journal.record(&Record::Tasks {
-            tasks: found.clone(),
-        })?;
-        Ok(found
-            .iter()
-            .filter(|b| {
-                host.set_affinity(b.tid, &b.affinity.difference(&a.plan.rt))
-                    .is_ok()
-            })
-            .count())
-    }
-
     /// Processes put into an rtmgr cpuset later (`Entered`), then every task
     /// of the snapshot that sits in an rtmgr cgroup, back to where it was.
-    fn undo(&self, cx: &mut UndoCx<'_>) {
+    fn undo(&self, cx: &mut UndoCx<'_>) -> Vec<String> {
+        let mut problems = Vec::new();
         let (host, layout) = (cx.host, cx.layout);
         let ours: Vec<String> = cx
             .records
@@ -217,12 +142,95 @@ impl Knob for Tasks {
                 };
                 if let Err(e) = cgroup::attach(host, layout, &layout.dir(orig), id) {
                     if !e.is_gone() {
-                        cx.problems
-                            .push(format!("task {} back to {orig}: {e}", b.tid));
+                        problems.push(format!("task {} back to {orig}: {e}", b.tid));
                     }
                 }
             }
         }
+        problems
+    }
+}
+
+impl Knob for Tasks {
+    fn id(&self) -> KnobId {
+        KnobId::Tasks
+    }
+
+    fn explain(&self) -> &'static str {
+        "Every movable task leaves the RT CPUs (ARTiS §2.1: Linux tasks run on the NRT CPUs; \
+         McKenney §2.1: kernel daemons are pinned away from the real-time CPU). cgroup v1 moves \
+         the root cpuset's tasks into `rtmgr-nrt`; both layouts narrow every affinity that \
+         includes an RT CPU, unbound kernel threads too unless `kernel_threads = \"leave\"`. \
+         Per-CPU kernel threads cannot move: they are reported. Reset restores every cpuset \
+         and affinity from the journal."
+    }
+
+    fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
+        let (host, plan) = (cx.host, cx.plan);
+        let all = tasks::all(host).unwrap_or_default();
+        let on_rt = |t: &&tasks::TaskInfo| {
+            host.get_affinity(t.tid)
+                .is_ok_and(|a| !a.is_disjoint(&plan.rt))
+        };
+        let pinned = all
+            .iter()
+            .filter(|t| t.no_setaffinity)
+            .filter(on_rt)
+            .count();
+        let kthreads_left = plan.kernel_threads == KthreadPolicy::Leave;
+        let movable = all
+            .iter()
+            .filter(|t| !(t.no_setaffinity || (t.kthread && kthreads_left)))
+            .filter(on_rt)
+            .count();
+        let mut lines = vec![format!(
+            "{movable} of {} tasks may run on RT CPUs {}: narrowed to the NRT CPUs {}",
+            all.len(),
+            plan.rt,
+            plan.nrt
+        )];
+        lines.push(format!(
+            "{pinned} per-CPU kernel threads stay (the kernel forbids moving them)"
+        ));
+        if kthreads_left {
+            lines.push("unbound kernel threads left alone (kernel_threads = \"leave\")".into());
+        }
+        cx.report(self.id(), lines)
+    }
+
+    /// Journal their affinities (reset gives them back), then narrow each
+    /// to its NRT part.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let (host, a) = (cx.host, cx.applied);
+        let found: Vec<TaskBefore> = drift
+            .iter()
+            .filter_map(|d| match &d.fix {
+                Fix::Task {
+                    tid,
+                    start_time,
+                    affinity,
+                } => Some(TaskBefore {
+                    tid: *tid,
+                    start_time: *start_time,
+                    cgroup: cgroup::task_cgroup(host, &a.layout, *tid),
+                    affinity: affinity.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if found.is_empty() {
+            return Ok(0);
+        }
+        cx.journal.record(&Record::Tasks {
+            tasks: found.clone(),
+        })?;
+        Ok(found
+            .iter()
+            .filter(|b| {
+                host.set_affinity(b.tid, &b.affinity.difference(&a.plan.rt))
+                    .is_ok()
+            })
+            .count())
     }
 
     /// Affinities last: v1 attach and v2 partitions reset them.
