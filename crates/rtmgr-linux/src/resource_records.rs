@@ -1,21 +1,22 @@
-//! Undoing what the daemon's machine-wide `[resources]` knobs journalled
-//! (DROPS §4.1: the manager owns memory, I/O and cache and gives them back):
-//! their control files, the resctrl directory and the starvation boosts — and
-//! the live balancer's lends (`balance::lends`, ARTiS §2.1) — read from the
-//! one partition journal by `partition::reset` first, or from the
-//! resources.jsonl an older rtmgr kept beside it (its records name no knob).
+//! Undoing the records of what runs beside the daemon's `[resources]` knobs
+//! (DROPS §4.1: the manager gives back what it took): the starvation
+//! guard's boosts and the live balancer's lends (`balance::lends`, ARTiS
+//! §2.1), read from the one partition journal (the knobs' own files and
+//! directory are their steps' undo, `resources::knobs::undo_records`); and
+//! everything in the resources.jsonl an older rtmgr kept beside it (its
+//! records name no knob).
 
 use crate::host::{Host, Result};
 use crate::journal::Record;
 use crate::tasks;
-use rtmgr_core::partition::ResourceKnobId;
 
-/// Which file records a pass undoes.
+/// Which records a pass undoes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
-    /// The partition journal: files journalled under a resource knob's name.
+    /// The partition journal: boosts and lends (its resource knobs' files
+    /// and directory are their steps' undo).
     PartitionJournal,
-    /// An older rtmgr's resources.jsonl: every file record.
+    /// An older rtmgr's resources.jsonl: every file, directory and boost.
     Legacy,
 }
 
@@ -32,14 +33,7 @@ pub struct Undone {
     pub given_back: Vec<u32>,
 }
 
-fn is_resource_file(source: Source, knob: Option<&str>) -> bool {
-    match source {
-        Source::Legacy => true,
-        Source::PartitionJournal => knob.and_then(ResourceKnobId::named).is_some(),
-    }
-}
-
-/// Undo every resource record, newest first; then (the partition journal)
+/// Undo the records of `source`, newest first; then (the partition journal)
 /// give back what a balancer lent.
 pub fn undo(host: &Host, records: &[Record], source: Source) -> Undone {
     let mut out = undo_resources(host, records, source);
@@ -66,11 +60,11 @@ fn undo_resources(host: &Host, records: &[Record], source: Source) -> Undone {
     for r in records.iter().rev() {
         match r {
             Record::Unboost { tid } => put_back.push(*tid),
-            Record::File { path, old, knob } if is_resource_file(source, knob.as_deref()) => {
+            Record::File { path, old, .. } if source == Source::Legacy => {
                 let done = host.write(path, old);
                 note(format!("restore {}", path.display()), done, &mut out)
             }
-            Record::Dir { path, .. } if host.exists(path) => {
+            Record::Dir { path, .. } if source == Source::Legacy && host.exists(path) => {
                 let done = host.rmdir(path);
                 note(format!("remove {}", path.display()), done, &mut out)
             }

@@ -1,5 +1,5 @@
 //! `reset`: undo everything a partition journal records — first what the
-//! daemon's `[resources]` knobs journalled there (`resource_records`), then
+//! daemon's `[resources]` knobs journalled there (`resources::knobs::undo_records`), then
 //! knob by knob in the reverse order of `apply` — then let each knob settle
 //! what the kernel resets when cpusets go (affinities). Idempotent: with no journal it removes only
 //! rtmgr cgroups left without one (`orphans`);
@@ -9,7 +9,7 @@
 use super::knob::UndoCx;
 use super::{PartitionError, ResetReport, Result, KNOBS};
 use crate::journal::{self, Record};
-use crate::resource_records::{self, Source};
+use crate::resources;
 use crate::Host;
 use std::path::Path;
 
@@ -32,7 +32,7 @@ pub fn reset(host: &Host, journal_path: &Path) -> Result<ResetReport> {
         return Err(PartitionError::BadJournal(journal_path.to_path_buf()));
     };
     // The daemon's machine-wide settings were applied after the partition.
-    let mut problems = resource_records::undo(host, &records, Source::PartitionJournal).problems;
+    let mut problems = resources::knobs::undo_records(host, &records).problems;
     let mut cx = UndoCx {
         host,
         layout: &layout,

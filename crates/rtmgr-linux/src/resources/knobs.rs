@@ -1,16 +1,19 @@
 //! The daemon's machine-wide `[resources]` settings as knobs (DROPS §4.1: the
 //! manager owns memory, I/O and cache; §4.3 NRT I/O weight; §4.4 NRT memory
 //! limit and the L3 split; RT throttling lifted beside the starvation guard):
-//! each change journalled in the one partition journal under its knob's name
-//! before it is made, verified and repaired like the partition's knobs, and
-//! undone by `partition::reset` (`resource_records`).
+//! each `ResourceKnobId` is a `step::Step` of the resources family, its plan
+//! data (`Setting`): journalled in the one partition journal under its name
+//! before it is changed, verified and repaired like the partition's knobs,
+//! and undone from the journal by `partition::reset` (`undo_records`).
 
 use crate::drift::{self, Drift, Fix};
-use crate::host::{Host, Result};
+use crate::host::{Host, HostError, Result};
 use crate::journal::{self, Journal, Record};
-use crate::resource_records::{self, Source};
+use crate::resource_records::{self, Source, Undone};
+use crate::step::{Family, Step};
 use rtmgr_core::partition::ResourceKnobId;
 use rtmgr_core::resources::cache;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// One value a resource knob keeps in a control file while the daemon runs.
@@ -72,8 +75,153 @@ impl Held {
     }
 }
 
-/// Journal a control file's old content under `knob`, then write `new`.
-/// Ok(None): no such file; else what it now holds.
+/// The resources family of `step::Step`.
+pub struct ResourceKnobs;
+
+/// Control files and their values, (path, value), in order.
+pub type Files = [(PathBuf, String)];
+
+/// What a resource knob changes: control files to set (journalled), and a
+/// directory to create with files in it to write.
+pub type Plan<'a> = (&'a Files, Option<(&'a Path, &'a Files)>);
+
+/// What one resource knob changes, and what it keeps once applied.
+pub struct Setting<'a> {
+    pub host: &'a Host,
+    pub journal: &'a mut Journal,
+    /// Control files to set; one that is not there is skipped.
+    pub files: &'a Files,
+    /// A directory to create, and files in it to write (not journalled:
+    /// removing the directory undoes them).
+    pub dir: Option<(&'a Path, &'a Files)>,
+    /// What the knob keeps from now on (verified at each reconcile).
+    pub held: &'a mut Vec<Held>,
+}
+
+/// What a resource knob keeps, and the files the kernel would not keep.
+pub struct Holding<'a> {
+    pub host: &'a Host,
+    pub held: &'a [Held],
+    pub unheld: &'a BTreeSet<PathBuf>,
+}
+
+/// The partition journal's records a resource knob is undone from.
+pub struct Records<'a> {
+    pub host: &'a Host,
+    pub records: &'a [Record],
+}
+
+impl Family for ResourceKnobs {
+    type Snapshot<'a> = Setting<'a>;
+    type Apply<'a> = Setting<'a>;
+    type Verify<'a> = Holding<'a>;
+    type Undo<'a> = Records<'a>;
+    type Error = HostError;
+}
+
+impl Step<ResourceKnobs> for ResourceKnobId {
+    fn name(&self) -> &'static str {
+        ResourceKnobId::name(*self)
+    }
+
+    /// Each control file's old content, and the directory to be created.
+    fn snapshot(&self, cx: &mut Setting<'_>) -> Result<()> {
+        for (path, _) in cx.files {
+            if let Some(old) = cx.host.read_opt(path) {
+                cx.journal.record(&Record::File {
+                    path: path.clone(),
+                    old: old.trim().to_string(),
+                    knob: Some(Step::name(self).into()),
+                })?;
+            }
+        }
+        if let Some((dir, _)) = cx.dir {
+            cx.journal.record(&Record::Dir {
+                path: dir.into(),
+                knob: Some(Step::name(self).into()),
+            })?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, cx: &mut Setting<'_>) -> Result<()> {
+        let held = |path: &Path, want: &str, owned: bool| Held {
+            knob: *self,
+            path: path.into(),
+            want: want.into(),
+            owned,
+        };
+        for (path, new) in cx.files {
+            if cx.host.exists(path) {
+                cx.host.write(path, new)?;
+                cx.held.push(held(path, new, false));
+            }
+        }
+        if let Some((dir, files)) = cx.dir {
+            cx.host.mkdir(dir)?;
+            for (path, want) in files {
+                cx.host.write(path, want)?;
+                cx.held.push(held(path, want, true));
+            }
+        }
+        Ok(())
+    }
+
+    fn verify(&self, cx: &Holding<'_>) -> Vec<Drift> {
+        (cx.held.iter())
+            .filter(|h| h.knob == *self && !cx.unheld.contains(&h.path))
+            .filter_map(|h| h.drift(cx.host))
+            .collect()
+    }
+
+    /// Newest first: its control files' old contents, then the directory
+    /// it created goes.
+    fn undo(&self, cx: &mut Records<'_>) -> Vec<String> {
+        let mine = |k: &Option<String>| k.as_deref() == Some(Step::name(self));
+        let mut problems = Vec::new();
+        for r in cx.records.iter().rev() {
+            let (what, done) = match r {
+                Record::File { path, old, knob } if mine(knob) => (
+                    format!("restore {}", path.display()),
+                    cx.host.write(path, old),
+                ),
+                Record::Dir { path, knob } if mine(knob) && cx.host.exists(path) => {
+                    (format!("remove {}", path.display()), cx.host.rmdir(path))
+                }
+                _ => continue,
+            };
+            if let Err(e) = done {
+                if !e.is_gone() {
+                    problems.push(format!("{what}: {e}"));
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// Apply resource knob `knob`'s `files` and `dir` (snapshot, then apply):
+/// what it keeps is added to `held`.
+pub fn put(
+    host: &Host,
+    journal: &mut Journal,
+    knob: ResourceKnobId,
+    (files, dir): Plan<'_>,
+    held: &mut Vec<Held>,
+) -> Result<()> {
+    let mut cx = Setting {
+        host,
+        journal,
+        files,
+        dir,
+        held,
+    };
+    knob.snapshot(&mut cx)?;
+    knob.apply(&mut cx)
+}
+
+/// One control file of `knob`, journalled then set. Ok(None): no such file;
+/// else what it now holds.
 pub fn set(
     host: &Host,
     j: &mut Journal,
@@ -81,21 +229,15 @@ pub fn set(
     path: &Path,
     new: &str,
 ) -> Result<Option<Held>> {
-    let Some(old) = host.read_opt(path) else {
-        return Ok(None);
-    };
-    j.record(&Record::File {
-        path: path.into(),
-        old: old.trim().to_string(),
-        knob: Some(knob.name().into()),
-    })?;
-    host.write(path, new)?;
-    Ok(Some(Held {
+    let mut held = Vec::new();
+    put(
+        host,
+        j,
         knob,
-        path: path.into(),
-        want: new.into(),
-        owned: false,
-    }))
+        (&[(path.into(), new.into())], None),
+        &mut held,
+    )?;
+    Ok(held.pop())
 }
 
 /// What of `held` the machine no longer holds (files the kernel did not keep
@@ -106,10 +248,14 @@ pub fn verify(host: &Host, partition_journal: &Path, held: &[Held]) -> Result<Ve
     }
     let records = journal::read(host, partition_journal)?.unwrap_or_default();
     let unheld = drift::unheld(&records);
-    Ok(held
+    let cx = Holding {
+        host,
+        held,
+        unheld: &unheld,
+    };
+    Ok(ResourceKnobId::ALL
         .iter()
-        .filter(|h| !unheld.contains(&h.path))
-        .filter_map(|h| h.drift(host))
+        .flat_map(|k| k.verify(&cx))
         .collect())
 }
 
@@ -144,7 +290,7 @@ pub fn undo(host: &Host, partition_journal: &Path) -> Result<Vec<String>> {
     let Some(records) = journal::read(host, partition_journal)? else {
         return Ok(Vec::new());
     };
-    let undone = resource_records::undo(host, &records, Source::PartitionJournal);
+    let undone = undo_records(host, &records);
     if !undone.unboosted.is_empty() || !undone.given_back.is_empty() {
         let mut j = Journal::append_to(host, partition_journal)?;
         for tid in undone.unboosted {
@@ -155,6 +301,19 @@ pub fn undo(host: &Host, partition_journal: &Path) -> Result<Vec<String>> {
         }
     }
     Ok(undone.problems)
+}
+
+/// Undo every resource knob of a partition journal's records, the last
+/// applied first, then the records of what runs beside them (the
+/// starvation guard's boosts, a balancer's lends: `resource_records`).
+pub fn undo_records(host: &Host, records: &[Record]) -> Undone {
+    let mut cx = Records { host, records };
+    let problems: Vec<String> = (ResourceKnobId::ALL.iter().rev())
+        .flat_map(|k| k.undo(&mut cx))
+        .collect();
+    let mut out = resource_records::undo(host, records, Source::PartitionJournal);
+    out.problems.splice(0..0, problems);
+    out
 }
 
 /// The resources journal an older rtmgr kept beside the partition journal.

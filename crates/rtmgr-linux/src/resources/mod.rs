@@ -173,22 +173,28 @@ pub fn start(
         }
     };
     status.insert("cache".into(), cache_line);
-    let settings: Vec<(ResourceKnobId, &nrt::Setting)> = (p.memory.settings.iter())
-        .map(|s| (ResourceKnobId::NrtMemory, s))
-        .chain(
-            p.io.settings
-                .iter()
-                .map(|s| (ResourceKnobId::NrtIoWeight, s)),
+    let settings: Vec<(ResourceKnobId, Vec<(PathBuf, String)>)> = [
+        (ResourceKnobId::NrtMemory, &p.memory),
+        (ResourceKnobId::NrtIoWeight, &p.io),
+    ]
+    .into_iter()
+    .map(|(knob, found)| {
+        let files = found.settings.iter();
+        (
+            knob,
+            files.map(|s| (s.path.clone(), s.value.clone())).collect(),
         )
-        .collect();
+    })
+    .filter(|(_, files): &(_, Vec<_>)| !files.is_empty())
+    .collect();
     let mut cache_group = None;
     let mut held = Vec::new();
     let splits = matches!(p.cache, resctrl::CachePlan::Split { .. });
     if !settings.is_empty() || splits {
         let mut j = Journal::append_to(host, partition_journal)?;
         let r = (|| {
-            for (knob, s) in settings {
-                held.extend(knobs::set(host, &mut j, knob, &s.path, &s.value)?);
+            for (knob, files) in &settings {
+                knobs::put(host, &mut j, *knob, (files, None), &mut held)?;
             }
             if let resctrl::CachePlan::Split { split, domains } = &p.cache {
                 let (g, h) = resctrl::apply(host, &mut j, split, domains, rt_cpus)?;

@@ -7,7 +7,7 @@
 
 use super::knobs::{self, Held};
 use crate::host::{Host, HostError};
-use crate::journal::{Journal, Record};
+use crate::journal::Journal;
 use rtmgr_core::partition::ResourceKnobId;
 use rtmgr_core::resources::cache::{self, CacheSplit};
 use rtmgr_core::CpuSet;
@@ -91,35 +91,16 @@ pub fn apply(
     domains: &[u32],
     rt_cpus: &CpuSet,
 ) -> Result<(PathBuf, Vec<Held>), HostError> {
-    let knob = ResourceKnobId::Cache;
     let root = Path::new(RESCTRL);
     let group = root.join(GROUP);
+    let nrt = [(root.join("schemata"), cache::l3_line(domains, split.nrt))];
+    let rt = [
+        (group.join("schemata"), cache::l3_line(domains, split.rt)),
+        (group.join("cpus_list"), rt_cpus.to_list()),
+    ];
     let mut held = Vec::new();
-    let nrt_line = cache::l3_line(domains, split.nrt);
-    held.extend(knobs::set(
-        host,
-        j,
-        knob,
-        &root.join("schemata"),
-        &nrt_line,
-    )?);
-    j.record(&Record::Dir {
-        path: group.clone(),
-        knob: Some(knob.name().into()),
-    })?;
-    host.mkdir(&group)?;
-    for (file, want) in [
-        ("schemata", cache::l3_line(domains, split.rt)),
-        ("cpus_list", rt_cpus.to_list()),
-    ] {
-        host.write(group.join(file), &want)?;
-        held.push(Held {
-            knob,
-            path: group.join(file),
-            want,
-            owned: true,
-        });
-    }
+    let plan = (&nrt[..], Some((group.as_path(), &rt[..])));
+    knobs::put(host, j, ResourceKnobId::Cache, plan, &mut held)?;
     Ok((group, held))
 }
 
