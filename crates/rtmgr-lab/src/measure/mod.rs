@@ -12,6 +12,7 @@ pub mod host_split;
 pub mod load;
 pub mod periodicity;
 pub mod probe;
+pub mod probe_loop;
 pub mod segment;
 pub mod spawn;
 pub mod steal;

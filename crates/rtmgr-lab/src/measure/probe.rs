@@ -7,41 +7,28 @@
 //! (never skipped: no coordinated omission) and counted as missed. McKenney's
 //! relative mode sleeps for a duration instead and records signed jitter.
 
-use super::{gettid, mono_ns, sleep_until, thread_cpu_ns, thread_switches, MeasureError, Result};
-use crate::report::{PolicySpec, ProbeMode};
+use super::probe_loop::{Recorder, Slot, PUBLISH_NS};
+use super::{mono_ns, thread_cpu_ns, thread_switches, MeasureError, Result};
+use crate::report::PolicySpec;
 use crate::trace::LateTx;
-use crate::trace::Sample;
-use rtmgr_core::host_stall::{HostLabel, LateWake, LATE_FLOOR_NS};
 use rtmgr_core::stats::Hist;
 use rtmgr_linux::balance::guard::SampleFeed;
 use rtmgr_linux::probe::spawn_pinned;
 use rtmgr_linux::sched::Policy;
-use rtmgr_sys::time::{diff_ns, sleep_for};
+use rtmgr_sys::time::diff_ns;
 use rtmgr_sys::Nanos;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+pub use super::probe_loop::ThreadOutcome;
 
 /// What the probe runs (the report's `ProbeSpec`).
 pub type ProbeConfig = crate::report::ProbeSpec;
 
-/// How often a thread publishes its new samples for the progress line.
-const PUBLISH_NS: i64 = 100_000_000;
-/// Histograms are pre-sized to this value so the loop never allocates.
-const PRESIZE_NS: i64 = 10_000_000_000;
-/// Late wake-ups kept one by one per thread, at most (beyond: in `base`, the guest's).
-const LATE_CAPACITY: u64 = 65_536;
 /// `Shared::start_at` before the threads may start, and when they must not.
 const START_WAIT: Nanos = 0;
 const START_ABORT: Nanos = Nanos::MAX;
-
-struct Slot {
-    live: Mutex<Hist>,
-    samples: AtomicU64,
-    missed: AtomicU64,
-    max: AtomicI64,
-    done: AtomicBool,
-}
 
 struct Shared {
     stop: Arc<AtomicBool>,
@@ -50,32 +37,20 @@ struct Shared {
     slots: Vec<Slot>,
 }
 
-/// One thread's result.
-pub struct ThreadOutcome {
-    pub cpu: u32,
-    pub index: u32,
-    pub hist: Hist,
-    /// The wake-ups alone (`hist` also holds the releases they missed).
-    pub wakeups: Hist,
-    pub missed: u64,
-    pub voluntary_ctxt_switches: u64,
-    pub involuntary_ctxt_switches: u64,
-    pub cpu_time_ns: u64,
-    /// The release period (to rebuild the missed releases' latencies).
-    pub interval_ns: u64,
-    /// Wake-ups at least `LATE_FLOOR_NS` late, each with the releases it missed.
-    pub late: Vec<LateWake>,
-    /// Every sample not in `late` (`hist` = `base` + `late`'s samples).
-    pub base: Hist,
-    /// One per `late` wake-up once the segment labelled them (empty: not labelled).
-    pub labels: Vec<HostLabel>,
-}
-
 /// Running probe threads.
 pub struct Probe {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<ThreadOutcome>>,
+    /// The progress line's copy of each thread's samples (off the probe
+    /// threads: they only fill their rings).
+    reader: Mutex<Reader>,
     pub t0_ns: Nanos,
+}
+
+/// Each thread's samples read so far: its ring's cursor and histogram.
+struct Reader {
+    cursors: Vec<u64>,
+    hists: Vec<Hist>,
 }
 
 /// Snapshot for the live progress line.
@@ -148,13 +123,7 @@ impl Probe {
             start_at: AtomicU64::new(START_WAIT),
             slots: placements
                 .iter()
-                .map(|_| Slot {
-                    live: Mutex::new(Hist::new()),
-                    samples: AtomicU64::new(0),
-                    missed: AtomicU64::new(0),
-                    max: AtomicI64::new(i64::MIN),
-                    done: AtomicBool::new(false),
-                })
+                .map(|_| Slot::new(cfg.interval_ns))
                 .collect(),
         });
         // Each thread takes its tracer once, before its loop.
@@ -184,20 +153,30 @@ impl Probe {
         }
         let t0 = mono_ns() + 1_000_000;
         shared.start_at.store(t0, SeqCst);
+        let n = placements.len();
         Ok(Probe {
             shared,
             handles,
+            reader: Mutex::new(Reader {
+                cursors: vec![0; n],
+                hists: (0..n).map(|_| Hist::new()).collect(),
+            }),
             t0_ns: t0,
         })
     }
 
+    /// Each thread's samples so far (copied out of its ring here, on the
+    /// caller's thread), and each thread's running p99 handed back to it
+    /// for its tracer's floor. Called every 100 ms by the segment.
     pub fn progress(&self) -> Progress {
-        let mut h = Hist::new();
         let mut p = Progress::default();
-        for s in &self.shared.slots {
-            if let Ok(l) = s.live.lock() {
-                h.merge(&l);
-            }
+        let mut all = Hist::new();
+        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let Reader { cursors, hists } = &mut *reader;
+        for ((s, cursor), h) in self.shared.slots.iter().zip(cursors).zip(hists) {
+            *cursor = s.ring.read_since(*cursor, |_, l| h.record(l as i64));
+            s.set_running_p99(h.percentile(990_000));
+            all.merge(h);
             p.samples += s.samples.load(Relaxed);
             p.missed += s.missed.load(Relaxed);
             let m = s.max.load(Relaxed);
@@ -205,7 +184,7 @@ impl Probe {
                 p.max_ns = Some(p.max_ns.map_or(m, |x: i64| x.max(m)));
             }
         }
-        p.p99_ns = h.percentile(990_000);
+        p.p99_ns = all.percentile(990_000);
         p
     }
 
@@ -222,14 +201,6 @@ impl Probe {
     }
 }
 
-/// How many late wake-ups a thread can keep: one per `LATE_FLOOR_NS` of the
-/// run (or one per sample), at most `LATE_CAPACITY`.
-fn late_capacity(cfg: &ProbeConfig) -> usize {
-    let by_time = cfg.duration_ns.map_or(u64::MAX, |d| d / LATE_FLOOR_NS + 1);
-    let by_loops = cfg.loops.unwrap_or(u64::MAX);
-    by_time.min(by_loops).min(LATE_CAPACITY) as usize
-}
-
 fn run_thread(
     cfg: &ProbeConfig,
     shared: &Shared,
@@ -240,7 +211,7 @@ fn run_thread(
     guard_feed: Option<SampleFeed>,
 ) -> ThreadOutcome {
     let me = &shared.slots[slot];
-    let mut rec = Recorder::new(cfg, cpu, index, late, guard_feed);
+    let mut rec = Recorder::new(cfg, me, (cpu, index), late, guard_feed);
     let Some(t0) = wait_for_start(shared, failed) else {
         me.done.store(true, Release);
         return rec.out;
@@ -255,17 +226,14 @@ fn run_thread(
         let (lat, now) = rec.wake();
         rec.record(lat, now, loops, end);
         if diff_ns(now, rec.last_pub) >= PUBLISH_NS {
-            rec.publish(me, now);
+            rec.publish(now);
         }
     }
     let (v1, i1) = thread_switches();
     rec.out.cpu_time_ns = thread_cpu_ns().saturating_sub(c0);
     rec.out.voluntary_ctxt_switches = v1 - v0;
     rec.out.involuntary_ctxt_switches = i1 - i0;
-    if let Ok(mut l) = me.live.lock() {
-        l.merge(&rec.delta);
-    }
-    rec.store_counts(me);
+    rec.store_counts();
     me.done.store(true, Release);
     rec.out
 }
@@ -282,172 +250,11 @@ fn wait_for_start(shared: &Shared, failed: bool) -> Option<Nanos> {
     }
 }
 
-/// One probe thread's loop state: what it recorded, preallocated so that
-/// the loop never allocates.
-struct Recorder<'a> {
-    cfg: &'a ProbeConfig,
-    cpu: u32,
-    tid: u32,
-    out: ThreadOutcome,
-    /// Samples since the last publication (for the progress line).
-    delta: Hist,
-    late: Option<LateTx>,
-    late_capacity: usize,
-    guard_feed: Option<SampleFeed>,
-    next: Nanos,
-    last_pub: Nanos,
-    samples: u64,
-    max: i64,
-}
-
-impl<'a> Recorder<'a> {
-    fn new(
-        cfg: &'a ProbeConfig,
-        cpu: u32,
-        index: u32,
-        late: Option<LateTx>,
-        guard_feed: Option<SampleFeed>,
-    ) -> Self {
-        let mut out = ThreadOutcome {
-            cpu,
-            index,
-            hist: Hist::new(),
-            wakeups: Hist::new(),
-            missed: 0,
-            voluntary_ctxt_switches: 0,
-            involuntary_ctxt_switches: 0,
-            cpu_time_ns: 0,
-            interval_ns: cfg.interval_ns,
-            late: Vec::new(),
-            base: Hist::new(),
-            labels: Vec::new(),
-        };
-        let late_capacity = late_capacity(cfg);
-        // Touch the pages now so that keeping a late wake-up never faults or allocates.
-        out.late.resize(late_capacity, LateWake::default());
-        out.late.clear();
-        let mut delta = Hist::new();
-        for h in [&mut out.hist, &mut out.wakeups, &mut out.base, &mut delta] {
-            h.record(PRESIZE_NS);
-            h.clear();
-        }
-        Recorder {
-            cfg,
-            cpu,
-            tid: gettid(),
-            out,
-            delta,
-            late,
-            late_capacity,
-            guard_feed,
-            next: 0,
-            last_pub: 0,
-            samples: 0,
-            max: i64::MIN,
-        }
-    }
-
-    /// Sleep to the next release (or for one interval, relative mode):
-    /// (latency, wake-up time).
-    fn wake(&self) -> (i64, Nanos) {
-        match self.cfg.mode {
-            ProbeMode::Absolute => {
-                sleep_until(self.next);
-                let now = mono_ns();
-                (diff_ns(now, self.next), now)
-            }
-            ProbeMode::Relative => {
-                let t1 = mono_ns();
-                // A signal ends the sleep early: it shows as negative jitter.
-                sleep_for(self.cfg.interval_ns);
-                let now = mono_ns();
-                (diff_ns(now, t1) - self.cfg.interval_ns as i64, now)
-            }
-        }
-    }
-
-    /// Record one wake-up `lat` late at `now`, and the releases it missed.
-    fn record(&mut self, lat: i64, now: Nanos, loops: u64, end: Option<Nanos>) {
-        let absolute = self.cfg.mode == ProbeMode::Absolute;
-        self.out.hist.record(lat);
-        self.out.wakeups.record(lat);
-        if let Some(f) = &self.guard_feed {
-            f.sample(self.cpu, lat.max(0) as u64);
-        }
-        self.delta.record(lat);
-        let kept =
-            absolute && lat >= LATE_FLOOR_NS as i64 && self.out.late.len() < self.late_capacity;
-        if !kept {
-            self.out.base.record(lat);
-        }
-        self.samples += 1;
-        self.max = self.max.max(lat);
-        if !absolute {
-            self.next = now + self.cfg.interval_ns;
-            return;
-        }
-        if let Some(l) = self.late.as_mut() {
-            l.offer(Sample {
-                cpu: self.cpu,
-                tid: self.tid,
-                release_ns: self.next,
-                wake_ns: now,
-            });
-        }
-        let missed = self.serve_missed(now, kept, loops, end);
-        if kept {
-            self.out.late.push(LateWake {
-                release_ns: self.next,
-                wake_ns: now,
-                missed,
-            });
-        }
-        self.next += self.cfg.interval_ns * (u64::from(missed) + 1);
-    }
-
-    /// Releases that passed while the thread was late: served now, each at
-    /// its own release (no coordinated omission). Returns how many.
-    fn serve_missed(&mut self, now: Nanos, kept: bool, loops: u64, end: Option<Nanos>) -> u32 {
-        let mut rel = self.next + self.cfg.interval_ns;
-        let mut missed = 0u32;
-        while rel <= now && self.samples < loops && end.is_none_or(|e| rel <= e) {
-            let lat = (now - rel) as i64;
-            self.out.hist.record(lat);
-            self.delta.record(lat);
-            if !kept {
-                self.out.base.record(lat);
-            }
-            self.out.missed += 1;
-            self.samples += 1;
-            missed += 1;
-            rel += self.cfg.interval_ns;
-        }
-        missed
-    }
-
-    /// The progress line's figures; the histogram only if nobody reads it now.
-    fn publish(&mut self, me: &Slot, now: Nanos) {
-        if let Some(l) = self.late.as_mut() {
-            l.set_running_p99(self.out.hist.percentile(990_000));
-        }
-        if let Ok(mut l) = me.live.try_lock() {
-            l.merge(&self.delta);
-            self.delta.clear();
-            self.last_pub = now;
-        }
-        self.store_counts(me);
-    }
-
-    fn store_counts(&self, me: &Slot) {
-        me.samples.store(self.samples, Relaxed);
-        me.missed.store(self.out.missed, Relaxed);
-        me.max.store(self.max, Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::ProbeMode;
+    use rtmgr_core::host_stall::LATE_FLOOR_NS;
     use rtmgr_core::CpuSet;
     use rtmgr_linux::sched;
 
