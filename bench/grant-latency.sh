@@ -13,7 +13,7 @@
 # gives the machine back at the end, also on Ctrl-C (the cells done so far
 # are then the result). Measure alone: the figures are the machine's.
 #   bash bench/grant-latency.sh [REQUESTS_PER_CELL] [OUT_DIR]
-#   CLIENTS="1 16 64" CLASSES="rt0 rt1" STATES="sleeping running" BUDGET_NS=2000000 PERIOD_NS=10000000 RTMGR=path/to/rtmgr
+#   CLIENTS="1 16 64" CLASSES="rt0 rt1" STATES="sleeping running" BUDGET_NS=2000000 RTMGR=path/to/rtmgr
 #   WORKERS="on off" ROUNDS=3: each round runs every cell with the daemon's
 #   grant worker on, then off ([serve] grant_worker), a fresh daemon each,
 #   so the two are compared in the same minutes; a cell's figures merge its
@@ -33,20 +33,15 @@ CLASSES=${CLASSES:-rt0 rt1}
 STATES=${STATES:-sleeping running}
 WORKERS=${WORKERS:-on off}
 ROUNDS=${ROUNDS:-3}
-# Each grant: BUDGET_NS every PERIOD_NS, the period stretched for a cell
-# whose clients would not all fit under the admission cap (0.9) at once
-# (clients x budget / period <= 0.8: 40 ms for 16 clients, 160 ms for 64).
-# The budget covers what the Python client needs per round trip (~0.5 ms
-# of CPU): with less, a hard (rt0) grant's thread overruns its budget, and
-# a re-grant at once continues the kernel's server where it stopped
-# (runtime spent, deadline ahead): the next answer waits for the thread's
-# own replenishment, a period or two — the client's time, not the
-# daemon's. Until 2026-11-28 the budget shrank instead (at most 8 ms /
-# clients: 0.5 ms for 16, 0.125 ms for 64; BUDGET_SHRINKS=1 keeps that),
-# and the 16- and 64-client rt0 cells timed that overrun.
+# Each grant: BUDGET_NS every 10 ms, at most 8 ms / clients so that every
+# client of a cell fits under the admission cap (0.9) at once. The Python
+# client needs ~0.5 ms of CPU per round trip: with less, a hard (rt0)
+# grant's thread overruns its budget, and a re-grant at once continues the
+# kernel's server where it stopped (runtime spent, deadline ahead): the next
+# answer waits for the thread's own replenishment, a period or two — the
+# client's time, not the daemon's (the 64-client rt0 cells, and
+# BUDGET_NS=100000 with one client, show it).
 BUDGET_NS=${BUDGET_NS:-2000000}
-PERIOD_NS=${PERIOD_NS:-10000000}
-BUDGET_SHRINKS=${BUDGET_SHRINKS:-0}
 [ "$(id -u)" = 0 ] || { echo "bench/grant-latency.sh: root only (it starts rtmgr serve)" >&2; exit 2; }
 PY=$(command -v /usr/bin/python3 || command -v python3) || { echo "needs python3" >&2; exit 2; }
 DAEMON_TIMES=${DAEMON_TIMES:-1}
@@ -63,7 +58,7 @@ CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
 take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS PERIOD_NS=$PERIOD_NS BUDGET_SHRINKS=$BUDGET_SHRINKS bash bench/grant-latency.sh $*"
+COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 STATE=$(mktemp -d /tmp/rtmgr-grant-latency.XXXXXX)
 SOCK=$STATE/state/rtmgr.sock
 RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
@@ -160,11 +155,10 @@ doc = {"version": 2, "command": command, "requests_per_cell": n,
 with open(os.path.join(out, "grant-latency.json"), "w") as fh:
     json.dump(doc, fh, indent=1)
 us = lambda s, k: "-" if not s or s.get("n", 0) == 0 else "%.0f" % (s[k] / 1000)
-print("%-5s %-9s %7s %-9s %-6s %6s %9s %9s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "W/P ms", "worker", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "list p50", "list p99", "failed"))
+print("%-5s %-9s %7s %-6s %6s %9s %9s %9s %9s %9s %9s %9s %8s" % ("class", "threads", "clients", "worker", "n", "res p50", "res p99", "res max", "rel p50", "rel p99", "list p50", "list p99", "failed"))
 for c in cells:
     r, l, b = c["reserve"], c["release"], c.get("bystander_list", {})
-    wp = "%g/%g" % ((c.get("budget_ns") or 0) / 1e6, (c.get("period_ns") or 0) / 1e6)
-    print("%-5s %-9s %7d %-9s %-6s %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], wp, c["grant_worker"], r.get("n", 0),
+    print("%-5s %-9s %7d %-6s %6d %9s %9s %9s %9s %9s %9s %9s %8d" % (c["class"], c["state"], c["clients"], c["grant_worker"], r.get("n", 0),
           us(r, "p50_ns"), us(r, "p99_ns"), us(r, "max_ns"), us(l, "p50_ns"), us(l, "p99_ns"),
           us(b, "p50_ns"), us(b, "p99_ns"), len(c["failures"])))
 if any(c.get("daemon_reserve") for c in cells):
@@ -236,14 +230,9 @@ for round in $(seq "$ROUNDS"); do
       for class in $CLASSES; do
         for state in $STATES; do
           echo "round $round/$ROUNDS, worker $worker: $class $state, $clients client(s)" >&2
-          budget=$BUDGET_NS period=$PERIOD_NS
-          if [ "$BUDGET_SHRINKS" = 1 ]; then
-            budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
-          elif [ $(( clients * budget * 10 / 8 )) -gt "$period" ]; then
-            period=$(( clients * budget * 10 / 8 ))
-          fi
+          budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
           "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-            --requests "$N" --budget-ns "$budget" --period-ns "$period" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
+            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done
