@@ -13,8 +13,9 @@ use crate::tasks;
 /// Which records a pass undoes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
-    /// The partition journal: boosts and lends (its resource knobs' files
-    /// and directory are their steps' undo).
+    /// The partition journal: boosts, lends and a directory an older rtmgr
+    /// journalled without a knob's name (its resource knobs' files and
+    /// directory are their steps' undo).
     PartitionJournal,
     /// An older rtmgr's resources.jsonl: every file, directory and boost.
     Legacy,
@@ -64,7 +65,11 @@ fn undo_resources(host: &Host, records: &[Record], source: Source) -> Undone {
                 let done = host.write(path, old);
                 note(format!("restore {}", path.display()), done, &mut out)
             }
-            Record::Dir { path, .. } if source == Source::Legacy && host.exists(path) => {
+            // A directory naming no knob: an older rtmgr's (a knob's own is
+            // its step's undo).
+            Record::Dir { path, knob }
+                if (source == Source::Legacy || knob.is_none()) && host.exists(path) =>
+            {
                 let done = host.rmdir(path);
                 note(format!("remove {}", path.display()), done, &mut out)
             }

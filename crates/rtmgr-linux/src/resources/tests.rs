@@ -452,3 +452,30 @@ fn a_boost_after_an_unboost_of_the_same_thread_is_put_back() {
     assert_eq!(undone.unboosted, [100]);
     assert_eq!(host.get_attr(100).unwrap(), old(2));
 }
+
+/// The partition journal's directories at reset: a knob's (the cache
+/// group) goes with its step's undo, one naming no knob (an older rtmgr's)
+/// with the records' pass, and each only once.
+#[test]
+fn a_knob_s_directory_and_an_older_one_are_both_removed_at_reset() {
+    use crate::journal::Record;
+    let m = machine();
+    let host = m.host();
+    let jp = partition_journal(&host);
+    let mut j = crate::journal::Journal::append_to(&host, jp).unwrap();
+    let (mine, older) = ("/sys/fs/resctrl/rtmgr-rt", "/sys/fs/resctrl/rtmgr-old");
+    for (dir, knob) in [(mine, Some("cache".to_string())), (older, None)] {
+        j.record(&Record::Dir {
+            path: dir.into(),
+            knob,
+        })
+        .unwrap();
+        std::fs::create_dir_all(host.path(dir)).unwrap();
+    }
+    let records = crate::journal::read(&host, jp).unwrap().unwrap();
+    let undone = knobs::undo_records(&host, &records);
+    assert!(undone.problems.is_empty(), "{:?}", undone.problems);
+    assert!(!host.exists(mine) && !host.exists(older));
+    // Run again (a reset after a partial one): nothing left, nothing said.
+    assert!(knobs::undo_records(&host, &records).problems.is_empty());
+}
