@@ -89,8 +89,8 @@ fn a_refused_deadline_is_granted_pending_then_set_on_the_rt_cpu() {
     assert_eq!(d.finish_pending(20 * EVERY_NS), vec![PID]);
     assert_eq!(host.get_attr(PID).unwrap(), grant::granted_attr(&g.demand));
     assert!(d.status().pending.is_empty());
-    // Its hard grant is watched for a stranded thread.
-    assert_eq!(d.wake_within_ms(), Some(100));
+    // Its hard grant is watched for a stranded thread, every 20 ms.
+    assert_eq!(d.wake_within_ms(), Some(20));
     assert_eq!(d.status().pending_fallbacks, 1);
 }
 

@@ -11,11 +11,13 @@ use crate::host::Host;
 use crate::tasks;
 use std::collections::BTreeMap;
 
-/// Runnable without running for this many of its grant's periods…
-pub const PERIODS: u64 = 10;
+/// Runnable without running for this many of its grant's periods (a
+/// thread throttled after its budget waits at most one)…
+pub const PERIODS: u64 = 4;
 /// …and at least this long (a short period's thread may wait behind a
-/// burst of interrupts or the kernel's own work).
-pub const MIN_NS: u64 = 200_000_000;
+/// burst of interrupts, the kernel's own work, or the host's preemption of
+/// the vCPU, ~10 ms here).
+pub const MIN_NS: u64 = 50_000_000;
 /// Look at most this often.
 pub(in crate::daemon) const EVERY_NS: u64 = 20_000_000;
 

@@ -10,18 +10,21 @@ use crate::tasks;
 
 impl Manager {
     /// The longest the server loop may poll, ms: `pending::EVERY_NS` while
-    /// threads are pending; 100 ms while hard grants are watched for
-    /// stranded threads, revocations wait out a period, or a root domain
-    /// waits for its rebuild; None (until the next reconciliation) when the
+    /// threads are pending; `stranded::EVERY_NS` (20 ms) while hard grants
+    /// are watched for stranded threads; 100 ms while revocations wait out
+    /// a period or a root domain waits for its rebuild; None (until the next reconciliation) when the
     /// daemon holds nothing, so that an idle daemon wakes once a
     /// `reconcile_ms`.
     pub fn wake_within_ms(&self) -> Option<u64> {
         if let Some(ms) = self.pending.wait_ms() {
             return Some(ms);
         }
-        let watching = !self.deferred.is_empty()
-            || self.dl_leak.any_marked()
-            || self.grants.values().any(|g| g.demand.is_hard());
+        // A hard grant's threads are looked at for a stranded one every
+        // `stranded::EVERY_NS`.
+        if self.grants.values().any(|g| g.demand.is_hard()) {
+            return Some(crate::daemon::stranded::EVERY_NS / 1_000_000);
+        }
+        let watching = !self.deferred.is_empty() || self.dl_leak.any_marked();
         watching.then_some(100)
     }
 
