@@ -152,7 +152,8 @@ impl Step<ResourceKnobs> for ResourceKnobId {
             owned,
         };
         for (path, new) in cx.files {
-            if cx.host.exists(path) {
+            // Only what `snapshot` could read, and so journalled.
+            if cx.host.read_opt(path).is_some() {
                 cx.host.write(path, new)?;
                 cx.held.push(held(path, new, false));
             }
