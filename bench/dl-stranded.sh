@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 27 item 4: the daemon's kernel steps for a grant and a release,
+# without the daemon (docs/repro/dl_stranded.c), in the variants the
+# soak's stranded threads suggest, inside a partition as `rtmgr serve`
+# makes it (RT CPU = the last CPU, its cpuset rtmgr-rt/cpuN a root domain of
+# its own). Does any thread stay runnable without running? Root only; takes
+# the machine lock, applies a partition with a private journal and resets
+# it at the end, also on failure and Ctrl-C.
+#   bash bench/dl-stranded.sh [CYCLES_PER_VARIANT] [OUT_DIR]
+#   RTMGR=path/to/rtmgr (default: a release build of this tree)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-4000}
+OUT=${2:-bench/results/dl-stranded-$(date -u +%Y%m%dT%H%M%SZ)}
+[ "$(id -u)" = 0 ] || { echo "bench/dl-stranded.sh: root only" >&2; exit 2; }
+if [ -z "${RTMGR:-}" ]; then
+  cargo build --release -p rtmgr >/dev/null
+  RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
+fi
+. bench/machine-lock.sh
+take_machine_lock
+export RTMGR_LOCK_HELD=1
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d /tmp/rtmgr-dl-stranded.XXXXXX)
+J=$WORK/journal.jsonl
+RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
+DOMAIN=
+finish() {
+  [ -n "$DOMAIN" ] && rmdir "$DOMAIN" 2>/dev/null
+  [ -e "$J" ] && "$RTMGR" partition reset --journal "$J" 9>&- >/dev/null
+  rm -rf "$WORK"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+cc -Wall -Wextra -Werror -O2 -pthread -o "$WORK/dl_stranded" docs/repro/dl_stranded.c
+"$RTMGR" partition apply --rt-cpus "$RT_CPU" --journal "$J" 9>&- >/dev/null
+PART=$("$RTMGR" partition show --json --journal "$J" 9>&-)
+RT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rt_cgroup"])')
+NRT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
+# The RT CPU's own cpuset, as the daemon makes it (daemon/domains.rs).
+DOMAIN=$RT/cpu$RT_CPU
+mkdir "$DOMAIN"
+echo "$RT_CPU" > "$DOMAIN/cpuset.cpus"
+cat "$RT/cpuset.mems" > "$DOMAIN/cpuset.mems"
+echo 1 > "$DOMAIN/cpuset.sched_load_balance"
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, RT CPU $RT_CPU"
+  echo "\$ bash bench/dl-stranded.sh $*"
+} > "$OUT/README.txt"
+status=0
+while read -r variant; do
+  echo "== $variant" | tee -a "$OUT/README.txt"
+  # shellcheck disable=SC2086
+  "$WORK/dl_stranded" --rt-cpuset "$DOMAIN" --nrt-cpuset "$NRT" --fifo $variant "$N" \
+    > "$WORK/out.txt" 2>/dev/null || { rc=$?; [ "$rc" = 1 ] || status=$rc; }
+  cat "$WORK/out.txt" >> "$OUT/README.txt"
+  tail -1 "$WORK/out.txt"
+done <<'VARIANTS'
+--workers 4 --nap-us 100
+--workers 4 --nap-us 0
+--workers 4 --nap-us 100 --after-run
+--workers 4 --nap-us 100 --spin-us 300
+--workers 4 --nap-us 100 --defer-back-ms 10
+--workers 4 --nap-us 100 --spin-us 300 --defer-back-ms 10
+--workers 8 --nap-us 0 --spin-us 1000 --step-us 300 --defer-back-ms 10
+--workers 16 --nap-us 1000 --step-us 100
+--workers 16 --nap-us 1000 --step-us 100 --defer-back-ms 10
+--workers 16 --nap-us 1000 --spin-us 200 --step-us 100 --rebuild-every 10
+VARIANTS
+echo "written: $OUT/README.txt"
+exit "$status"
