@@ -128,8 +128,16 @@ pub struct GrantWorker {
 impl GrantWorker {
     /// Start the worker at the request loop's priority (`loop_priority.rs`:
     /// SCHED_FIFO `priority` on the NRT CPUs; 0 = SCHED_OTHER), so that
-    /// ordinary load does not delay a grant either.
-    pub fn spawn(host: &Host, priority: u32, nrt: &CpuSet) -> std::io::Result<Self> {
+    /// ordinary load does not delay a grant either. It waits `wake_delay`
+    /// (zero but in tests) between handing a job's outcome over and waking
+    /// the loop: the loop may take the outcome before the wake-up comes, as
+    /// from another CPU it can.
+    pub(in crate::daemon) fn spawn_waking_after(
+        host: &Host,
+        priority: u32,
+        nrt: &CpuSet,
+        wake_delay: std::time::Duration,
+    ) -> std::io::Result<Self> {
         let (wake, mut wake_tx) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         wake_tx.set_nonblocking(true)?;
@@ -144,6 +152,9 @@ impl GrantWorker {
                 for work in job_rx {
                     if done_tx.send(work.run()).is_err() {
                         return;
+                    }
+                    if !wake_delay.is_zero() {
+                        std::thread::sleep(wake_delay);
                     }
                     // A full socket means the loop is awake already.
                     let _ = wake_tx.write(&[1]);
@@ -170,18 +181,27 @@ impl GrantWorker {
         }
     }
 
-    /// The oldest finished job's outcome, if one is there (without waiting).
-    pub fn try_take(&self) -> Option<Outcome> {
+    /// Empty the wake-up socket. The loop must do it whenever the socket
+    /// woke it, whatever it still waits for: the worker writes its byte
+    /// after handing the outcome over, so a loop that took the outcome
+    /// first (`take`, or from another CPU) finds the byte later, and a
+    /// byte left there makes every poll return at once (the loop spun at
+    /// SCHED_FIFO, and the worker beside it on the same CPU never ran).
+    pub fn drain_wake(&self) {
         let mut sink = [0u8; 64];
         while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}
+    }
+
+    /// The oldest finished job's outcome, if one is there (without waiting).
+    pub fn try_take(&self) -> Option<Outcome> {
+        self.drain_wake();
         self.done.try_recv().ok()
     }
 
     /// Wait for the oldest job's outcome; None when the worker died.
     pub fn take(&self) -> Option<Outcome> {
         let r = self.done.recv().ok();
-        let mut sink = [0u8; 64];
-        while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}
+        self.drain_wake();
         r
     }
 }

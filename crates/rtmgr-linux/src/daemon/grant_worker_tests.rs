@@ -224,6 +224,39 @@ fn a_root_domain_rebuild_runs_on_the_worker_behind_its_jobs() {
     d.stop_grant_worker();
 }
 
+/// The worker wakes the loop after it hands an outcome over; a loop that
+/// took the outcome before the wake-up came (here: waiting for it at the
+/// stop path; on another CPU: at once) must still empty the wake-up
+/// socket, or every poll of the loop returns at once from then on (it spun
+/// at SCHED_FIFO 1, found under strace).
+#[test]
+fn a_wake_up_that_comes_after_its_outcome_was_taken_is_emptied() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let mut d = manager(&m);
+    d.start_grant_worker_waking_after(0, &CpuSet::single(0), Duration::from_millis(100));
+    let c = client(&m);
+    let started = d.handle_or_start(&c, reserve(), Some(3));
+    assert!(matches!(started, Answer::Later), "{started:?}");
+    d.await_in_flight();
+    assert!(!d.worker_busy());
+    // The wake-up comes now, with nothing in flight any more.
+    let fd = d.worker_fd().unwrap();
+    assert_eq!(
+        rtmgr_sys::pidfd::poll_readable(&[fd], 2_000).unwrap(),
+        vec![true],
+        "the worker's wake-up"
+    );
+    let got = d.take_answers();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let fd = d.worker_fd().unwrap();
+    assert_eq!(
+        rtmgr_sys::pidfd::poll_readable(&[fd], 0).unwrap(),
+        vec![false],
+        "the wake-up is left in the socket: the loop's poll would return at once for ever"
+    );
+    d.stop_grant_worker();
+}
+
 #[test]
 fn the_config_has_the_worker_on_unless_it_says_false() {
     let on = crate::daemon::ServeConfig::from_toml("rt_cpus = \"1\"").unwrap();

@@ -35,7 +35,18 @@ pub(in crate::daemon) enum Pending {
 impl Manager {
     /// Start the grant worker (`serve`); without one, everything is inline.
     pub fn start_grant_worker(&mut self, priority: u32, nrt: &CpuSet) {
-        match GrantWorker::spawn(&self.host, priority, nrt) {
+        self.start_grant_worker_waking_after(priority, nrt, std::time::Duration::ZERO);
+    }
+
+    /// `start_grant_worker`, the worker waking the loop `wake_delay` after
+    /// each outcome (`GrantWorker::spawn_waking_after`; tests).
+    pub(in crate::daemon) fn start_grant_worker_waking_after(
+        &mut self,
+        priority: u32,
+        nrt: &CpuSet,
+        wake_delay: std::time::Duration,
+    ) {
+        match GrantWorker::spawn_waking_after(&self.host, priority, nrt, wake_delay) {
             Ok(w) => self.worker = Some(w),
             Err(e) => {
                 tracing::warn!("no grant worker ({e}): grants are applied on the request loop")
@@ -140,6 +151,11 @@ impl Manager {
 
     /// Answers of grants finished since the last call, by token.
     pub fn take_answers(&mut self) -> Vec<(u64, Response)> {
+        // Even with nothing in flight: a wake-up may come after its
+        // outcome was taken (`GrantWorker::drain_wake`).
+        if let Some(w) = &self.worker {
+            w.drain_wake();
+        }
         while !self.in_flight.is_empty() {
             match self.worker.as_ref().and_then(|w| w.try_take()) {
                 Some(out) => self.finish_oldest(Some(out)),
