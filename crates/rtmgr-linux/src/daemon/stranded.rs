@@ -64,6 +64,41 @@ pub(in crate::daemon) fn stuck_for(
     Some(now.saturating_sub(e.since_ns))
 }
 
+/// What the kernel says of a stranded thread, for its log line: its
+/// deadline server's remaining runtime and its deadline, from
+/// /proc/<tid>/sched (ns; the deadline on the scheduler's clock, which
+/// follows CLOCK_MONOTONIC, `now_ns`). A deadline of 0 means the kernel has
+/// not started the thread's server since its policy was set. Empty when
+/// the kernel does not show them.
+pub(in crate::daemon) fn kernel_view(host: &Host, tid: u32, now_ns: u64) -> String {
+    let Some(sched) = host.read_opt(format!("/proc/{tid}/sched")) else {
+        return String::new();
+    };
+    let field = |key: &str| -> Option<i64> {
+        sched
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(key))?
+            .rsplit(':')
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut out = Vec::new();
+    if let Some(rt) = field("dl.runtime") {
+        out.push(format!("dl.runtime {:.3} ms", rt as f64 / 1e6));
+    }
+    match field("dl.deadline") {
+        Some(0) => out.push("dl.deadline 0 (server not started)".into()),
+        Some(dl) => out.push(format!(
+            "dl.deadline {:+.1} ms from now",
+            (dl as f64 - now_ns as f64) / 1e6
+        )),
+        None => {}
+    }
+    out.join(", ")
+}
+
 /// How long a grant's thread may stay runnable without running.
 pub fn limit_ns(g: &Grant) -> u64 {
     (g.demand.period_ns.saturating_mul(PERIODS)).max(MIN_NS)
@@ -109,5 +144,26 @@ mod tests {
         std::fs::remove_file(host.path("/proc/300/schedstat")).unwrap();
         assert_eq!(stuck_for(&mut seen, &host, 300, 200_000), None);
         assert!(seen.is_empty());
+    }
+
+    /// The kernel's view of a stranded thread, read from /proc/<tid>/sched.
+    #[test]
+    fn the_kernel_view_gives_runtime_and_deadline() {
+        let m = FakeMachine::new(2).task(300, "t").build();
+        let host = m.host();
+        assert_eq!(kernel_view(&host, 300, 0), "");
+        let sched = |runtime: i64, deadline: u64| {
+            format!("t (300, #threads: 1)\n---\nse.exec_start                                :      1000.500000\ndl.runtime                                   :               {runtime}\ndl.deadline                                  :           {deadline}\n")
+        };
+        host.write("/proc/300/sched", &sched(-25_000, 1_012_000_000)).unwrap();
+        assert_eq!(
+            kernel_view(&host, 300, 1_090_500_000),
+            "dl.runtime -0.025 ms, dl.deadline -78.5 ms from now"
+        );
+        host.write("/proc/300/sched", &sched(100_000, 0)).unwrap();
+        assert_eq!(
+            kernel_view(&host, 300, 1_090_500_000),
+            "dl.runtime 0.100 ms, dl.deadline 0 (server not started)"
+        );
     }
 }

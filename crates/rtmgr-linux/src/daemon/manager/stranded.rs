@@ -3,7 +3,7 @@
 //! runnable without running for several periods gets its policy set again.
 
 use super::Manager;
-use crate::daemon::stranded::{limit_ns, stuck_for, EVERY_NS};
+use crate::daemon::stranded::{kernel_view, limit_ns, stuck_for, EVERY_NS};
 use crate::tasks;
 
 impl Manager {
@@ -40,6 +40,7 @@ impl Manager {
                 continue;
             };
             let want = crate::daemon::grant::granted_attr(&g.demand);
+            let kernel = kernel_view(&self.host, tid, rtmgr_sys::time::mono_ns());
             // The same attributes again change nothing in the kernel: the
             // thread's own policy for a moment, then the grant's (it is on
             // its RT CPU's run queue, where the kernel admits it).
@@ -50,7 +51,7 @@ impl Manager {
             match r {
                 Ok(()) => {
                     tracing::warn!(
-                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms; its policy was set again",
+                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms ({kernel}); its policy was set again",
                         for_ns / 1_000_000
                     );
                     self.stranded.repaired += 1;
