@@ -20,6 +20,9 @@
  *   --spin-us P then it runs P us (default 0; over 100 it overruns its
  *               deadline budget and is throttled, as a spinning client is)
  *   --step-us S time between two grants, default 500
+ *   --gap-us G  the worker released waits G us at SCHED_OTHER before it is
+ *               granted again (default 0: at once; the daemon's clients ask
+ *               again a round trip later)
  *   --defer-back-ms M
  *               a released worker goes back to the NRT cpuset only M ms
  *               later, and a worker granted again before that is not moved
@@ -87,7 +90,7 @@ static struct worker workers[MAX_WORKERS];
 static int nworkers = 4, rt_cpu = -1;
 static long nap_us = 100;
 static int after_run;
-static long spin_us, defer_back_ms;
+static long spin_us, defer_back_ms, gap_us;
 static const char *rt_cpuset, *nrt_cpuset;
 static volatile sig_atomic_t stop;
 
@@ -374,6 +377,8 @@ int main(int argc, char **argv)
 			rebuild_every = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--spin-us") && i + 1 < argc)
 			spin_us = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--gap-us") && i + 1 < argc)
+			gap_us = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--defer-back-ms") && i + 1 < argc)
 			defer_back_ms = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--after-run"))
@@ -387,7 +392,7 @@ int main(int argc, char **argv)
 	}
 	if (i < argc || nworkers < 1 || nworkers > MAX_WORKERS || !rt_cpuset != !nrt_cpuset ||
 	    (rebuild_every && !rt_cpuset)) {
-		fprintf(stderr, "usage: %s [--rt-cpuset DIR --nrt-cpuset DIR [--rebuild-every N]] [--workers W] [--nap-us U] [--spin-us P] [--step-us S] [--defer-back-ms M] [--after-run] [--fifo] [CYCLES]\n", argv[0]);
+		fprintf(stderr, "usage: %s [--rt-cpuset DIR --nrt-cpuset DIR [--rebuild-every N]] [--workers W] [--nap-us U] [--spin-us P] [--step-us S] [--gap-us G] [--defer-back-ms M] [--after-run] [--fifo] [CYCLES]\n", argv[0]);
 		return 2;
 	}
 	if (rt_cpuset) {
@@ -423,6 +428,8 @@ int main(int argc, char **argv)
 		uint64_t until;
 
 		release(w);
+		if (gap_us > 0)
+			nap_ns((uint64_t)gap_us * 1000);
 		if (rebuild_every && c % rebuild_every == 0) {
 			if (rebuild_root_domain()) {
 				perror("rebuilding the RT cpuset's root domain");
