@@ -155,7 +155,8 @@ mod tests {
         let sched = |runtime: i64, deadline: u64| {
             format!("t (300, #threads: 1)\n---\nse.exec_start                                :      1000.500000\ndl.runtime                                   :               {runtime}\ndl.deadline                                  :           {deadline}\n")
         };
-        host.write("/proc/300/sched", &sched(-25_000, 1_012_000_000)).unwrap();
+        host.write("/proc/300/sched", &sched(-25_000, 1_012_000_000))
+            .unwrap();
         assert_eq!(
             kernel_view(&host, 300, 1_090_500_000),
             "dl.runtime -0.025 ms, dl.deadline -78.5 ms from now"
