@@ -64,16 +64,18 @@ pub(in crate::daemon) fn stuck_for(
     Some(now.saturating_sub(e.since_ns))
 }
 
-/// What the kernel says of a stranded thread, for its log line: its
-/// deadline server's remaining runtime and its deadline, from
-/// /proc/<tid>/sched (ns; the deadline on the scheduler's clock, which
-/// follows CLOCK_MONOTONIC, `now_ns`). A deadline of 0 means the kernel has
-/// not started the thread's server since its policy was set. Empty when
-/// the kernel does not show them.
-pub(in crate::daemon) fn kernel_view(host: &Host, tid: u32, now_ns: u64) -> String {
-    let Some(sched) = host.read_opt(format!("/proc/{tid}/sched")) else {
-        return String::new();
-    };
+/// A deadline thread's server as /proc/<tid>/sched shows it (ns; the
+/// deadline on the scheduler's clock, which follows CLOCK_MONOTONIC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::daemon) struct Server {
+    pub runtime: i64,
+    /// 0: the kernel has not started the server since the policy was set.
+    pub deadline: u64,
+}
+
+/// The thread's deadline server, None when the kernel does not show one.
+pub(in crate::daemon) fn server(host: &Host, tid: u32) -> Option<Server> {
+    let sched = host.read_opt(format!("/proc/{tid}/sched"))?;
     let field = |key: &str| -> Option<i64> {
         sched
             .lines()
@@ -84,19 +86,55 @@ pub(in crate::daemon) fn kernel_view(host: &Host, tid: u32, now_ns: u64) -> Stri
             .parse()
             .ok()
     };
-    let mut out = Vec::new();
-    if let Some(rt) = field("dl.runtime") {
-        out.push(format!("dl.runtime {:.3} ms", rt as f64 / 1e6));
-    }
-    match field("dl.deadline") {
-        Some(0) => out.push("dl.deadline 0 (server not started)".into()),
-        Some(dl) => out.push(format!(
+    Some(Server {
+        runtime: field("dl.runtime")?,
+        deadline: u64::try_from(field("dl.deadline")?).ok()?,
+    })
+}
+
+/// What the kernel says of a stranded thread, for its log line.
+pub(in crate::daemon) fn kernel_view(server: Option<Server>, now_ns: u64) -> String {
+    let Some(s) = server else {
+        return String::new();
+    };
+    let deadline = if s.deadline == 0 {
+        "dl.deadline 0 (server not started)".to_string()
+    } else {
+        format!(
             "dl.deadline {:+.1} ms from now",
-            (dl as f64 - now_ns as f64) / 1e6
-        )),
-        None => {}
+            (s.deadline as f64 - now_ns as f64) / 1e6
+        )
+    };
+    format!("dl.runtime {:.3} ms, {deadline}", s.runtime as f64 / 1e6)
+}
+
+/// Runnable without running for at least this long, a thread whose
+/// replenishment is overdue (`overdue`) is stranded before `limit_ns`.
+pub const OVERDUE_MIN_NS: u64 = 20_000_000;
+/// Overdue: this long past the start of the period after its deadline,
+/// when the kernel replenishes a throttled server (one host preemption of
+/// the vCPU, ~10 ms here, delays the replenishment timer too).
+pub const OVERDUE_SLACK_NS: u64 = 10_000_000;
+
+/// Is this hard grant's thread's replenishment overdue: its server's
+/// deadline still the old one, well after the next period began? A
+/// throttled thread is given its budget and a later deadline at the start
+/// of its next period; one still runnable without running after that, its
+/// deadline unchanged, waits for a replenishment that does not come.
+pub(in crate::daemon) fn overdue(
+    period_ns: u64,
+    deadline_ns: u64,
+    server: Option<Server>,
+    now_ns: u64,
+) -> bool {
+    let Some(s) = server else {
+        return false;
+    };
+    if s.deadline == 0 {
+        return false;
     }
-    out.join(", ")
+    let next_period = (s.deadline + period_ns).saturating_sub(deadline_ns);
+    now_ns > next_period + OVERDUE_SLACK_NS
 }
 
 /// How long a grant's thread may stay runnable without running.
@@ -146,25 +184,51 @@ mod tests {
         assert!(seen.is_empty());
     }
 
+    fn sched_file(runtime: i64, deadline: u64) -> String {
+        format!("t (300, #threads: 1)\n---\nse.exec_start                                :      1000.500000\ndl.runtime                                   :               {runtime}\ndl.deadline                                  :           {deadline}\n")
+    }
+
     /// The kernel's view of a stranded thread, read from /proc/<tid>/sched.
     #[test]
     fn the_kernel_view_gives_runtime_and_deadline() {
         let m = FakeMachine::new(2).task(300, "t").build();
         let host = m.host();
-        assert_eq!(kernel_view(&host, 300, 0), "");
-        let sched = |runtime: i64, deadline: u64| {
-            format!("t (300, #threads: 1)\n---\nse.exec_start                                :      1000.500000\ndl.runtime                                   :               {runtime}\ndl.deadline                                  :           {deadline}\n")
-        };
-        host.write("/proc/300/sched", &sched(-25_000, 1_012_000_000))
+        assert_eq!(server(&host, 300), None);
+        assert_eq!(kernel_view(server(&host, 300), 0), "");
+        host.write("/proc/300/sched", &sched_file(-25_000, 1_012_000_000))
             .unwrap();
         assert_eq!(
-            kernel_view(&host, 300, 1_090_500_000),
+            kernel_view(server(&host, 300), 1_090_500_000),
             "dl.runtime -0.025 ms, dl.deadline -78.5 ms from now"
         );
-        host.write("/proc/300/sched", &sched(100_000, 0)).unwrap();
+        host.write("/proc/300/sched", &sched_file(100_000, 0))
+            .unwrap();
         assert_eq!(
-            kernel_view(&host, 300, 1_090_500_000),
+            kernel_view(server(&host, 300), 1_090_500_000),
             "dl.runtime 0.100 ms, dl.deadline 0 (server not started)"
         );
+    }
+
+    /// Overdue only once the period after the deadline began more than the
+    /// slack ago; a constrained deadline's next period is later than it.
+    #[test]
+    fn a_replenishment_is_overdue_only_after_the_next_period_and_the_slack() {
+        let at = |deadline| {
+            Some(Server {
+                runtime: -20_000,
+                deadline,
+            })
+        };
+        const MS: u64 = 1_000_000;
+        // Implicit deadline (10 ms every 10 ms): replenished at the deadline.
+        assert!(!overdue(10 * MS, 10 * MS, at(100 * MS), 105 * MS));
+        assert!(!overdue(10 * MS, 10 * MS, at(100 * MS), 110 * MS));
+        assert!(overdue(10 * MS, 10 * MS, at(100 * MS), 111 * MS));
+        // Constrained (2 ms every 10 ms): the next period starts 8 ms later.
+        assert!(!overdue(10 * MS, 2 * MS, at(100 * MS), 118 * MS));
+        assert!(overdue(10 * MS, 2 * MS, at(100 * MS), 119 * MS));
+        // Not started, or not shown: never.
+        assert!(!overdue(10 * MS, 10 * MS, at(0), 500 * MS));
+        assert!(!overdue(10 * MS, 10 * MS, None, 500 * MS));
     }
 }

@@ -3,7 +3,9 @@
 //! runnable without running for several periods gets its policy set again.
 
 use super::Manager;
-use crate::daemon::stranded::{kernel_view, limit_ns, stuck_for, EVERY_NS};
+use crate::daemon::stranded::{
+    kernel_view, limit_ns, overdue, server, stuck_for, EVERY_NS, OVERDUE_MIN_NS,
+};
 use crate::tasks;
 
 impl Manager {
@@ -28,19 +30,33 @@ impl Manager {
                 else {
                     continue;
                 };
-                if for_ns >= limit_ns(g) && tasks::same_task(&self.host, t.tid, t.start_time) {
-                    stuck.push((g.id, g.cpu, t.tid, t.attr, for_ns));
+                if for_ns < OVERDUE_MIN_NS {
+                    continue;
+                }
+                // Only a thread already runnable without running for a
+                // while has its server read.
+                let server = server(&self.host, t.tid);
+                let stranded = for_ns >= limit_ns(g)
+                    || overdue(g.demand.period_ns, g.demand.deadline_ns, server, now_ns);
+                if stranded && tasks::same_task(&self.host, t.tid, t.start_time) {
+                    stuck.push((
+                        g.id,
+                        g.cpu,
+                        t.tid,
+                        t.attr,
+                        for_ns,
+                        kernel_view(server, now_ns),
+                    ));
                 }
             }
         }
         self.stranded.seen.retain(|tid, _| watched.contains(tid));
         let mut repaired = Vec::new();
-        for (id, cpu, tid, before, for_ns) in stuck {
+        for (id, cpu, tid, before, for_ns, kernel) in stuck {
             let Some(g) = self.grants.get(&id) else {
                 continue;
             };
             let want = crate::daemon::grant::granted_attr(&g.demand);
-            let kernel = kernel_view(&self.host, tid, rtmgr_sys::time::mono_ns());
             // The same attributes again change nothing in the kernel: the
             // thread's own policy for a moment, then the grant's (it is on
             // its RT CPU's run queue, where the kernel admits it).
@@ -69,5 +85,84 @@ impl Manager {
             }
         }
         repaired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::daemon::manager::Manager;
+    use crate::daemon::release::regrant_tests::{client, manager, PID};
+    use crate::fake::FakeMachine;
+    use crate::host::Host;
+    use rtmgr_core::protocol::{Op, Reply, Request, ReserveRequest};
+
+    const MS: u64 = 1_000_000;
+
+    /// The client's thread runnable (R), its CPU time at `exec_ns`, its
+    /// deadline server's deadline at `deadline_ns`.
+    fn runnable_not_running(host: &Host, exec_ns: u64, deadline_ns: u64) {
+        let path = format!("/proc/{PID}/stat");
+        let stat = host.read(&path).unwrap();
+        let (head, tail) = stat.split_at(stat.rfind(')').unwrap() + 1);
+        let mut fields: Vec<String> = tail.split_whitespace().map(String::from).collect();
+        fields[0] = "R".into();
+        host.write(&path, &format!("{head} {}\n", fields.join(" ")))
+            .unwrap();
+        host.write(
+            format!("/proc/{PID}/schedstat"),
+            &format!("{exec_ns} 0 0\n"),
+        )
+        .unwrap();
+        host.write(
+            format!("/proc/{PID}/sched"),
+            &format!("client ({PID}, #threads: 1)\n---\npolicy : 6\ndl.runtime : -20000\ndl.deadline : {deadline_ns}\n"),
+        )
+        .unwrap();
+    }
+
+    fn hard_grant(m: &FakeMachine) -> Manager {
+        let mut d = manager(m);
+        let mut r = ReserveRequest::new(10 * MS, MS);
+        r.class = "rt0".into();
+        let resp = d.handle(
+            &client(m),
+            Request {
+                v: 1,
+                op: Op::Reserve(r),
+            },
+        );
+        assert!(matches!(resp.reply, Reply::Granted { .. }), "{resp:?}");
+        d
+    }
+
+    /// A throttled thread whose replenishment is overdue (its deadline 30 ms
+    /// past, a 10 ms period) is repaired after 20 ms runnable without
+    /// running, not 50.
+    #[test]
+    fn a_thread_whose_replenishment_is_overdue_is_repaired_after_20_ms() {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let mut d = hard_grant(&m);
+        let t0 = 1_000 * MS;
+        runnable_not_running(&m.host(), 5, t0 - 30 * MS);
+        assert!(d.repair_stranded(t0).is_empty(), "first look");
+        assert_eq!(d.repair_stranded(t0 + 25 * MS), vec![PID]);
+        assert_eq!(d.status().stranded_repaired, 1);
+    }
+
+    /// A throttled thread whose next period has not begun (its deadline
+    /// ahead: after a long overrun the kernel pushes it several periods on)
+    /// may only be waiting: it is repaired at the limit (4 periods, at
+    /// least 50 ms), if it is still runnable without running then.
+    #[test]
+    fn a_thread_waiting_for_its_next_period_is_left_until_the_limit() {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let mut d = hard_grant(&m);
+        let t0 = 1_000 * MS;
+        runnable_not_running(&m.host(), 5, t0 + 45 * MS);
+        assert!(d.repair_stranded(t0).is_empty(), "first look");
+        assert!(d.repair_stranded(t0 + 25 * MS).is_empty(), "throttled");
+        assert_eq!(d.status().stranded_repaired, 0);
+        assert_eq!(d.repair_stranded(t0 + 50 * MS), vec![PID]);
+        assert_eq!(d.status().stranded_repaired, 1);
     }
 }
