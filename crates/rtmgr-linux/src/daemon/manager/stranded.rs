@@ -45,7 +45,10 @@ impl Manager {
                         t.tid,
                         t.attr,
                         for_ns,
-                        kernel_view(server, now_ns),
+                        match kernel_view(server, now_ns) {
+                            v if v.is_empty() => v,
+                            v => format!(" ({v})"),
+                        },
                     ));
                 }
             }
@@ -67,7 +70,7 @@ impl Manager {
             match r {
                 Ok(()) => {
                     tracing::warn!(
-                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms ({kernel}); its policy was set again",
+                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms{kernel}; its policy was set again",
                         for_ns / 1_000_000
                     );
                     self.stranded.repaired += 1;
