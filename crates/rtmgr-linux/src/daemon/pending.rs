@@ -44,4 +44,4 @@ impl PendingWatch {
 
 #[cfg(test)]
 #[path = "pending_tests.rs"]
-mod pending_tests;
+pub(super) mod pending_tests;

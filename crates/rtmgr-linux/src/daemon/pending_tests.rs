@@ -23,7 +23,8 @@ fn refuse_deadline(host: &Host, errno: i32, cpus: &str) {
         .unwrap();
 }
 
-fn reserve_hard(d: &mut Manager, m: &FakeMachine) -> ReservationInfo {
+/// A hard (rt0) reservation of 1 ms every 10 ms for the client, granted.
+pub(crate) fn reserve_hard(d: &mut Manager, m: &FakeMachine) -> ReservationInfo {
     let mut r = ReserveRequest::new(10_000_000, 1_000_000);
     r.class = "rt0".into();
     let resp = d.handle(

@@ -94,10 +94,10 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use crate::daemon::manager::Manager;
-    use crate::daemon::release::regrant_tests::{client, manager, PID};
+    use crate::daemon::pending::pending_tests::reserve_hard;
+    use crate::daemon::release::regrant_tests::{manager, PID};
     use crate::fake::FakeMachine;
     use crate::host::Host;
-    use rtmgr_core::protocol::{Op, Reply, Request, ReserveRequest};
 
     const MS: u64 = 1_000_000;
 
@@ -125,16 +125,7 @@ mod tests {
 
     fn hard_grant(m: &FakeMachine) -> Manager {
         let mut d = manager(m);
-        let mut r = ReserveRequest::new(10 * MS, MS);
-        r.class = "rt0".into();
-        let resp = d.handle(
-            &client(m),
-            Request {
-                v: 1,
-                op: Op::Reserve(r),
-            },
-        );
-        assert!(matches!(resp.reply, Reply::Granted { .. }), "{resp:?}");
+        reserve_hard(&mut d, m);
         d
     }
 
