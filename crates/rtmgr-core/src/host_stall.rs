@@ -102,6 +102,40 @@ pub fn sched_debug_steal_ns(text: &str) -> BTreeMap<u32, u64> {
     out
 }
 
+/// Mend the torn readings of a CPU's steal in ns (in time order), and say how
+/// many were changed. `sched/debug` prints a run queue's `.clock` and
+/// `.clock_task` one after the other without its lock, so a reader preempted
+/// between the two (under load, or by the host) pairs an old `.clock` with a
+/// newer `.clock_task`: a dip, even to 0; a writer stopped between its two
+/// stores gives the opposite, a spike. The true value only grows, so a
+/// reading outside two neighbours that agree is brought between them (a
+/// growing series stays as it is; a lone dip or spike goes), and each reading
+/// is then at least the one before it. Readings without ns are left alone.
+pub fn mend_torn_steal_ns(readings: &mut [StealReading]) -> usize {
+    let read: Vec<Option<u64>> = readings.iter().map(|r| r.steal_ns).collect();
+    let mut mended = 0;
+    let mut floor = 0;
+    for i in 0..readings.len() {
+        let Some(own) = read[i] else { continue };
+        let before = i.checked_sub(1).and_then(|j| read[j]);
+        let after = read.get(i + 1).copied().flatten();
+        let middle = match (before, after) {
+            // Outside neighbours that agree with each other: torn.
+            (Some(a), Some(b)) if a <= b => own.clamp(a, b),
+            // The first reading: a spike above the next one is cut to it.
+            (None, Some(b)) => own.min(b),
+            _ => own,
+        };
+        let value = middle.max(floor);
+        floor = value;
+        if value != own {
+            readings[i].steal_ns = Some(value);
+            mended += 1;
+        }
+    }
+    mended
+}
+
 /// Whether `.clock − .clock_task` is this kernel's steal, from its build
 /// configuration (None: unreadable): Ok, or why not (then /proc/stat's
 /// 10 ms ticks are the only steal evidence).
@@ -360,6 +394,48 @@ mod tests {
         let old: StealReading =
             serde_json::from_str(r#"{"start_ns":1,"end_ns":2,"steal_ticks":3}"#).unwrap();
         assert_eq!(old.steal_ns, None);
+    }
+
+    fn ns_of(s: &[StealReading]) -> Vec<u64> {
+        s.iter().map(|r| r.steal_ns.unwrap()).collect()
+    }
+
+    #[test]
+    fn a_growing_steal_series_is_left_as_it_is() {
+        let mut s = ns_series(&[5, 5, 7, 20, 20, 31]);
+        assert_eq!(mend_torn_steal_ns(&mut s), 0);
+        assert_eq!(ns_of(&s), [5, 5, 7, 20, 20, 31]);
+    }
+
+    #[test]
+    fn a_torn_dip_or_spike_is_mended_and_counted() {
+        // A reader preempted between .clock and .clock_task: a dip to 0.
+        let mut dip = ns_series(&[5, 6, 0, 8, 9]);
+        assert_eq!(mend_torn_steal_ns(&mut dip), 1);
+        assert_eq!(ns_of(&dip), [5, 6, 6, 8, 9]);
+        // A writer stopped between its two stores: a spike.
+        let mut spike = ns_series(&[5, 6, 90, 8, 9]);
+        assert_eq!(mend_torn_steal_ns(&mut spike), 1);
+        assert_eq!(ns_of(&spike), [5, 6, 8, 8, 9]);
+        // At the ends.
+        let mut ends = ns_series(&[90, 6, 7, 1]);
+        assert_eq!(mend_torn_steal_ns(&mut ends), 2);
+        assert_eq!(ns_of(&ends), [6, 6, 7, 7]);
+        // Without the mending a spike would label a guest wake-up host
+        // (release at 6 ms, wake at 8 ms: readings at 5 and 10 ms).
+        let spiky = ns_series(&[5 * MS, 6 * MS, 90 * MS, 6 * MS, 7 * MS]);
+        let mut mended = spiky.clone();
+        mend_torn_steal_ns(&mut mended);
+        assert_eq!(label_host(&[wake(6, 8)], &spiky, TICK), [HostLabel::Steal]);
+        assert_eq!(label_host(&[wake(6, 8)], &mended, TICK), [HostLabel::Guest]);
+    }
+
+    #[test]
+    fn readings_without_ns_are_left_alone() {
+        let mut s = ns_series(&[5, 0, 9]);
+        s[1].steal_ns = None;
+        assert_eq!(mend_torn_steal_ns(&mut s), 0);
+        assert_eq!(s[1].steal_ns, None);
     }
 
     #[test]
