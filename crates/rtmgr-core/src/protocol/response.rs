@@ -246,6 +246,11 @@ pub struct StatusInfo {
     /// CPU (EBUSY) since start.
     #[serde(default)]
     pub pending_refused: u64,
+    /// Hard grants' threads held at SCHED_FIFO 1 until the 0-lag time of
+    /// the SCHED_DEADLINE server they spent in an earlier grant, since
+    /// start (docs/serve.md "Stranded threads"; 0 from older daemons).
+    #[serde(default)]
+    pub pending_held: u64,
     /// The threads pending now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<PendingStatus>,

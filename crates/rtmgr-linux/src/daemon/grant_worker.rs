@@ -30,6 +30,8 @@ pub struct ApplyWork {
     /// The kernel's deadline books on the CPU may differ from admission's
     /// (`grant::Cx::busy_pending`).
     pub busy_pending: bool,
+    /// Threads held from SCHED_DEADLINE (`grant::Cx::held`).
+    pub held: Vec<u32>,
 }
 
 impl ApplyWork {
@@ -40,6 +42,7 @@ impl ApplyWork {
     pub fn run(&self) -> Result<(), HostError> {
         let mut cx = grant::Cx::new(&self.host, &self.layout, self.first_of_pid);
         cx.busy_pending = self.busy_pending;
+        cx.held = self.held.clone();
         let g = &self.grant;
         let applied = grant::apply(&cx, g);
         let ebusy = applied

@@ -43,6 +43,7 @@ pub mod server;
 pub mod startup;
 pub mod starvation;
 mod stranded;
+mod zero_lag;
 
 pub use config::ServeConfig;
 pub use manager::Manager;

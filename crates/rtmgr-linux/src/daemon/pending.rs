@@ -19,9 +19,12 @@ pub const EVERY_NS: u64 = 2_000_000;
 pub struct Pending {
     pub id: u64,
     pub cpu: u32,
-    /// Why it is still pending when it should not be (the kernel refused
-    /// SCHED_DEADLINE on its RT CPU), else None.
+    /// Why it is still pending on its RT CPU: the kernel refused it
+    /// SCHED_DEADLINE there, or it is held until its last server's 0-lag
+    /// time (`not_before_ns`); else None.
     pub reason: Option<String>,
+    /// No SCHED_DEADLINE before this (CLOCK_MONOTONIC; `zero_lag.rs`), 0: none.
+    pub not_before_ns: u64,
 }
 
 /// The pending threads and the counters of `status`.
@@ -33,6 +36,8 @@ pub struct PendingWatch {
     pub fallbacks: u64,
     /// SCHED_DEADLINE refused (EBUSY) on a pending thread's RT CPU, since start.
     pub refused: u64,
+    /// Threads held until their last server's 0-lag time, since start.
+    pub held: u64,
 }
 
 impl PendingWatch {

@@ -389,6 +389,11 @@ impl Kernel for FakeKernel {
         let errno = read_plain(host, super::FAKE_FIFO_ERRNO)?;
         errno.trim().parse().ok().map(Err)
     }
+
+    fn sched_clock_offset(&self, host: &Host) -> std::result::Result<i64, String> {
+        read_plain(host, super::FAKE_SCHED_CLOCK_OFFSET)
+            .map_or(Ok(0), |v| v.trim().parse().map_err(|e| format!("{e}")))
+    }
 }
 
 /// A process's emulated limit, kept as JSON in a hidden file of its /proc directory.

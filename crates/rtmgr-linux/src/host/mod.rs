@@ -95,6 +95,9 @@ pub(crate) const FAKE_IRQ_MANAGED: &str = "rtmgr_fake_managed";
 /// In a fake tree: this file (an errno) makes the SCHED_FIFO probe fail with it.
 #[cfg(any(test, feature = "fake"))]
 pub(crate) const FAKE_FIFO_ERRNO: &str = "/proc/self/rtmgr_fake_fifo_errno";
+/// A fake tree's scheduler clock offset (ns), 0 when absent.
+#[cfg(any(test, feature = "fake"))]
+pub(crate) const FAKE_SCHED_CLOCK_OFFSET: &str = "/proc/self/rtmgr_fake_sched_clock_offset";
 /// In a fake tree: this file ("ERRNO CPU-LIST") makes the kernel refuse
 /// SCHED_DEADLINE with ERRNO to a thread waiting on a run queue of those
 /// CPUs (stat field 39), as the real one does where the root domain does
@@ -145,6 +148,8 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     /// Can a thread take SCHED_FIFO? The errno when not; None when it
     /// cannot be tried here.
     fn probe_fifo(&self, host: &Host) -> Option<std::result::Result<(), i32>>;
+    /// The scheduler's clock minus CLOCK_MONOTONIC, ns, or why unknown.
+    fn sched_clock_offset(&self, host: &Host) -> std::result::Result<i64, String>;
 }
 
 #[derive(Debug, Clone)]
@@ -372,6 +377,13 @@ impl Host {
     /// cannot be tried.
     pub fn probe_fifo(&self) -> Option<std::result::Result<(), i32>> {
         self.kernel.probe_fifo(self)
+    }
+
+    /// The scheduler's clock (SCHED_DEADLINE deadlines) minus
+    /// CLOCK_MONOTONIC, ns (`sched::sched_clock_offset_ns`; a fake tree: 0,
+    /// or what its FAKE_SCHED_CLOCK_OFFSET file says), or why unknown.
+    pub fn sched_clock_offset(&self) -> std::result::Result<i64, String> {
+        self.kernel.sched_clock_offset(self)
     }
 
     pub fn parse_err(&self, abs: impl AsRef<Path>, msg: impl Into<String>) -> HostError {

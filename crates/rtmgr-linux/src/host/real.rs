@@ -122,6 +122,10 @@ impl Kernel for RealKernel {
     fn probe_fifo(&self, _host: &Host) -> Option<std::result::Result<(), i32>> {
         Some(sched::fifo_available())
     }
+
+    fn sched_clock_offset(&self, _host: &Host) -> std::result::Result<i64, String> {
+        sched::sched_clock_offset_ns()
+    }
 }
 
 const DEBUGFS: &str = "/sys/kernel/debug";

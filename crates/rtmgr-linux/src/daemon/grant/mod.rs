@@ -53,6 +53,10 @@ pub struct Cx<'a> {
     /// too), and a SCHED_DEADLINE refused with EBUSY waits at SCHED_FIFO 1
     /// (`pending.rs`) instead of failing.
     pub busy_pending: bool,
+    /// Threads that spent their budget in an earlier hard grant and may not
+    /// be SCHED_DEADLINE before its 0-lag time: they wait at SCHED_FIFO 1
+    /// (`pending.rs`, `zero_lag.rs`).
+    pub held: Vec<u32>,
 }
 
 impl<'a> Cx<'a> {
@@ -62,6 +66,7 @@ impl<'a> Cx<'a> {
             layout,
             process_limits,
             busy_pending: false,
+            held: Vec::new(),
         }
     }
 }

@@ -81,7 +81,8 @@ impl Step<GrantSteps> for SchedAttrs {
     }
 
     /// Threads at the policy already (set before their move, by
-    /// `DeadlineWhereItWaits`) are left as they are. A hard grant's thread
+    /// `DeadlineWhereItWaits`) are left as they are; held ones (`Cx::held`)
+    /// get the placeholder. A hard grant's thread
     /// the kernel refuses SCHED_DEADLINE because it still waits on another
     /// CPU's run queue gets the placeholder, SCHED_FIFO 1, instead: the
     /// daemon sets SCHED_DEADLINE once it is seen on its RT CPU (`pending.rs`).
@@ -90,6 +91,15 @@ impl Step<GrantSteps> for SchedAttrs {
         let attr = granted_attr(&g.demand);
         for t in &g.threads {
             if has(cx.host, t.tid, &attr) {
+                continue;
+            }
+            if attr.policy == SCHED_DEADLINE && cx.held.contains(&t.tid) {
+                tracing::info!(
+                    "reservation {}: thread {} spent its budget under its last SCHED_DEADLINE grant: SCHED_FIFO {PLACEHOLDER_PRIORITY} until that server's 0-lag time, then SCHED_DEADLINE",
+                    g.id,
+                    t.tid
+                );
+                cx.host.set_attr(t.tid, &placeholder_attr())?;
                 continue;
             }
             match cx.host.set_attr(t.tid, &attr) {
@@ -214,7 +224,7 @@ impl Step<GrantSteps> for DeadlineWhereItWaits {
             match tasks::run_queue_cpu(cx.host, t.tid) {
                 None => return Err(super::gone(t.tid)),
                 Some(c) if c == g.cpu => continue,
-                Some(_) if has(cx.host, t.tid, &attr) => continue,
+                Some(_) if has(cx.host, t.tid, &attr) || cx.held.contains(&t.tid) => continue,
                 Some(_) => {}
             }
             // Taken over from a grant being revoked without having run

@@ -179,6 +179,9 @@ impl Manager {
             grant: g.clone(),
             first_of_pid,
             busy_pending,
+            held: self
+                .zero_lag
+                .held_of(g.threads.iter().map(|t| t.tid), mono_ns()),
         })
     }
 

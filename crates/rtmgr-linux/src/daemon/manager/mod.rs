@@ -69,6 +69,9 @@ pub struct Manager {
     pub(super) stranded: super::stranded::StrandWatch,
     /// Hard grants' threads at SCHED_FIFO 1 until they run on their RT CPU (`pending.rs`).
     pub(super) pending: super::pending::PendingWatch,
+    /// Threads that left a hard grant with their budget spent, held from
+    /// SCHED_DEADLINE until their 0-lag time (`zero_lag.rs`).
+    pub(super) zero_lag: super::zero_lag::ZeroLag,
     pub(super) journal: GrantJournal,
     header: Vec<Record>,
     next_id: u64,
@@ -128,6 +131,7 @@ impl Manager {
             dl_leak: LeakWatch::default(),
             stranded: Default::default(),
             pending: Default::default(),
+            zero_lag: Default::default(),
             journal,
             header,
             next_id: next_id.max(1),

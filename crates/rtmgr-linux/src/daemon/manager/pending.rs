@@ -6,7 +6,9 @@ use super::Manager;
 use crate::daemon::grant;
 use crate::daemon::grants_journal::Grant;
 use crate::daemon::pending::{Pending, EVERY_NS};
+use crate::daemon::stranded::server;
 use crate::tasks;
+use rtmgr_sys::time::mono_ns;
 
 impl Manager {
     /// The longest the server loop may poll, ms: `pending::EVERY_NS` while
@@ -35,18 +37,18 @@ impl Manager {
             return Vec::new();
         }
         let mut tids = Vec::new();
+        let now = mono_ns();
         for t in &g.threads {
             if self
                 .host
                 .get_attr(t.tid)
                 .is_ok_and(|a| grant::is_placeholder(&a))
             {
-                let p = Pending {
-                    id: g.id,
-                    cpu: g.cpu,
-                    reason: None,
-                };
-                self.pending.threads.insert(t.tid, p);
+                let not_before_ns = self.zero_lag.until(t.tid, now);
+                if fresh && not_before_ns.is_some() {
+                    self.pending.held += 1;
+                }
+                self.hold_pending(t.tid, g.id, g.cpu, not_before_ns, now);
                 tids.push(t.tid);
             }
         }
@@ -58,6 +60,50 @@ impl Manager {
             }
         }
         tids
+    }
+
+    /// Note a thread pending: at the placeholder until it is on its RT CPU's
+    /// run queue and, if held, until `not_before_ns` (`zero_lag.rs`).
+    pub(in crate::daemon) fn hold_pending(
+        &mut self,
+        tid: u32,
+        id: u64,
+        cpu: u32,
+        not_before_ns: Option<u64>,
+        now: u64,
+    ) {
+        let reason = not_before_ns.map(|z| {
+            format!(
+                "held at SCHED_FIFO {} for {:.1} ms more, until its last SCHED_DEADLINE server's 0-lag time: it spent its budget, and set sooner the kernel would leave it throttled (docs/serve.md \"Stranded threads\")",
+                grant::PLACEHOLDER_PRIORITY,
+                z.saturating_sub(now) as f64 / 1e6
+            )
+        });
+        let p = Pending {
+            id,
+            cpu,
+            reason,
+            not_before_ns: not_before_ns.unwrap_or(0),
+        };
+        self.pending.threads.insert(tid, p);
+    }
+
+    /// A hard grant's threads leave SCHED_DEADLINE: each that spent its
+    /// budget is held from it until its 0-lag time (`zero_lag.rs`). One
+    /// /proc/<tid>/sched read per thread of a hard grant.
+    pub(in crate::daemon) fn hold_spent_servers(&mut self, g: &Grant) {
+        if !g.demand.is_hard() {
+            return;
+        }
+        let now = mono_ns();
+        self.zero_lag.expire(now);
+        for t in &g.threads {
+            if let Some(s) = server(&self.host, t.tid) {
+                let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
+                self.zero_lag
+                    .leaving(&self.host, t.tid, s, budget, period, now);
+            }
+        }
     }
 
     /// A grant's threads are no longer pending (revoked).
@@ -101,7 +147,7 @@ impl Manager {
                 self.pending.threads.remove(&tid);
                 continue;
             }
-            if tasks::run_queue_cpu(&self.host, tid) != Some(p.cpu) {
+            if now_ns < p.not_before_ns || tasks::run_queue_cpu(&self.host, tid) != Some(p.cpu) {
                 continue;
             }
             let want = grant::granted_attr(&g.demand);

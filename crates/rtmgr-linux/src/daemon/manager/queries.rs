@@ -84,6 +84,7 @@ impl Manager {
             stranded_repaired: self.stranded.repaired,
             pending_fallbacks: self.pending.fallbacks,
             pending_refused: self.pending.refused,
+            pending_held: self.pending.held,
             pending: self
                 .pending
                 .threads

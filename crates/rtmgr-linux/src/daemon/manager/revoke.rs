@@ -71,6 +71,8 @@ impl Manager {
         };
         self.admission.remove(id);
         self.forget_pending(&g);
+        // Read before the policy goes back: the kernel hides it after.
+        self.hold_spent_servers(&g);
         // Asleep just before or just after its policy goes back.
         let mut asleep = dl_leak::asleep(&self.host, &g);
         let (hard, cpu, period_ns) = (g.demand.is_hard(), g.cpu, g.demand.period_ns);

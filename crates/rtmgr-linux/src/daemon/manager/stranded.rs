@@ -3,6 +3,7 @@
 //! runnable without running for several periods gets its policy set again.
 
 use super::Manager;
+use crate::daemon::grant;
 use crate::daemon::stranded::{
     kernel_view, limit_ns, overdue, server, stuck_for, EVERY_NS, OVERDUE_MIN_NS,
 };
@@ -45,6 +46,7 @@ impl Manager {
                         t.tid,
                         t.attr,
                         for_ns,
+                        server,
                         match kernel_view(server, now_ns) {
                             v if v.is_empty() => v,
                             v => format!(" ({v})"),
@@ -55,22 +57,45 @@ impl Manager {
         }
         self.stranded.seen.retain(|tid, _| watched.contains(tid));
         let mut repaired = Vec::new();
-        for (id, cpu, tid, before, for_ns, kernel) in stuck {
+        for (id, cpu, tid, before, for_ns, server, kernel) in stuck {
             let Some(g) = self.grants.get(&id) else {
                 continue;
             };
-            let want = crate::daemon::grant::granted_attr(&g.demand);
-            // The same attributes again change nothing in the kernel: the
-            // thread's own policy for a moment, then the grant's (it is on
-            // its RT CPU's run queue, where the kernel admits it).
-            let r = self
-                .host
-                .set_attr(tid, &before)
-                .and_then(|()| self.host.set_attr(tid, &want));
+            let (want, demand) = (grant::granted_attr(&g.demand), g.demand);
+            // Throttled before its 0-lag time: SCHED_DEADLINE set again now
+            // would leave it throttled (`zero_lag.rs`); SCHED_FIFO 1 until
+            // then, pending. Else the same attributes again change nothing
+            // in the kernel: the thread's own policy for a moment, then the
+            // grant's (it is on its RT CPU's run queue, where the kernel
+            // admits it).
+            let hold = server.and_then(|s| {
+                let (budget, period) = (demand.budget_ns, demand.period_ns);
+                self.zero_lag
+                    .leaving(&self.host, tid, s, budget, period, now_ns)
+            });
+            let r = match hold {
+                Some(_) => self.host.set_attr(tid, &grant::placeholder_attr()),
+                None => self
+                    .host
+                    .set_attr(tid, &before)
+                    .and_then(|()| self.host.set_attr(tid, &want)),
+            };
             match r {
                 Ok(()) => {
+                    let how = match hold {
+                        Some(z) => {
+                            self.pending.held += 1;
+                            self.hold_pending(tid, id, cpu, Some(z), now_ns);
+                            format!(
+                                "SCHED_FIFO {} until its 0-lag time, {:.1} ms from now, then SCHED_DEADLINE",
+                                grant::PLACEHOLDER_PRIORITY,
+                                z.saturating_sub(now_ns) as f64 / 1e6
+                            )
+                        }
+                        None => "its policy was set again".to_string(),
+                    };
                     tracing::warn!(
-                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms{kernel}; its policy was set again",
+                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms{kernel}; {how}",
                         for_ns / 1_000_000
                     );
                     self.stranded.repaired += 1;

@@ -1,0 +1,112 @@
+//! The Manager holds a thread that spent its budget under a hard grant
+//! from SCHED_DEADLINE until its 0-lag time, on a fake machine: re-granted
+//! at once, it waits at SCHED_FIFO 1, pending, listed with why, and gets
+//! SCHED_DEADLINE after Z; one with budget left gets it at once; a
+//! stranded one is repaired the same way.
+
+use crate::daemon::grant;
+use crate::daemon::grant::tests::waiting_on;
+use crate::daemon::manager::Manager;
+use crate::daemon::pending::pending_tests::reserve_hard;
+use crate::daemon::pending::EVERY_NS;
+use crate::daemon::release::regrant_tests::{client, manager, release, PID};
+use crate::fake::FakeMachine;
+use crate::host::Host;
+use rtmgr_sys::sched::{SCHED_DEADLINE, SCHED_FIFO};
+use rtmgr_sys::time::mono_ns;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+
+/// What /proc/<PID>/sched shows of the thread's deadline server.
+fn server_shows(host: &Host, runtime: i64, deadline_ns: u64) {
+    host.write(
+        format!("/proc/{PID}/sched"),
+        &format!("client ({PID}, #threads: 1)\n---\npolicy : 6\ndl.runtime : {runtime}\ndl.deadline : {deadline_ns}\n"),
+    )
+    .unwrap();
+}
+
+fn policy(host: &Host) -> u32 {
+    host.get_attr(PID).unwrap().policy
+}
+
+/// Reserve, and release with the server showing `runtime`, its deadline
+/// 5 ms ahead; reserve again at once.
+fn released_with(runtime: i64) -> (FakeMachine, Manager, Vec<u32>) {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let mut d = manager(&m);
+    let first = reserve_hard(&mut d, &m);
+    waiting_on(&host, PID, 1);
+    server_shows(&host, runtime, mono_ns() + 5 * MS);
+    release(&mut d, &client(&m), first.id);
+    let again = reserve_hard(&mut d, &m);
+    (m, d, again.pending)
+}
+
+/// 0.35 ms over a 1 ms budget every 10 ms: Z is 3.5 ms after the deadline
+/// (8.5 ms from the release). Re-granted at once, the thread waits at
+/// SCHED_FIFO 1, pending with the reason; no look sets SCHED_DEADLINE
+/// before Z; the first look after it does.
+#[test]
+fn a_thread_that_spent_its_budget_waits_for_its_zero_lag_time() {
+    let (m, mut d, pending) = released_with(-350_000);
+    let host = m.host();
+    assert_eq!(pending, vec![PID]);
+    assert_eq!(policy(&host), SCHED_FIFO);
+    let st = d.status();
+    assert_eq!(st.pending_held, 1);
+    let why = st.pending[0].reason.as_deref().unwrap_or_default();
+    assert!(why.contains("0-lag time"), "{why}");
+    let z = mono_ns() + 10 * MS;
+    assert!(
+        d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
+        "before Z"
+    );
+    assert_eq!(policy(&host), SCHED_FIFO);
+    std::thread::sleep(Duration::from_nanos(z.saturating_sub(mono_ns()) + MS));
+    assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
+    assert_eq!(policy(&host), SCHED_DEADLINE);
+    assert!(d.status().pending.is_empty());
+}
+
+/// Budget left at the release: nothing to wait for.
+#[test]
+fn a_thread_with_budget_left_is_granted_at_once() {
+    let (m, d, pending) = released_with(200_000);
+    assert!(pending.is_empty());
+    assert_eq!(policy(&m.host()), SCHED_DEADLINE);
+    assert_eq!(d.status().pending_held, 0);
+}
+
+/// Stranded (runnable, not running, its replenishment overdue) with its
+/// 0-lag time still ahead (6 ms over a 1 ms budget: 60 ms after its
+/// deadline): SCHED_FIFO 1 until then, pending, not SCHED_DEADLINE again
+/// at once (which would strand it again).
+#[test]
+fn a_stranded_thread_before_its_zero_lag_time_is_held_not_set_again() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let host = m.host();
+    let mut d = manager(&m);
+    reserve_hard(&mut d, &m);
+    waiting_on(&host, PID, 1);
+    let path = format!("/proc/{PID}/stat");
+    let stat = host.read(&path).unwrap();
+    host.write(&path, &stat.replacen(") S ", ") R ", 1))
+        .unwrap();
+    host.write(format!("/proc/{PID}/schedstat"), "5 0 0\n")
+        .unwrap();
+    let t0 = 1_000 * MS;
+    server_shows(&host, -6 * MS as i64, t0 - 30 * MS);
+    assert!(d.repair_stranded(t0).is_empty(), "first look");
+    assert_eq!(d.repair_stranded(t0 + 25 * MS), vec![PID]);
+    assert_eq!(policy(&host), SCHED_FIFO);
+    let st = d.status();
+    assert_eq!((st.stranded_repaired, st.pending_held), (1, 1));
+    // Z = t0 − 30 + 60 ms (+ the margin).
+    assert!(d.finish_pending(t0 + 30 * MS).is_empty(), "before Z");
+    assert_eq!(d.finish_pending(t0 + 32 * MS), vec![PID]);
+    let g = d.grants().next().unwrap().clone();
+    assert_eq!(host.get_attr(PID).unwrap(), grant::granted_attr(&g.demand));
+}
