@@ -110,6 +110,8 @@ for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
     m["rounds"] += 1
     for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
         m[k] += c.get(k, [])
+    for k, v in c.get("daemon_counters", {}).items():
+        m.setdefault("daemon_counters", {})[k] = m.get("daemon_counters", {}).get(k, 0) + v
     for op, rows in c.get("daemon_answer_buckets", {}).items():
         acc = m.setdefault("daemon_buckets", {}).setdefault(op, {})
         for le, n in rows:
@@ -169,6 +171,14 @@ if any(c.get("daemon_reserve") for c in cells):
         print("  %-5s %-9s %3d %-4s reserve p50 <= %6s  p99 <= %6s   release p50 <= %6s  p99 <= %6s" % (
             c["class"], c["state"], c["clients"], c["grant_worker"], d(r, "p50_le_ns"), d(r, "p99_le_ns"),
             d(l, "p50_le_ns"), d(l, "p99_le_ns")))
+if any(c.get("daemon_counters") for c in cells):
+    print("the daemon's counters during each cell (status): pending = granted at SCHED_FIFO 1 first; held = of those, until a 0-lag time;")
+    print(" refused = SCHED_DEADLINE refused at a look; stranded = stranded threads repaired")
+    for c in cells:
+        k = c.get("daemon_counters", {})
+        print("  %-5s %-9s %3d %-4s pending %5d  held %5d  refused %4d  stranded %3d" % (
+            c["class"], c["state"], c["clients"], c["grant_worker"], k.get("pending_fallbacks", 0),
+            k.get("pending_held", 0), k.get("pending_refused", 0), k.get("stranded_repaired", 0)))
 print("p99 per round, min-max over the rounds (ms):")
 for c in cells:
     rng = lambda k: "-" if not c.get(k) else "%.2f-%.2f" % (min(c[k]) / 1e6, max(c[k]) / 1e6)

@@ -5,7 +5,11 @@
 //! SCHED_DEADLINE again before Z, it stays runnable and never runs
 //! (docs/serve.md "Stranded threads", docs/repro/dl_throttled_regrant.c).
 //! So a re-grant before Z waits at the placeholder, SCHED_FIFO 1, and is
-//! switched after it (`pending.rs`).
+//! switched after it (`pending.rs`). From the re-grant on, not only from
+//! D: set before D the thread would be throttled until D, its old server
+//! going on; and with a hold from 2 ms before D only, alternated runs still
+//! stranded one thread in four, none from the re-grant on
+//! (bench/results/zero-lag-hold-ab-20261128).
 
 use super::stranded::Server;
 use crate::host::Host;

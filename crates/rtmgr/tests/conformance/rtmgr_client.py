@@ -439,9 +439,23 @@ def in_processes(n, run):
     return kids, r, w, start_at
 
 
+COUNTERS = ("pending_fallbacks", "pending_held", "pending_refused", "stranded_repaired")
+
+
+def daemon_counters(path):
+    """The daemon's status counters of pending and stranded threads (0 when absent)."""
+    c = Client(path)
+    try:
+        st = c.status().get("status", {})
+    finally:
+        c.close()
+    return {k: st.get(k, 0) for k in COUNTERS}
+
+
 def bench(args):
     """N client processes, started together, and a bystander."""
     daemon_before = answer_buckets(args.metrics) if args.metrics else None
+    counters_before = daemon_counters(args.socket)
     per = max(1, -(-args.requests // args.clients))
     cls = "rt0" if args.cls == "rt0" else "rt1:20"
     spin = args.state == "running"
@@ -489,6 +503,10 @@ def bench(args):
     cell["reserve"] = summary(cell["reserve_ns"])
     cell["release"] = summary(cell["release_ns"])
     cell["bystander_list"] = summary(cell["bystander_list_ns"])
+    after = daemon_counters(args.socket)
+    # Threads granted pending (SCHED_FIFO 1 first), held for a 0-lag time,
+    # refused, and stranded threads repaired, during this cell.
+    cell["daemon_counters"] = {k: after[k] - counters_before[k] for k in COUNTERS}
     if daemon_before is not None:
         # Cumulative bucket counts of the daemon's answer times in this cell.
         cell["daemon_answer_buckets"] = bucket_diff(daemon_before, answer_buckets(args.metrics))
