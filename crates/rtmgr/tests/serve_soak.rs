@@ -276,6 +276,14 @@ fn soak(cycles: u64) {
         status.stranded_repaired,
         rescued.load(Ordering::Relaxed)
     );
+    // What the kernel showed of each stranded thread the daemon repaired.
+    for line in live
+        .log()
+        .lines()
+        .filter(|l| l.contains("runnable without running"))
+    {
+        eprintln!("soak: {line}");
+    }
     // The daemon repairs a stranded thread itself (docs/serve.md "Stranded
     // threads"), within a fraction of the watchdog's wait: the watchdog
     // must have had nothing to do.

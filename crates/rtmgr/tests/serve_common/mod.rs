@@ -64,6 +64,11 @@ impl Live {
         self.state().join("journal.jsonl")
     }
 
+    /// What the daemon started by `start` logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
     /// Write the daemon's config: RT CPU = the last CPU, private state, no
     /// balancer unless `extra` says so, plus `extra` TOML.
     pub fn config(&self, extra: &str) -> PathBuf {
