@@ -5,7 +5,8 @@
 use super::Manager;
 use crate::daemon::grant;
 use crate::daemon::stranded::{
-    kernel_view, limit_ns, overdue, server, stuck_for, EVERY_NS, OVERDUE_MIN_NS,
+    awaits_replenishment, kernel_view, limit_ns, overdue, server, stuck_for, EVERY_NS,
+    OVERDUE_MIN_NS,
 };
 use crate::tasks;
 
@@ -37,8 +38,10 @@ impl Manager {
                 // Only a thread already runnable without running for a
                 // while has its server read.
                 let server = server(&self.host, t.tid);
-                let stranded = for_ns >= limit_ns(g)
-                    || overdue(g.demand.period_ns, g.demand.deadline_ns, server, now_ns);
+                let (period, deadline) = (g.demand.period_ns, g.demand.deadline_ns);
+                let stranded = overdue(period, deadline, server, now_ns)
+                    || (for_ns >= limit_ns(g)
+                        && !awaits_replenishment(period, deadline, server, now_ns));
                 if stranded && tasks::same_task(&self.host, t.tid, t.start_time) {
                     stuck.push((
                         g.id,
@@ -170,18 +173,39 @@ mod tests {
 
     /// A throttled thread whose next period has not begun (its deadline
     /// ahead: after a long overrun the kernel pushes it several periods on)
-    /// may only be waiting: it is repaired at the limit (4 periods, at
-    /// least 50 ms), if it is still runnable without running then.
+    /// is waiting, not stranded, past the limit (4 periods, at least
+    /// 50 ms); repaired once that replenishment is overdue.
     #[test]
-    fn a_thread_waiting_for_its_next_period_is_left_until_the_limit() {
+    fn a_thread_waiting_for_its_next_period_is_left_until_it_is_overdue() {
         let m = FakeMachine::new(2).task(PID, "client").build();
         let mut d = hard_grant(&m);
         let t0 = 1_000 * MS;
         runnable_not_running(&m.host(), 5, t0 + 45 * MS);
         assert!(d.repair_stranded(t0).is_empty(), "first look");
         assert!(d.repair_stranded(t0 + 25 * MS).is_empty(), "throttled");
+        assert!(
+            d.repair_stranded(t0 + 50 * MS).is_empty(),
+            "still throttled"
+        );
         assert_eq!(d.status().stranded_repaired, 0);
-        assert_eq!(d.repair_stranded(t0 + 50 * MS), vec![PID]);
+        assert_eq!(d.repair_stranded(t0 + 70 * MS), vec![PID]);
         assert_eq!(d.status().stranded_repaired, 1);
+    }
+
+    /// Runnable without running past the limit with budget left (or no
+    /// server shown): stranded.
+    #[test]
+    fn a_thread_with_budget_left_is_repaired_at_the_limit() {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let mut d = hard_grant(&m);
+        let host = m.host();
+        let t0 = 1_000 * MS;
+        runnable_not_running(&host, 5, t0 + 45 * MS);
+        let sched = format!("/proc/{PID}/sched");
+        let text = host.read(&sched).unwrap().replace("-20000", "300000");
+        host.write(&sched, &text).unwrap();
+        assert!(d.repair_stranded(t0).is_empty(), "first look");
+        assert!(d.repair_stranded(t0 + 25 * MS).is_empty());
+        assert_eq!(d.repair_stranded(t0 + 50 * MS), vec![PID]);
     }
 }
