@@ -18,6 +18,11 @@
 #   grant worker on, then off ([serve] grant_worker), a fresh daemon each,
 #   so the two are compared in the same minutes; a cell's figures merge its
 #   rounds. A bystander client (SCHED_FIFO 2) asks `list` every 2 ms during each cell.
+#   CLIENT_PROGRAM=lean: the round trips are made by crates/rtmgr/examples/
+#   grant_client.rs (a few µs of CPU each) instead of forked Python clients
+#   (~0.5 ms each, which 16 or 64 clients queue for on one RT CPU); the
+#   bystander, the counters and the daemon's times stay the conformance
+#   client's.
 #   The daemon's own time per answer (request read until answer written,
 #   its `rtmgr_answer_seconds` histogram, scraped around each cell) is
 #   reported beside the clients' round trips: the daemon is built with the
@@ -54,11 +59,19 @@ if [ "$DAEMON_TIMES" = 1 ]; then
   METRICS_ADDR=127.0.0.1:$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 fi
 CLIENT=crates/rtmgr/tests/conformance/rtmgr_client.py
+CLIENT_PROGRAM=${CLIENT_PROGRAM:-python}
+DRIVER=
+if [ "$CLIENT_PROGRAM" = lean ]; then
+  cargo build --release -p rtmgr --example grant_client >/dev/null
+  DRIVER=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/grant_client
+elif [ "$CLIENT_PROGRAM" != python ]; then
+  echo "bench/grant-latency.sh: CLIENT_PROGRAM is python or lean, not $CLIENT_PROGRAM" >&2; exit 2
+fi
 . bench/machine-lock.sh
 take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
+COMMAND="CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 STATE=$(mktemp -d /tmp/rtmgr-grant-latency.XXXXXX)
 SOCK=$STATE/state/rtmgr.sock
 RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
@@ -242,7 +255,7 @@ for round in $(seq "$ROUNDS"); do
           echo "round $round/$ROUNDS, worker $worker: $class $state, $clients client(s)" >&2
           budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
           "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
+            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} ${DRIVER:+--driver "$DRIVER"} \
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done

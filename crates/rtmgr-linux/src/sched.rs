@@ -49,64 +49,9 @@ pub fn deadline_available() -> Result<(), String> {
     .unwrap_or_else(|_| Err("probe thread panicked".into()))
 }
 
-/// The scheduler's clock (SCHED_DEADLINE deadlines, /proc/<tid>/sched)
-/// minus CLOCK_MONOTONIC, ns. They start together at boot and part by the
-/// clock's correction since (4 ms here after a day). A short-lived thread
-/// takes SCHED_DEADLINE: the kernel gives it the deadline "its run queue's
-/// clock + D" there and then; CLOCK_MONOTONIC read just after is a little
-/// later, so the figure is at most the true one (the largest of three).
-pub fn sched_clock_offset_ns() -> Result<i64, String> {
-    const DEADLINE_NS: u64 = 100_000_000;
-    std::thread::spawn(|| {
-        let p = Policy::Deadline {
-            runtime: 100_000,
-            deadline: DEADLINE_NS,
-            period: DEADLINE_NS,
-        };
-        let mut best = None;
-        for _ in 0..3 {
-            set_policy(0, p).map_err(|e| format!("SCHED_DEADLINE: {e}"))?;
-            let after = rtmgr_sys::time::mono_ns();
-            let sched = std::fs::read_to_string("/proc/thread-self/sched");
-            let _ = set_policy(0, Policy::Other { nice: 0 });
-            let sched = sched.map_err(|e| format!("/proc/thread-self/sched: {e}"))?;
-            let deadline = sched
-                .lines()
-                .find(|l| l.split_whitespace().next() == Some("dl.deadline"))
-                .and_then(|l| l.rsplit(':').next()?.trim().parse::<i64>().ok())
-                .ok_or("/proc/thread-self/sched shows no dl.deadline")?;
-            let offset = deadline - DEADLINE_NS as i64 - after as i64;
-            best = Some(best.map_or(offset, |b: i64| b.max(offset)));
-        }
-        best.ok_or_else(|| "no reading".to_string())
-    })
-    .join()
-    .unwrap_or_else(|_| Err("probe thread panicked".into()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Root only (SCHED_DEADLINE): the offset is read, and small against a
-    /// day (the clocks start together at boot).
-    #[test]
-    fn the_scheduler_clock_offset_is_read() {
-        if !is_root() {
-            eprintln!("skip: SCHED_DEADLINE needs root");
-            return;
-        }
-        match sched_clock_offset_ns() {
-            Ok(ns) => {
-                eprintln!(
-                    "scheduler clock − CLOCK_MONOTONIC: {:+.3} ms",
-                    ns as f64 / 1e6
-                );
-                assert!(ns.abs() < 86_400_000_000_000, "{ns} ns");
-            }
-            Err(why) => eprintln!("skip: {why}"),
-        }
-    }
 
     #[test]
     fn affinity_round_trip_on_self() {

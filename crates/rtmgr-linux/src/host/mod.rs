@@ -380,7 +380,7 @@ impl Host {
     }
 
     /// The scheduler's clock (SCHED_DEADLINE deadlines) minus
-    /// CLOCK_MONOTONIC, ns (`sched::sched_clock_offset_ns`; a fake tree: 0,
+    /// CLOCK_MONOTONIC, ns (measured on a short-lived SCHED_DEADLINE thread, host/real.rs; a fake tree: 0,
     /// or what its FAKE_SCHED_CLOCK_OFFSET file says), or why unknown.
     pub fn sched_clock_offset(&self) -> std::result::Result<i64, String> {
         self.kernel.sched_clock_offset(self)

@@ -1,0 +1,193 @@
+//! A lean raw protocol client for `bench/grant-latency.sh` (issue 27, item 6;
+//! DROPS §4.1: the manager answers requests): N processes, each one
+//! connection, `reserve` then `release` in a closed loop, blocking in
+//! recv() (or spinning with `--spin`). It spends a few µs of CPU per round
+//! trip where the Python conformance client spends ~0.5 ms, so that with
+//! 16 clients on one RT CPU the round trip times the daemon and the
+//! kernel, not the clients queueing for that CPU. Standard library and
+//! serde_json only; the protocol as docs/protocol.md gives it.
+//!
+//!   grant_client --socket S --clients N --requests R [--class rt0|rt1:20]
+//!                [--period-ns P] [--budget-ns B] [--spin]
+//!
+//! Prints one JSON object: reserve_ns and release_ns (every sample, ns),
+//! failures.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+struct Args {
+    socket: String,
+    clients: usize,
+    requests: usize,
+    class: String,
+    period_ns: u64,
+    budget_ns: u64,
+    spin: bool,
+    /// A child: start at this wall-clock time (ns since the epoch).
+    start_at: Option<u128>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        socket: String::new(),
+        clients: 1,
+        requests: 50,
+        class: "rt0".into(),
+        period_ns: 10_000_000,
+        budget_ns: 500_000,
+        spin: false,
+        start_at: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().ok_or(format!("{k} needs a value"));
+        let num = |s: String| s.parse::<u64>().map_err(|e| format!("{k}: {e}"));
+        match k.as_str() {
+            "--socket" => a.socket = v()?,
+            "--clients" => a.clients = num(v()?)? as usize,
+            "--requests" => a.requests = num(v()?)? as usize,
+            "--class" => a.class = v()?,
+            "--period-ns" => a.period_ns = num(v()?)?,
+            "--budget-ns" => a.budget_ns = num(v()?)?,
+            "--spin" => a.spin = true,
+            "--start-at" => a.start_at = Some(u128::from(num(v()?)?)),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.socket.is_empty() || a.clients == 0 {
+        return Err("--socket and --clients (≥ 1) are needed".into());
+    }
+    Ok(a)
+}
+
+/// One connection; answers read line by line.
+struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    spin: bool,
+}
+
+impl Conn {
+    fn open(path: &str, spin: bool) -> std::io::Result<Conn> {
+        let s = UnixStream::connect(path)?;
+        s.set_nonblocking(spin)?;
+        Ok(Conn {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+            spin,
+        })
+    }
+
+    /// Send a request; the answer and when it was read (before parsing).
+    fn ask(&mut self, req: &Value) -> std::io::Result<(Value, Instant)> {
+        let mut line = req.to_string();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes())?;
+        let mut buf = String::new();
+        loop {
+            match self.reader.read_line(&mut buf) {
+                Ok(0) => return Err(std::io::Error::other("the daemon closed the connection")),
+                Ok(_) if buf.ends_with('\n') => break,
+                Ok(_) => {}
+                Err(e) if self.spin && e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let read = Instant::now();
+        Ok((
+            serde_json::from_str(&buf).map_err(std::io::Error::other)?,
+            read,
+        ))
+    }
+}
+
+fn now_epoch_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// One client process: `requests` round trips.
+fn client(a: &Args) -> Value {
+    let (mut reserve_ns, mut release_ns, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    let start_at = a.start_at.unwrap_or(0);
+    let wait = start_at.saturating_sub(now_epoch_ns());
+    std::thread::sleep(Duration::from_nanos(wait as u64));
+    let mut run = || -> std::io::Result<()> {
+        let mut c = Conn::open(&a.socket, a.spin)?;
+        for _ in 0..a.requests {
+            let req = json!({"v": 1, "op": "reserve", "period_ns": a.period_ns,
+                             "budget_ns": a.budget_ns, "class": a.class});
+            let t0 = Instant::now();
+            let (r, read) = c.ask(&req)?;
+            let Some(id) = r["reservation"]["id"].as_u64() else {
+                failures.push(r.to_string());
+                continue;
+            };
+            reserve_ns.push((read - t0).as_nanos() as u64);
+            let t2 = Instant::now();
+            let (rr, read) = c.ask(&json!({"v": 1, "op": "release", "id": id}))?;
+            if rr["result"] == "released" {
+                release_ns.push((read - t2).as_nanos() as u64);
+            } else {
+                failures.push(format!("release: {rr}"));
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        failures.push(e.to_string());
+    }
+    json!({"reserve_ns": reserve_ns, "release_ns": release_ns, "failures": failures})
+}
+
+fn main() {
+    let a = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("grant_client: {e}");
+            std::process::exit(2);
+        }
+    };
+    if a.start_at.is_some() {
+        println!("{}", client(&a));
+        return;
+    }
+    // The parent: N children started together, their lines merged.
+    let per = a.requests.div_ceil(a.clients);
+    let start_at = now_epoch_ns() + 200_000_000;
+    let me = std::env::current_exe().expect("own path");
+    let mut kids = Vec::new();
+    for _ in 0..a.clients {
+        let mut cmd = Command::new(&me);
+        cmd.args(["--socket", &a.socket, "--clients", "1", "--class", &a.class])
+            .args(["--requests", &per.to_string()])
+            .args(["--period-ns", &a.period_ns.to_string()])
+            .args(["--budget-ns", &a.budget_ns.to_string()])
+            .args(["--start-at", &start_at.to_string()])
+            .stdout(Stdio::piped());
+        if a.spin {
+            cmd.arg("--spin");
+        }
+        kids.push(cmd.spawn().expect("spawn a client"));
+    }
+    let mut all = json!({"reserve_ns": [], "release_ns": [], "failures": []});
+    for mut k in kids {
+        let mut out = String::new();
+        let _ = k.stdout.take().map(|mut s| s.read_to_string(&mut out));
+        let _ = k.wait();
+        let one: Value = serde_json::from_str(out.trim()).unwrap_or_else(
+            |_| json!({"failures": [format!("a client printed no result: {out:?}")]}),
+        );
+        for key in ["reserve_ns", "release_ns", "failures"] {
+            if let (Some(dst), Some(src)) = (all[key].as_array_mut(), one[key].as_array()) {
+                dst.extend(src.iter().cloned());
+            }
+        }
+    }
+    println!("{all}");
+}
