@@ -22,7 +22,8 @@
 #   grant_client.rs (a few µs of CPU each) instead of forked Python clients
 #   (~0.5 ms each, which 16 or 64 clients queue for on one RT CPU); the
 #   bystander, the counters and the daemon's times stay the conformance
-#   client's.
+#   client's. Each concurrency gets a floor cell, class `list`: the same
+#   clients asking `list` twice a loop (no grant, no kernel step).
 #   The daemon's own time per answer (request read until answer written,
 #   its `rtmgr_answer_seconds` histogram, scraped around each cell) is
 #   reported beside the clients' round trips: the daemon is built with the
@@ -259,6 +260,14 @@ for round in $(seq "$ROUNDS"); do
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done
+      # The lean client's floor: as many clients asking `list` (no grant,
+      # no kernel step) through the same socket and loop.
+      if [ -n "$DRIVER" ]; then
+        echo "round $round/$ROUNDS, worker $worker: list floor, $clients client(s)" >&2
+        "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --op list --driver "$DRIVER" \
+          --requests "$N" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
+          --out "$OUT/cell-$worker-r$round-list-sleeping-$(printf %02d "$clients").json" 9>&-
+      fi
     done
   done
 done

@@ -8,10 +8,12 @@
 //! serde_json only; the protocol as docs/protocol.md gives it.
 //!
 //!   grant_client --socket S --clients N --requests R [--class rt0|rt1:20]
-//!                [--period-ns P] [--budget-ns B] [--spin]
+//!                [--period-ns P] [--budget-ns B] [--spin] [--op list]
 //!
 //! Prints one JSON object: reserve_ns and release_ns (every sample, ns),
-//! failures.
+//! failures. With `--op list` each round trip is a `list` instead (two per
+//! loop, timed as reserve and release): the same clients, socket and
+//! daemon loop without a grant's kernel steps, the floor beside a cell.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -27,6 +29,8 @@ struct Args {
     period_ns: u64,
     budget_ns: u64,
     spin: bool,
+    /// `list` round trips instead of grants.
+    list: bool,
     /// A child: start at this wall-clock time (ns since the epoch).
     start_at: Option<u128>,
 }
@@ -40,6 +44,7 @@ fn parse() -> Result<Args, String> {
         period_ns: 10_000_000,
         budget_ns: 500_000,
         spin: false,
+        list: false,
         start_at: None,
     };
     let mut it = std::env::args().skip(1);
@@ -54,6 +59,11 @@ fn parse() -> Result<Args, String> {
             "--period-ns" => a.period_ns = num(v()?)?,
             "--budget-ns" => a.budget_ns = num(v()?)?,
             "--spin" => a.spin = true,
+            "--op" => match v()?.as_str() {
+                "list" => a.list = true,
+                "reserve" => a.list = false,
+                other => return Err(format!("--op is reserve or list, not {other}")),
+            },
             "--start-at" => a.start_at = Some(u128::from(num(v()?)?)),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -120,6 +130,17 @@ fn client(a: &Args) -> Value {
     let mut run = || -> std::io::Result<()> {
         let mut c = Conn::open(&a.socket, a.spin)?;
         for _ in 0..a.requests {
+            if a.list {
+                for times in [&mut reserve_ns, &mut release_ns] {
+                    let t0 = Instant::now();
+                    let (r, read) = c.ask(&json!({"v": 1, "op": "list"}))?;
+                    match r["result"].as_str() {
+                        Some("list") => times.push((read - t0).as_nanos() as u64),
+                        _ => failures.push(r.to_string()),
+                    }
+                }
+                continue;
+            }
             let req = json!({"v": 1, "op": "reserve", "period_ns": a.period_ns,
                              "budget_ns": a.budget_ns, "class": a.class});
             let t0 = Instant::now();
@@ -172,6 +193,9 @@ fn main() {
             .stdout(Stdio::piped());
         if a.spin {
             cmd.arg("--spin");
+        }
+        if a.list {
+            cmd.args(["--op", "list"]);
         }
         kids.push(cmd.spawn().expect("spawn a client"));
     }

@@ -455,6 +455,8 @@ def daemon_counters(path):
 
 def bench(args):
     """N client processes, started together, and a bystander."""
+    if args.op == "list" and not args.driver:
+        raise SystemExit("bench --op list needs --driver")
     daemon_before = answer_buckets(args.metrics) if args.metrics else None
     counters_before = daemon_counters(args.socket)
     per = max(1, -(-args.requests // args.clients))
@@ -468,7 +470,9 @@ def bench(args):
         cmd = [args.driver, "--socket", args.socket, "--clients", str(args.clients),
                "--requests", str(per * args.clients), "--class", cls,
                "--period-ns", str(args.period_ns), "--budget-ns", str(args.budget_ns)]
-        driver = subprocess.Popen(cmd + (["--spin"] if spin else []), stdout=subprocess.PIPE)
+        cmd += ["--spin"] if spin else []
+        cmd += ["--op", "list"] if args.op == "list" else []
+        driver = subprocess.Popen(cmd, stdout=subprocess.PIPE)
         kids, start_at = [], time.monotonic() + 0.2
         r, w = driver.stdout.fileno(), os.open("/dev/null", os.O_WRONLY)
     else:
@@ -501,7 +505,8 @@ def bench(args):
     with os.fdopen(br, "rb") as f:
         side_data = f.read()
     os.waitpid(side, 0)
-    cell = {"clients": args.clients, "class": args.cls, "state": args.state, "requests": per * args.clients,
+    cell = {"clients": args.clients, "class": "list" if args.op == "list" else args.cls,
+            "state": args.state, "requests": per * args.clients,
             "client": "lean" if args.driver else "python",
             "period_ns": args.period_ns, "budget_ns": args.budget_ns,
             "reserve_ns": [], "release_ns": [], "failures": []}
@@ -731,6 +736,8 @@ def main():
     b.add_argument("--period-ns", type=int, default=10 * MS)
     b.add_argument("--budget-ns", type=int, default=100_000)
     b.add_argument("--metrics", help="the daemon's /metrics URL: keep its own answer times too")
+    b.add_argument("--op", choices=["reserve", "list"], default="reserve",
+                   help="list: the driver asks `list` instead (no grant): the cell's floor")
     b.add_argument("--driver", help="a client program that makes the round trips instead of forked "
                    "Python clients (bench/grant-latency.sh's CLIENT_PROGRAM=lean)")
     b.add_argument("--out")
