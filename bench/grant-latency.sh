@@ -124,6 +124,8 @@ for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
     m["rounds"] += 1
     for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
         m[k] += c.get(k, [])
+    for cpu, share in c.get("steal_share", {}).items():
+        m.setdefault("steal_share_by_round", {}).setdefault(cpu, []).append(share)
     for k, v in c.get("daemon_counters", {}).items():
         m.setdefault("daemon_counters", {})[k] = m.get("daemon_counters", {}).get(k, 0) + v
     for op, rows in c.get("daemon_answer_buckets", {}).items():
@@ -193,6 +195,12 @@ if any(c.get("daemon_counters") for c in cells):
         print("  %-5s %-9s %3d %-4s pending %5d  held %5d  refused %4d  stranded %3d" % (
             c["class"], c["state"], c["clients"], c["grant_worker"], k.get("pending_fallbacks", 0),
             k.get("pending_held", 0), k.get("pending_refused", 0), k.get("stranded_repaired", 0)))
+if any(c.get("steal_share_by_round") for c in cells):
+    print("steal during each cell, share of its time per vCPU, min-max over the rounds (/proc/stat: the host ran something else)")
+    for c in cells:
+        st = c.get("steal_share_by_round", {})
+        print("  %-5s %-9s %3d %-4s %s" % (c["class"], c["state"], c["clients"], c["grant_worker"],
+              "  ".join("%s %.1f-%.1f %%" % (cpu, 100 * min(v), 100 * max(v)) for cpu, v in sorted(st.items()))))
 print("p99 per round, min-max over the rounds (ms):")
 for c in cells:
     rng = lambda k: "-" if not c.get(k) else "%.2f-%.2f" % (min(c[k]) / 1e6, max(c[k]) / 1e6)

@@ -443,6 +443,18 @@ def in_processes(n, run):
 COUNTERS = ("pending_fallbacks", "pending_held", "pending_refused", "stranded_repaired")
 
 
+def steal_ticks():
+    """Each CPU's steal counter from /proc/stat (USER_HZ ticks): the time the
+    host ran something else while the vCPU had work."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            parts = line.split()
+            if parts[0].startswith("cpu") and parts[0] != "cpu" and len(parts) > 8:
+                out[parts[0]] = int(parts[8])
+    return out
+
+
 def daemon_counters(path):
     """The daemon's status counters of pending and stranded threads (0 when absent)."""
     c = Client(path)
@@ -459,6 +471,7 @@ def bench(args):
         raise SystemExit("bench --op list needs --driver")
     daemon_before = answer_buckets(args.metrics) if args.metrics else None
     counters_before = daemon_counters(args.socket)
+    steal_before, t_before = steal_ticks(), time.monotonic()
     per = max(1, -(-args.requests // args.clients))
     cls = "rt0" if args.cls == "rt0" else "rt1:20"
     spin = args.state == "running"
@@ -527,6 +540,11 @@ def bench(args):
     cell["release"] = summary(cell["release_ns"])
     cell["bystander_list"] = summary(cell["bystander_list_ns"])
     after = daemon_counters(args.socket)
+    # The host's share of each vCPU during the cell (steal / elapsed).
+    tick, elapsed = os.sysconf("SC_CLK_TCK"), time.monotonic() - t_before
+    steal_after = steal_ticks()
+    cell["steal_share"] = {c: round((steal_after.get(c, 0) - v) / tick / max(elapsed, 1e-9), 4)
+                           for c, v in steal_before.items()}
     # Threads granted pending (SCHED_FIFO 1 first), held for a 0-lag time,
     # refused, and stranded threads repaired, during this cell.
     cell["daemon_counters"] = {k: after[k] - counters_before[k] for k in COUNTERS}
