@@ -45,13 +45,14 @@ fn released_with(runtime: i64) -> (FakeMachine, Manager, Vec<u32>) {
     (m, d, again.pending)
 }
 
-/// 0.35 ms over a 1 ms budget every 10 ms: Z is 3.5 ms after the deadline
-/// (8.5 ms from the release). Re-granted at once, the thread waits at
+/// 2 ms over a 1 ms budget every 10 ms: Z is 20 ms after the deadline
+/// (25 ms from the release: a look 2 ms after the grant is before it even
+/// on a loaded machine). Re-granted at once, the thread waits at
 /// SCHED_FIFO 1, pending with the reason; no look sets SCHED_DEADLINE
 /// before Z; the first look after it does.
 #[test]
 fn a_thread_that_spent_its_budget_waits_for_its_zero_lag_time() {
-    let (m, mut d, pending) = released_with(-350_000);
+    let (m, mut d, pending) = released_with(-2_000_000);
     let host = m.host();
     assert_eq!(pending, vec![PID]);
     assert_eq!(policy(&host), SCHED_FIFO);
@@ -59,7 +60,7 @@ fn a_thread_that_spent_its_budget_waits_for_its_zero_lag_time() {
     assert_eq!(st.pending_held, 1);
     let why = st.pending[0].reason.as_deref().unwrap_or_default();
     assert!(why.contains("0-lag time"), "{why}");
-    let z = mono_ns() + 10 * MS;
+    let z = mono_ns() + 27 * MS;
     assert!(
         d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
         "before Z"
