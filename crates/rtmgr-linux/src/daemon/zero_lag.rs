@@ -1,8 +1,8 @@
 //! Threads that left a hard grant with their budget spent, and when they may
 //! be SCHED_DEADLINE again (budget-based RTAI §3.3: a hard reservation gets
 //! its budget every period). The kernel leaves such a thread throttled
-//! until its 0-lag time Z = deadline + |runtime| × period / budget; set
-//! SCHED_DEADLINE again before Z, it stays runnable and never runs
+//! until its 0-lag time Z = deadline D + |runtime| × period / budget; set
+//! SCHED_DEADLINE again between D and Z, it stays runnable and never runs
 //! (docs/serve.md "Stranded threads", docs/repro/dl_throttled_regrant.c).
 //! So a re-grant before Z waits at the placeholder, SCHED_FIFO 1, and is
 //! switched after it (`pending.rs`). From the re-grant on, not only from
