@@ -4,11 +4,25 @@
 
 use super::Manager;
 use crate::daemon::grant;
+use crate::daemon::stranded::Server;
 use crate::daemon::stranded::{
     awaits_replenishment, kernel_view, limit_ns, overdue, server, stuck_for, EVERY_NS,
     OVERDUE_MIN_NS,
 };
 use crate::tasks;
+use rtmgr_sys::sched::SchedAttr;
+
+/// A hard grant's thread found stranded, and what its repair needs.
+struct Stuck {
+    id: u64,
+    cpu: u32,
+    tid: u32,
+    /// Its own policy, from before the grant.
+    before: SchedAttr,
+    for_ns: u64,
+    /// Its deadline server as the kernel showed it.
+    server: Option<Server>,
+}
 
 impl Manager {
     /// Look at the hard grants' threads (the server calls it often; it looks
@@ -43,24 +57,28 @@ impl Manager {
                     || (for_ns >= limit_ns(g)
                         && !awaits_replenishment(period, deadline, server, now_ns));
                 if stranded && tasks::same_task(&self.host, t.tid, t.start_time) {
-                    stuck.push((
-                        g.id,
-                        g.cpu,
-                        t.tid,
-                        t.attr,
+                    stuck.push(Stuck {
+                        id: g.id,
+                        cpu: g.cpu,
+                        tid: t.tid,
+                        before: t.attr,
                         for_ns,
                         server,
-                        match kernel_view(server, now_ns) {
-                            v if v.is_empty() => v,
-                            v => format!(" ({v})"),
-                        },
-                    ));
+                    });
                 }
             }
         }
         self.stranded.seen.retain(|tid, _| watched.contains(tid));
         let mut repaired = Vec::new();
-        for (id, cpu, tid, before, for_ns, server, kernel) in stuck {
+        for Stuck {
+            id,
+            cpu,
+            tid,
+            before,
+            for_ns,
+            server,
+        } in stuck
+        {
             let Some(g) = self.grants.get(&id) else {
                 continue;
             };
@@ -96,6 +114,10 @@ impl Manager {
                             )
                         }
                         None => "its policy was set again".to_string(),
+                    };
+                    let kernel = match kernel_view(server, now_ns) {
+                        v if v.is_empty() => v,
+                        v => format!(" ({v})"),
                     };
                     tracing::warn!(
                         "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms{kernel}; {how}",
