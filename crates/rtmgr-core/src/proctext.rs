@@ -210,6 +210,19 @@ pub fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
     Some((get("syscr:")?, get("syscw:")?))
 }
 
+/// A number of a task's `/proc/<tid>/sched` ("dl.deadline  :  123"), by its
+/// name; None when the kernel does not show it (the `dl.` fields only for a
+/// SCHED_DEADLINE task).
+pub fn sched_field(text: &str, key: &str) -> Option<i64> {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(key))?
+        .rsplit(':')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Steal time per CPU in clock ticks (USER_HZ), from the `cpuN` lines of `/proc/stat`.
 pub fn parse_steal(stat: &str) -> BTreeMap<u32, u64> {
     cpu_times(stat)
@@ -224,6 +237,19 @@ mod tests {
 
     /// A SCHED_FIFO 20 thread's stat, its comm with a space and parentheses.
     const FIFO_STAT: &str = "5826 (py (x) 3) S 5823 4286 30263 0 -1 4194368 494 0 0 0 54 8 0 0 -21 0 1 0 3433473 28348416 3859 18446744073709551615 1 1 0 0 0 0 0 16781312 16386 0 0 0 17 1 20 1 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn a_sched_field_is_read_by_its_whole_name() {
+        let text = "t (300, #threads: 1)\n---\nse.exec_start   :   1000.500000\ndl.runtime   :   -25000\ndl.deadline   :   1012000000\n";
+        assert_eq!(super::sched_field(text, "dl.runtime"), Some(-25000));
+        assert_eq!(super::sched_field(text, "dl.deadline"), Some(1012000000));
+        assert_eq!(super::sched_field(text, "dl."), None);
+        assert_eq!(
+            super::sched_field(text, "se.exec_start"),
+            None,
+            "not an integer"
+        );
+    }
 
     #[test]
     fn a_task_stat_reads_past_an_odd_comm_and_negative_and_huge_fields() {

@@ -77,16 +77,7 @@ pub(in crate::daemon) struct Server {
 /// The thread's deadline server, None when the kernel does not show one.
 pub(in crate::daemon) fn server(host: &Host, tid: u32) -> Option<Server> {
     let sched = host.read_opt(format!("/proc/{tid}/sched"))?;
-    let field = |key: &str| -> Option<i64> {
-        sched
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(key))?
-            .rsplit(':')
-            .next()?
-            .trim()
-            .parse()
-            .ok()
-    };
+    let field = |key: &str| rtmgr_core::proctext::sched_field(&sched, key);
     Some(Server {
         runtime: field("dl.runtime")?,
         deadline: u64::try_from(field("dl.deadline")?).ok()?,

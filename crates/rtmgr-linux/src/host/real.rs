@@ -149,10 +149,7 @@ fn sched_clock_offset_ns() -> std::result::Result<i64, String> {
             let sched = std::fs::read_to_string("/proc/thread-self/sched");
             let _ = sched::set_policy(0, sched::Policy::Other { nice: 0 });
             let sched = sched.map_err(|e| format!("/proc/thread-self/sched: {e}"))?;
-            let deadline = sched
-                .lines()
-                .find(|l| l.split_whitespace().next() == Some("dl.deadline"))
-                .and_then(|l| l.rsplit(':').next()?.trim().parse::<i64>().ok())
+            let deadline = rtmgr_core::proctext::sched_field(&sched, "dl.deadline")
                 .ok_or("/proc/thread-self/sched shows no dl.deadline")?;
             let offset = deadline - DEADLINE_NS as i64 - after as i64;
             best = Some(best.map_or(offset, |b: i64| b.max(offset)));
