@@ -126,6 +126,9 @@ for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
     m["rounds"] += 1
     for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
         m[k] += c.get(k, [])
+    for k in ("reserve_runq_ns", "release_runq_ns"):
+        if k in c:
+            m[k] = m.get(k, []) + c[k]
     for cpu, share in c.get("steal_share", {}).items():
         m.setdefault("steal_share_by_round", {}).setdefault(cpu, []).append(share)
     for k, v in c.get("daemon_counters", {}).items():
@@ -144,6 +147,9 @@ for key in sorted(merged):
     c = merged[key]
     c["reserve"], c["release"] = summary(c.pop("reserve_ns")), summary(c.pop("release_ns"))
     c["bystander_list"] = summary(c.pop("bystander_list_ns"))
+    for op in ("reserve", "release"):
+        if op + "_runq_ns" in c:
+            c[op + "_client_runq"] = summary(c.pop(op + "_runq_ns"))
     # The daemon's own answer times: each quantile is the upper bound of the
     # bucket it falls in (buckets x1.5 apart: at most 50 % above the true one).
     for op, acc in c.pop("daemon_buckets", {}).items():
@@ -266,7 +272,7 @@ for round in $(seq "$ROUNDS"); do
           echo "round $round/$ROUNDS, worker $worker: $class $state, $clients client(s)" >&2
           budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
           "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} ${DRIVER:+--driver "$DRIVER"} \
+            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} ${DRIVER:+--driver "$DRIVER"} $([ "${RUNQ:-0}" = 1 ] && [ -n "$DRIVER" ] && echo --runq) \
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done

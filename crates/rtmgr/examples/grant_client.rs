@@ -8,10 +8,12 @@
 //! serde_json only; the protocol as docs/protocol.md gives it.
 //!
 //!   grant_client --socket S --clients N --requests R [--class rt0|rt1:20]
-//!                [--period-ns P] [--budget-ns B] [--spin] [--op list]
+//!                [--period-ns P] [--budget-ns B] [--spin] [--op list] [--runq]
 //!
 //! Prints one JSON object: reserve_ns and release_ns (every sample, ns),
-//! failures. With `--op list` each round trip is a `list` instead (two per
+//! failures; with `--runq` also reserve_runq_ns and release_runq_ns, how
+//! much of each round trip the client's own thread waited runnable for a
+//! CPU (its schedstat run delay: the client's share, not the daemon's). With `--op list` each round trip is a `list` instead (two per
 //! loop, timed as reserve and release): the same clients, socket and
 //! daemon loop without a grant's kernel steps, the floor beside a cell.
 
@@ -31,6 +33,9 @@ struct Args {
     spin: bool,
     /// `list` round trips instead of grants.
     list: bool,
+    /// Also report, per round trip, how long the client's own thread
+    /// waited runnable for a CPU (its schedstat run delay).
+    runq: bool,
     /// A child: start at this wall-clock time (ns since the epoch).
     start_at: Option<u128>,
 }
@@ -45,6 +50,7 @@ fn parse() -> Result<Args, String> {
         budget_ns: 500_000,
         spin: false,
         list: false,
+        runq: false,
         start_at: None,
     };
     let mut it = std::env::args().skip(1);
@@ -59,6 +65,7 @@ fn parse() -> Result<Args, String> {
             "--period-ns" => a.period_ns = num(v()?)?,
             "--budget-ns" => a.budget_ns = num(v()?)?,
             "--spin" => a.spin = true,
+            "--runq" => a.runq = true,
             "--op" => match v()?.as_str() {
                 "list" => a.list = true,
                 "reserve" => a.list = false,
@@ -121,9 +128,21 @@ fn now_epoch_ns() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
+/// This thread's time spent runnable but waiting for a CPU so far (ns),
+/// from /proc/thread-self/schedstat (its second field); 0 when unreadable.
+fn run_delay_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// One client process: `requests` round trips.
 fn client(a: &Args) -> Value {
     let (mut reserve_ns, mut release_ns, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut reserve_runq_ns, mut release_runq_ns) = (Vec::new(), Vec::new());
+    let runq = |since: u64| if a.runq { run_delay_ns() - since } else { 0 };
+    let runq_now = || if a.runq { run_delay_ns() } else { 0 };
     let start_at = a.start_at.unwrap_or(0);
     let wait = start_at.saturating_sub(now_epoch_ns());
     std::thread::sleep(Duration::from_nanos(wait as u64));
@@ -143,17 +162,23 @@ fn client(a: &Args) -> Value {
             }
             let req = json!({"v": 1, "op": "reserve", "period_ns": a.period_ns,
                              "budget_ns": a.budget_ns, "class": a.class});
+            let q0 = runq_now();
             let t0 = Instant::now();
             let (r, read) = c.ask(&req)?;
+            let q1 = runq(q0);
             let Some(id) = r["reservation"]["id"].as_u64() else {
                 failures.push(r.to_string());
                 continue;
             };
             reserve_ns.push((read - t0).as_nanos() as u64);
+            reserve_runq_ns.push(q1);
+            let q2 = runq_now();
             let t2 = Instant::now();
             let (rr, read) = c.ask(&json!({"v": 1, "op": "release", "id": id}))?;
+            let q3 = runq(q2);
             if rr["result"] == "released" {
                 release_ns.push((read - t2).as_nanos() as u64);
+                release_runq_ns.push(q3);
             } else {
                 failures.push(format!("release: {rr}"));
             }
@@ -163,7 +188,12 @@ fn client(a: &Args) -> Value {
     if let Err(e) = run() {
         failures.push(e.to_string());
     }
-    json!({"reserve_ns": reserve_ns, "release_ns": release_ns, "failures": failures})
+    let mut out = json!({"reserve_ns": reserve_ns, "release_ns": release_ns, "failures": failures});
+    if a.runq {
+        out["reserve_runq_ns"] = json!(reserve_runq_ns);
+        out["release_runq_ns"] = json!(release_runq_ns);
+    }
+    out
 }
 
 fn main() {
@@ -197,9 +227,23 @@ fn main() {
         if a.list {
             cmd.args(["--op", "list"]);
         }
+        if a.runq {
+            cmd.arg("--runq");
+        }
         kids.push(cmd.spawn().expect("spawn a client"));
     }
+    let keys = [
+        "reserve_ns",
+        "release_ns",
+        "failures",
+        "reserve_runq_ns",
+        "release_runq_ns",
+    ];
     let mut all = json!({"reserve_ns": [], "release_ns": [], "failures": []});
+    if a.runq {
+        all["reserve_runq_ns"] = json!([]);
+        all["release_runq_ns"] = json!([]);
+    }
     for mut k in kids {
         let mut out = String::new();
         let _ = k.stdout.take().map(|mut s| s.read_to_string(&mut out));
@@ -207,7 +251,7 @@ fn main() {
         let one: Value = serde_json::from_str(out.trim()).unwrap_or_else(
             |_| json!({"failures": [format!("a client printed no result: {out:?}")]}),
         );
-        for key in ["reserve_ns", "release_ns", "failures"] {
+        for key in keys {
             if let (Some(dst), Some(src)) = (all[key].as_array_mut(), one[key].as_array()) {
                 dst.extend(src.iter().cloned());
             }

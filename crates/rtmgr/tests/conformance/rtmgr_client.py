@@ -485,6 +485,7 @@ def bench(args):
                "--period-ns", str(args.period_ns), "--budget-ns", str(args.budget_ns)]
         cmd += ["--spin"] if spin else []
         cmd += ["--op", "list"] if args.op == "list" else []
+        cmd += ["--runq"] if args.runq else []
         driver = subprocess.Popen(cmd, stdout=subprocess.PIPE)
         kids, start_at = [], time.monotonic() + 0.2
         r, w = driver.stdout.fileno(), os.open("/dev/null", os.O_WRONLY)
@@ -531,6 +532,9 @@ def bench(args):
         one = json.loads(line)
         for k in ("reserve_ns", "release_ns", "failures"):
             cell[k] += one[k]
+        for k in ("reserve_runq_ns", "release_runq_ns"):
+            if k in one:
+                cell[k] = cell.get(k, []) + one[k]
     cell["bystander_list_ns"] = []
     for line in side_data.decode().splitlines():
         one = json.loads(line)
@@ -758,6 +762,9 @@ def main():
                    help="list: the driver asks `list` instead (no grant): the cell's floor")
     b.add_argument("--driver", help="a client program that makes the round trips instead of forked "
                    "Python clients (bench/grant-latency.sh's CLIENT_PROGRAM=lean)")
+    b.add_argument("--runq", action="store_true",
+                   help="with --driver: also keep, per round trip, how long the client's own thread "
+                   "waited runnable for a CPU (bench/grant-latency.sh's RUNQ=1)")
     b.add_argument("--out")
     f = sub.add_parser("floor")
     f.add_argument("--cpuset-dir", required=True)
