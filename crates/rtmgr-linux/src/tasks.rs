@@ -13,6 +13,8 @@ pub struct TaskInfo {
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
+    /// R running or queued, S/D asleep, T/t stopped, Z zombie, X dead…
+    pub state: char,
     pub kthread: bool,
     /// The kernel forbids changing this task's affinity (per-CPU kernel thread).
     pub no_setaffinity: bool,
@@ -37,6 +39,7 @@ pub fn parse_stat(pid: u32, tid: u32, text: &str) -> Option<TaskInfo> {
         pid,
         tid,
         comm: st.comm.to_string(),
+        state: st.state,
         kthread: st.flags & PF_KTHREAD != 0,
         no_setaffinity: st.flags & PF_NO_SETAFFINITY != 0,
         start_time: st.starttime,
@@ -96,11 +99,25 @@ pub fn find_process(host: &Host, comm: &str) -> Option<TaskInfo> {
 }
 
 /// Does the task (tid) still exist with this start time?
+///
+/// A thread once matched is held by a handle (a thread pidfd, `Host::
+/// hold_task`): while it has not exited it is still that thread, and the
+/// answer costs a poll(2) instead of a /proc read and parse. The handle is
+/// taken before the read, so that it cannot be a later task's that was given
+/// the number in between.
 pub fn same_task(host: &Host, tid: u32, start_time: u64) -> bool {
-    host.read_opt(format!("/proc/{tid}/stat"))
+    if host.held_task_alive(tid, start_time) {
+        return true;
+    }
+    let handle = host.task_handle(tid);
+    let same = host
+        .read_opt(format!("/proc/{tid}/stat"))
         .and_then(|t| parse_stat(tid, tid, &t))
-        .map(|t| t.start_time == start_time)
-        .unwrap_or(false)
+        .is_some_and(|t| t.start_time == start_time);
+    if let (true, Some(h)) = (same, handle) {
+        host.hold_task(tid, start_time, h);
+    }
+    same
 }
 
 /// Is the task runnable (state R in /proc/<tid>/stat: running or queued)?

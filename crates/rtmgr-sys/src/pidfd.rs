@@ -14,20 +14,34 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 #[derive(Debug)]
 pub struct Pidfd(OwnedFd);
 
+/// `PIDFD_THREAD` (Linux 6.9, include/uapi/linux/pidfd.h, = O_EXCL): a
+/// pidfd for one thread, readable once that thread has exited.
+const PIDFD_THREAD: u32 = libc::O_EXCL as u32;
+
 impl Pidfd {
     /// `pidfd_open(pid)`: ESRCH when no such process.
     pub fn open(pid: u32) -> io::Result<Pidfd> {
-        let raw = i32::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let pid = Pid::from_raw(raw).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        rustix::process::pidfd_open(pid, PidfdFlags::empty())
-            .map(Pidfd)
-            .map_err(io_err)
+        open_with(pid, PidfdFlags::empty())
+    }
+
+    /// `pidfd_open(tid, PIDFD_THREAD)`: one thread, leader or not, readable
+    /// once that thread has exited (Linux 6.9; EINVAL before).
+    pub fn open_thread(tid: u32) -> io::Result<Pidfd> {
+        open_with(tid, PidfdFlags::from_bits_retain(PIDFD_THREAD))
     }
 
     /// Has the process exited (the pidfd is readable)?
     pub fn exited(&self) -> bool {
         matches!(poll_readable(&[self.0.as_fd()], 0), Ok(r) if r[0])
     }
+}
+
+fn open_with(pid: u32, flags: PidfdFlags) -> io::Result<Pidfd> {
+    let raw = i32::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let pid = Pid::from_raw(raw).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    rustix::process::pidfd_open(pid, flags)
+        .map(Pidfd)
+        .map_err(io_err)
 }
 
 impl AsFd for Pidfd {
@@ -126,6 +140,35 @@ mod tests {
         assert!(fd.exited());
         child.wait().unwrap();
         assert!(Pidfd::open(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn a_thread_is_watched_until_it_exits_not_its_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(crate::sched::gettid() as u32).unwrap();
+            wait.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let fd = match Pidfd::open_thread(tid) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                eprintln!("skipped: no PIDFD_THREAD before Linux 6.9 ({e})");
+                go.send(()).unwrap();
+                t.join().unwrap();
+                return;
+            }
+            Err(e) => panic!("pidfd_open(PIDFD_THREAD): {e}"),
+        };
+        assert!(!fd.exited(), "the thread is alive");
+        assert!(
+            Pidfd::open(tid).is_err(),
+            "without PIDFD_THREAD a non-leader is refused"
+        );
+        go.send(()).unwrap();
+        t.join().unwrap();
+        assert!(fd.exited(), "the thread has exited, its process has not");
     }
 
     #[test]

@@ -18,8 +18,16 @@ use rtmgr_core::partition::drift_events::{
 };
 use rtmgr_core::CpuSet;
 
-/// Look for drift once and repair it; counts go to `status`.
+/// Look for drift once and repair it; counts go to `status`. Then the
+/// handles `tasks::same_task` took on threads no grant names any more are
+/// closed (a descriptor each, `host/task_handles.rs`).
 pub fn reconcile(m: &mut Manager) {
+    look(m);
+    let granted = m.granted_tasks();
+    m.host.keep_task_handles(|tid, start| granted.contains(&(tid, start)));
+}
+
+fn look(m: &mut Manager) {
     for pid in m.exited_clients() {
         m.client_exited(pid);
     }

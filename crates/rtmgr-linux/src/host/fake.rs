@@ -390,6 +390,11 @@ impl Kernel for FakeKernel {
         errno.trim().parse().ok().map(Err)
     }
 
+    /// None: a fake tree's tids are not this machine's.
+    fn task_handle(&self, _tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd> {
+        None
+    }
+
     fn sched_clock_offset(&self, host: &Host) -> std::result::Result<i64, String> {
         read_plain(host, super::FAKE_SCHED_CLOCK_OFFSET)
             .map_or(Ok(0), |v| v.trim().parse().map_err(|e| format!("{e}")))

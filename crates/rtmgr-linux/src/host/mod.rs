@@ -7,6 +7,7 @@
 #[cfg(any(test, feature = "fake"))]
 mod fake;
 mod real;
+mod task_handles;
 #[cfg(test)]
 pub(crate) use fake::HOLD_AFFINITY;
 
@@ -150,12 +151,17 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn probe_fifo(&self, host: &Host) -> Option<std::result::Result<(), i32>>;
     /// The scheduler's clock minus CLOCK_MONOTONIC, ns, or why unknown.
     fn sched_clock_offset(&self, host: &Host) -> std::result::Result<i64, String>;
+    /// A handle on thread `tid` that sees it exit (a thread pidfd); None
+    /// where there is none (a fake tree, a kernel before 6.9).
+    fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd>;
 }
 
 #[derive(Debug, Clone)]
 pub struct Host {
     root: PathBuf,
     kernel: Arc<dyn Kernel>,
+    /// Threads identified before, held (`tasks::same_task`).
+    handles: Arc<task_handles::TaskHandles>,
 }
 
 impl Host {
@@ -164,6 +170,7 @@ impl Host {
         Host {
             root: PathBuf::from("/"),
             kernel: Arc::new(real::RealKernel),
+            handles: Arc::default(),
         }
     }
 
@@ -173,6 +180,7 @@ impl Host {
         Host {
             root: root.into(),
             kernel: Arc::new(fake::FakeKernel),
+            handles: Arc::default(),
         }
     }
 
@@ -190,6 +198,27 @@ impl Host {
                 "RTMGR_SYSROOT is set, but this rtmgr was built without the `fake` feature (a test-only fake machine): unset it".into(),
             ),
         }
+    }
+
+    /// Is the thread known as (tid, start time) alive, by a handle held from
+    /// an earlier match (`hold_task`)? False means "not known": read /proc.
+    pub fn held_task_alive(&self, tid: u32, start_time: u64) -> bool {
+        self.handles.alive(tid, start_time)
+    }
+
+    /// A handle on thread `tid`, to take before its start time is read.
+    pub fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd> {
+        self.kernel.task_handle(tid)
+    }
+
+    /// Hold `handle`, taken before (tid, start time) matched in /proc.
+    pub fn hold_task(&self, tid: u32, start_time: u64, handle: rtmgr_sys::pidfd::Pidfd) {
+        self.handles.keep(tid, start_time, handle);
+    }
+
+    /// Close the held handles of the threads `keep(tid, start time)` refuses.
+    pub fn keep_task_handles(&self, keep: impl Fn(u32, u64) -> bool) {
+        self.handles.retain(keep);
     }
 
     /// May this process change the machine? Root on the real machine; always in a fake tree.

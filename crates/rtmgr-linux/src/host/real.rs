@@ -98,6 +98,10 @@ impl Kernel for RealKernel {
         sched::is_root()
     }
 
+    fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd> {
+        rtmgr_sys::pidfd::Pidfd::open_thread(tid).ok()
+    }
+
     fn read_debugfs(&self, rel: &str) -> Result<String> {
         in_private_debugfs(rel, |p| std::fs::read_to_string(p))
     }

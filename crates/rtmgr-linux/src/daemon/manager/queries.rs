@@ -40,6 +40,22 @@ impl Manager {
         self.grants.values()
     }
 
+    /// Every (tid, start time) a grant names, in effect, being applied or
+    /// waiting for its placement to go back, and the grants' processes.
+    pub(in crate::daemon) fn granted_tasks(&self) -> std::collections::HashSet<(u32, u64)> {
+        self.grants
+            .values()
+            .chain(self.in_flight_grants())
+            .chain(self.deferred.iter().map(|d| &d.grant))
+            .flat_map(|g| {
+                g.threads
+                    .iter()
+                    .map(|t| (t.tid, t.start_time))
+                    .chain([(g.pid, g.pid_start)])
+            })
+            .collect()
+    }
+
     pub(super) fn list(&self, client: &Client) -> Response {
         let reservations = self
             .grants
