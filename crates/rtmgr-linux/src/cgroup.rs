@@ -32,12 +32,17 @@ pub fn task_cgroup(host: &Host, layout: &Layout, tid: u32) -> Option<String> {
 /// `cpuset.cpus.effective` of its cgroup or the nearest parent that has
 /// one); None when the tree does not say.
 pub fn task_cpuset_cpus(host: &Host, layout: &Layout, tid: u32) -> Option<CpuSet> {
-    let rel = task_cgroup(host, layout, tid)?;
+    cpuset_cpus_of(host, layout, &task_cgroup(host, layout, tid)?)
+}
+
+/// The CPUs cgroup `rel` (relative to the mount) allows now, as
+/// `task_cpuset_cpus` reads them for a task in it.
+pub fn cpuset_cpus_of(host: &Host, layout: &Layout, rel: &str) -> Option<CpuSet> {
     let names: &[&str] = match layout {
         Layout::V1(_) => &["cpuset.effective_cpus", "cpuset.cpus"],
         Layout::V2(_) => &["cpuset.cpus.effective"],
     };
-    let mut dir = layout.dir(&rel);
+    let mut dir = layout.dir(rel);
     loop {
         for name in names {
             if let Some(t) = host.read_opt(file(&dir, name)) {

@@ -75,10 +75,15 @@ fn name_of(file: &str, id: u32) -> Option<String> {
 
 /// Is `tid` a thread of process `pid`? Its start time if so.
 pub fn thread_of(host: &Host, pid: u32, tid: u32) -> Option<u64> {
+    thread_info(host, pid, tid).map(|t| t.start_time)
+}
+
+/// Thread `tid` of process `pid` as /proc shows it now; None when it is not one.
+pub fn thread_info(host: &Host, pid: u32, tid: u32) -> Option<tasks::TaskInfo> {
     if !host.exists(format!("/proc/{pid}/task/{tid}")) {
         return None;
     }
-    tasks::info(host, pid, tid).map(|t| t.start_time)
+    tasks::info(host, pid, tid)
 }
 
 /// The ids of `NSpid:` in a /proc status text: the task's id in each PID

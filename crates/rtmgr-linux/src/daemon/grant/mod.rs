@@ -269,7 +269,8 @@ fn note(problems: &mut Vec<String>, what: String, r: Result<(), HostError>) {
     }
 }
 
-fn gone(tid: u32) -> HostError {
+/// Thread `tid` is gone (ESRCH).
+pub fn gone(tid: u32) -> HostError {
     HostError::Io {
         op: "find",
         path: format!("task {tid}"),
@@ -277,15 +278,15 @@ fn gone(tid: u32) -> HostError {
     }
 }
 
-/// A thread of `pid` new to rtmgr, before its steps' snapshots fill it.
-pub fn new_thread(host: &Host, pid: u32, tid: u32) -> Result<ThreadBefore, HostError> {
-    let info = tasks::info(host, pid, tid).ok_or_else(|| gone(tid))?;
-    Ok(ThreadBefore {
+/// A thread new to rtmgr, known by its start time, before its steps'
+/// snapshots fill it.
+pub fn new_thread(tid: u32, start_time: u64) -> ThreadBefore {
+    ThreadBefore {
         tid,
-        start_time: info.start_time,
+        start_time,
         attr: Default::default(),
         affinity: Default::default(),
         cgroup: None,
         cpuset_cpus: None,
-    })
+    }
 }

@@ -121,7 +121,11 @@ impl Step<GrantSteps> for Affinity {
         let (cx, draft, g) = (at.cx, at.draft, &mut *at.g);
         for t in g.threads.iter_mut().filter(|t| draft.is_fresh(t)) {
             t.affinity = cx.host.get_affinity(t.tid)?;
-            t.cpuset_cpus = cgroup::task_cpuset_cpus(cx.host, cx.layout, t.tid);
+            // Its cgroup as `Cpuset` (the step before) read it, not read again.
+            t.cpuset_cpus = match &t.cgroup {
+                Some(rel) => cgroup::cpuset_cpus_of(cx.host, cx.layout, rel),
+                None => cgroup::task_cpuset_cpus(cx.host, cx.layout, t.tid),
+            };
         }
         Ok(())
     }

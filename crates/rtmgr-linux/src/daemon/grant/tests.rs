@@ -50,7 +50,10 @@ fn machine() -> (FakeMachine, Layout, Grant) {
         cpu: 1,
         class: "rt1:10".into(),
         demand: Demand::new(10_000_000, 2_000_000, None, Kind::Soft { priority: 10 }).unwrap(),
-        threads: vec![new_thread(&host, PID, PID).unwrap()],
+        threads: vec![new_thread(
+            PID,
+            crate::tasks::info(&host, PID, PID).unwrap().start_time,
+        )],
         limits: Vec::new(),
         irq: Some((IRQ, String::new())),
         cgroup: Some(PathBuf::from(RT_SET)),

@@ -8,7 +8,7 @@ use super::dl_leak::LeakWatch;
 use super::domains::Domains;
 use super::grant;
 use super::grants_journal::{Grant, GrantJournal, Record, ThreadBefore};
-use super::peer::{thread_of, Client};
+use super::peer::{thread_info, Client};
 use crate::partition::Applied;
 use crate::resources::grant::IoprioChange;
 use crate::{tasks, Host, HostError};
@@ -309,14 +309,14 @@ impl Manager {
     /// Each thread belongs to the process (the caller, or the one it named) and holds no grant yet.
     pub(in crate::daemon) fn check_threads(&self, pid: u32, tids: &[u32]) -> Result<(), Response> {
         for &tid in tids {
-            if thread_of(&self.host, pid, tid).is_none() {
+            let Some(info) = thread_info(&self.host, pid, tid) else {
                 return Err(refused(
                     RefusalKind::Permission,
                     format!("thread {tid} is not a thread of process {pid}"),
                 ));
-            }
+            };
             // A zombie (or dead) thread will never run: nothing to grant.
-            if let Some(st @ ('Z' | 'X')) = tasks::state(&self.host, tid) {
+            if let st @ ('Z' | 'X') = info.state {
                 return Err(Response::error(
                     ErrorCode::Gone,
                     format!(
@@ -341,10 +341,12 @@ impl Manager {
 
     /// Each thread's before-state: read afresh (`fresh`), or taken over
     /// from a grant still being revoked, with its I/O priority change.
+    /// `started`: each thread's start time, read for this request (a
+    /// thread not in it has gone).
     fn threads_before(
         &mut self,
-        pid: u32,
         tids: &[u32],
+        started: &[(u32, u64)],
         io_target: Option<u16>,
         resources: &mut crate::resources::grant::GrantResources,
     ) -> Result<(Vec<ThreadBefore>, Vec<u32>), Response> {
@@ -361,7 +363,12 @@ impl Manager {
                 }
                 None => {
                     fresh_tids.push(tid);
-                    grant::new_thread(&self.host, pid, tid).map_err(gone)?
+                    let start_time = started
+                        .iter()
+                        .find(|&&(t, _)| t == tid)
+                        .map(|&(_, s)| s)
+                        .ok_or_else(|| gone(grant::gone(tid)))?;
+                    grant::new_thread(tid, start_time)
                 }
             };
             threads.push(t);
