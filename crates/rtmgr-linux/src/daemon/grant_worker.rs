@@ -32,6 +32,8 @@ pub struct ApplyWork {
     pub busy_pending: bool,
     /// Threads held from SCHED_DEADLINE (`grant::Cx::held`).
     pub held: Vec<u32>,
+    /// Threads whose cgroup the snapshot read (`grant::Cx::fresh`).
+    pub fresh: Vec<u32>,
 }
 
 impl ApplyWork {
@@ -43,6 +45,7 @@ impl ApplyWork {
         let mut cx = grant::Cx::new(&self.host, &self.layout, self.first_of_pid);
         cx.busy_pending = self.busy_pending;
         cx.held = self.held.clone();
+        cx.fresh = self.fresh.clone();
         let g = &self.grant;
         let applied = grant::apply(&cx, g);
         let ebusy = applied

@@ -24,7 +24,8 @@ use rtmgr_core::CpuSet;
 pub fn reconcile(m: &mut Manager) {
     look(m);
     let granted = m.granted_tasks();
-    m.host.keep_task_handles(|tid, start| granted.contains(&(tid, start)));
+    m.host
+        .keep_task_handles(|tid, start| granted.contains(&(tid, start)));
 }
 
 fn look(m: &mut Manager) {

@@ -57,6 +57,10 @@ pub struct Cx<'a> {
     /// be SCHED_DEADLINE before its 0-lag time: they wait at SCHED_FIFO 1
     /// (`pending.rs`, `zero_lag.rs`).
     pub held: Vec<u32>,
+    /// Threads new to rtmgr whose cgroup the snapshot just read (`Draft::
+    /// fresh_tids`): one found outside the grant's cpuset there is moved
+    /// without a second look (`placement::Cpuset`).
+    pub fresh: Vec<u32>,
 }
 
 impl<'a> Cx<'a> {
@@ -67,6 +71,7 @@ impl<'a> Cx<'a> {
             process_limits,
             busy_pending: false,
             held: Vec::new(),
+            fresh: Vec::new(),
         }
     }
 }

@@ -42,11 +42,15 @@ impl Step<GrantSteps> for Cpuset {
         let Some(dir) = target(cx.layout, g) else {
             return Ok(());
         };
+        let want = cgroup::rel_path(cx.layout, dir);
         for t in &g.threads {
             // A thread taken over from a grant still being revoked is there
             // already: an attach costs the kernel's cgroup locks (up to a
-            // grace period, milliseconds) even when it moves nothing.
-            if in_target(cx, g, t.tid) {
+            // grace period, milliseconds) even when it moves nothing. One
+            // the snapshot just found elsewhere is not read again.
+            let found_elsewhere =
+                cx.fresh.contains(&t.tid) && t.cgroup.as_deref() != Some(want.as_str());
+            if !found_elsewhere && in_target(cx, g, t.tid) {
                 continue;
             }
             cgroup::attach(cx.host, cx.layout, dir, t.tid)?;

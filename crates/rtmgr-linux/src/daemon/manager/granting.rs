@@ -25,6 +25,8 @@ pub enum Answer {
 pub(in crate::daemon) struct Allowed<'a> {
     pub v: &'a ValidReserve,
     pub tids: Vec<u32>,
+    /// Each thread's start time, as `check_threads` read it.
+    pub started: Vec<(u32, u64)>,
     pub irq: Option<u32>,
     pub limits: (u64, u64),
 }
@@ -83,15 +85,12 @@ impl Manager {
         let Allowed {
             v,
             tids,
+            started: before,
             irq,
             limits,
         } = ask;
         let pid = client.cred.pid;
         let count = tids.len() as u32;
-        let before: Vec<(u32, u64)> = tids
-            .iter()
-            .filter_map(|&t| tasks::info(&self.host, pid, t).map(|i| (t, i.start_time)))
-            .collect();
         let held = self
             .grants
             .values()
@@ -183,6 +182,7 @@ impl Manager {
             held: self
                 .zero_lag
                 .held_of(g.threads.iter().map(|t| t.tid), mono_ns()),
+            fresh: draft.fresh_tids.clone(),
         })
     }
 

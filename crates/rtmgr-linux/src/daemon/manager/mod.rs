@@ -281,7 +281,7 @@ impl Manager {
             None => crate::daemon::peer::translate_tids(&self.host, pid, &v.threads),
             _ => v.threads.clone(),
         };
-        self.check_threads(pid, &tids)?;
+        let started = self.check_threads(pid, &tids)?;
         let irq = self.resolve_irq(v.irq.as_ref())?;
         let count = tids.len() as u32;
         let ask = Ask {
@@ -297,6 +297,7 @@ impl Manager {
         let ask = Allowed {
             v,
             tids,
+            started,
             irq,
             limits: (allow.rttime_us, allow.memlock_bytes),
         };
@@ -306,8 +307,14 @@ impl Manager {
         }
     }
 
-    /// Each thread belongs to the process (the caller, or the one it named) and holds no grant yet.
-    pub(in crate::daemon) fn check_threads(&self, pid: u32, tids: &[u32]) -> Result<(), Response> {
+    /// Each thread belongs to the process (the caller, or the one it named)
+    /// and holds no grant yet. Each thread's start time, as read.
+    pub(in crate::daemon) fn check_threads(
+        &self,
+        pid: u32,
+        tids: &[u32],
+    ) -> Result<Vec<(u32, u64)>, Response> {
+        let mut started = Vec::with_capacity(tids.len());
         for &tid in tids {
             let Some(info) = thread_info(&self.host, pid, tid) else {
                 return Err(refused(
@@ -335,8 +342,9 @@ impl Manager {
                     format!("thread {tid} already holds reservation {}", g.id),
                 ));
             }
+            started.push((tid, info.start_time));
         }
-        Ok(())
+        Ok(started)
     }
 
     /// Each thread's before-state: read afresh (`fresh`), or taken over

@@ -134,7 +134,7 @@ impl Rtkit {
             m.revoke_id(id);
         }
         self.high.lower(m, tid);
-        m.check_threads(pid, &[tid]).map_err(refusal)?;
+        let started = m.check_threads(pid, &[tid]).map_err(refusal)?;
         let priority = priority as u8;
         let v = ValidReserve {
             demand: self.cfg.demand(priority).map_err(failed)?,
@@ -152,6 +152,7 @@ impl Rtkit {
         let ask = Allowed {
             v: &v,
             tids: vec![tid],
+            started,
             irq: None,
             limits: (self.cfg.rttime_usec_max, 0),
         };
