@@ -17,7 +17,11 @@
 #   WORKERS="on off" ROUNDS=3: each round runs every cell with the daemon's
 #   grant worker on, then off ([serve] grant_worker), a fresh daemon each,
 #   so the two are compared in the same minutes; a cell's figures merge its
-#   rounds. A bystander client (SCHED_FIFO 2) asks `list` every 2 ms during each cell.
+#   rounds. A bystander client (SCHED_FIFO 2) asks `list` every 2 ms during each cell;
+#   BYSTANDER=0: none (its ~0.25 ms of Python per `list`, above the daemon,
+#   is then not taken from the clients on the NRT CPU).
+#   RUNQ=1 (lean clients): each round trip's share the client's own thread
+#   waited runnable for a CPU (schedstat run delay), as reserve_client_runq.
 #   CLIENT_PROGRAM=lean: the round trips are made by crates/rtmgr/examples/
 #   grant_client.rs (a few µs of CPU each) instead of forked Python clients
 #   (~0.5 ms each, which 16 or 64 clients queue for on one RT CPU); the
@@ -72,7 +76,7 @@ fi
 take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
+COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} BYSTANDER=${BYSTANDER:-1} RUNQ=${RUNQ:-0} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 # Where the daemon keeps its state (journals, socket): /run on a usual
 # system is tmpfs; STATE_PARENT=/dev/shm puts it on tmpfs where /run is not.
 STATE=$(mktemp -d "${STATE_PARENT:-/tmp}/rtmgr-grant-latency.XXXXXX")
@@ -272,7 +276,7 @@ for round in $(seq "$ROUNDS"); do
           echo "round $round/$ROUNDS, worker $worker: $class $state, $clients client(s)" >&2
           budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
           "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
-            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} ${DRIVER:+--driver "$DRIVER"} $([ "${RUNQ:-0}" = 1 ] && [ -n "$DRIVER" ] && echo --runq) \
+            --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} ${DRIVER:+--driver "$DRIVER"} $([ "${RUNQ:-0}" = 1 ] && [ -n "$DRIVER" ] && echo --runq) $([ "${BYSTANDER:-1}" = 0 ] && echo --no-bystander) \
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done
@@ -280,7 +284,7 @@ for round in $(seq "$ROUNDS"); do
       # no kernel step) through the same socket and loop.
       if [ -n "$DRIVER" ]; then
         echo "round $round/$ROUNDS, worker $worker: list floor, $clients client(s)" >&2
-        "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --op list --driver "$DRIVER" \
+        "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --op list --driver "$DRIVER" $([ "${BYSTANDER:-1}" = 0 ] && echo --no-bystander) \
           --requests "$N" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
           --out "$OUT/cell-$worker-r$round-list-sleeping-$(printf %02d "$clients").json" 9>&-
       fi
