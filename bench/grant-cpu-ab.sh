@@ -38,19 +38,8 @@ snap() { for t in /proc/"$DPID"/task/*; do
 for round in $(seq "$ROUNDS"); do
   for side in A B; do
     RTMGR=$([ $side = A ] && echo "$A" || echo "$B")
-    STATE=$(mktemp -d /tmp/rtmgr-cpu-ab.XXXXXX); chmod 755 "$STATE"
-    cat > "$STATE/rtmgr.toml" <<CFG
-rt_cpus = "$RT_CPU"
-[serve]
-state_dir = "$STATE/state"
-balancer = false
-[[client]]
-users = ["root"]
-max_priority = 98
-max_reservations = 256
-requests_per_burst = 1000000
-burst_s = 1
-CFG
+    STATE=$(mktemp -d /tmp/rtmgr-cpu-ab.XXXXXX)
+    write_scratch_config on
     start_scratch_daemon
     echo "round $round/$ROUNDS: $side" >&2
     snap > "$STATE/before"

@@ -82,25 +82,6 @@ COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-pyt
 STATE=$(mktemp -d "${STATE_PARENT:-/tmp}/rtmgr-grant-latency.XXXXXX")
 SOCK=$STATE/state/rtmgr.sock
 RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
-# The daemon's config, with its grant worker on or off ($1).
-write_config() {
-  mkdir -p "$STATE"
-  chmod 755 "$STATE"
-  cat > "$STATE/rtmgr.toml" <<CFG
-rt_cpus = "$RT_CPU"
-[serve]
-state_dir = "$STATE/state"
-balancer = false
-grant_worker = $([ "$1" = on ] && echo true || echo false)
-$([ -n "$METRICS_ADDR" ] && echo "metrics = \"$METRICS_ADDR\"")
-[[client]]
-users = ["root"]
-max_priority = 98
-max_reservations = 256
-requests_per_burst = 1000000
-burst_s = 1
-CFG
-}
 . bench/scratch-daemon.sh
 finish() {
   trap - INT TERM EXIT
@@ -243,7 +224,7 @@ PYEOF
 trap finish EXIT
 trap 'exit 130' INT TERM
 set -- $WORKERS
-write_config "$1"
+write_scratch_config "$1"
 start_scratch_daemon
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -268,7 +249,7 @@ fi
 for round in $(seq "$ROUNDS"); do
   for worker in $WORKERS; do
     stop_scratch_daemon
-    write_config "$worker"
+    write_scratch_config "$worker"
     start_scratch_daemon
     for clients in $CLIENTS; do
       for class in $CLASSES; do

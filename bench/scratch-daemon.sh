@@ -6,6 +6,28 @@
 export RTMGR_LOCK_HELD=1
 DPID=
 
+# The scratch daemon's config in $STATE/rtmgr.toml: RT CPU $RT_CPU, balancer
+# off, a root rule without rate limit; its grant worker on or off ($1,
+# default on), its metrics at $METRICS_ADDR when set.
+write_scratch_config() {
+  mkdir -p "$STATE"
+  chmod 755 "$STATE"
+  cat > "$STATE/rtmgr.toml" <<CFG
+rt_cpus = "$RT_CPU"
+[serve]
+state_dir = "$STATE/state"
+balancer = false
+grant_worker = $([ "${1:-on}" = on ] && echo true || echo false)
+$([ -n "${METRICS_ADDR:-}" ] && echo "metrics = \"$METRICS_ADDR\"")
+[[client]]
+users = ["root"]
+max_priority = 98
+max_reservations = 256
+requests_per_burst = 1000000
+burst_s = 1
+CFG
+}
+
 start_scratch_daemon() {
   "$RTMGR" serve --config "$STATE/rtmgr.toml" 9>&- 2>"$OUT/serve.log" &
   DPID=$!
