@@ -100,24 +100,16 @@ pub fn find_process(host: &Host, comm: &str) -> Option<TaskInfo> {
 
 /// Does the task (tid) still exist with this start time?
 ///
-/// A thread once matched is held by a handle (a thread pidfd, `Host::
-/// hold_task`): while it has not exited it is still that thread, and the
-/// answer costs a poll(2) instead of a /proc read and parse. The handle is
-/// taken before the read, so that it cannot be a later task's that was given
-/// the number in between.
+/// A granted thread is held by a handle (a thread pidfd taken when its
+/// request was checked, `Host::hold_task`): while it has not exited it is
+/// still that thread, and the answer costs a poll(2) instead of a /proc read
+/// and parse. Any other thread is read.
 pub fn same_task(host: &Host, tid: u32, start_time: u64) -> bool {
-    if host.held_task_alive(tid, start_time) {
-        return true;
-    }
-    let handle = host.task_handle(tid);
-    let same = host
-        .read_opt(format!("/proc/{tid}/stat"))
-        .and_then(|t| parse_stat(tid, tid, &t))
-        .is_some_and(|t| t.start_time == start_time);
-    if let (true, Some(h)) = (same, handle) {
-        host.hold_task(tid, start_time, h);
-    }
-    same
+    host.held_task_alive(tid, start_time)
+        || host
+            .read_opt(format!("/proc/{tid}/stat"))
+            .and_then(|t| parse_stat(tid, tid, &t))
+            .is_some_and(|t| t.start_time == start_time)
 }
 
 /// Is the task runnable (state R in /proc/<tid>/stat: running or queued)?

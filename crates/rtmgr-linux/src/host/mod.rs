@@ -160,7 +160,7 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
 pub struct Host {
     root: PathBuf,
     kernel: Arc<dyn Kernel>,
-    /// Threads identified before, held (`tasks::same_task`).
+    /// Granted threads, held (`tasks::same_task`).
     handles: Arc<task_handles::TaskHandles>,
 }
 
@@ -201,7 +201,7 @@ impl Host {
     }
 
     /// Is the thread known as (tid, start time) alive, by a handle held from
-    /// an earlier match (`hold_task`)? False means "not known": read /proc.
+    /// its grant's check (`hold_task`)? False means "not known": read /proc.
     pub fn held_task_alive(&self, tid: u32, start_time: u64) -> bool {
         self.handles.alive(tid, start_time)
     }

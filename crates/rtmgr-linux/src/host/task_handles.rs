@@ -1,6 +1,6 @@
-//! Handles on the tasks rtmgr has identified (DROPS §4.1: a grant belongs to
-//! a task, not to a number the kernel may hand out again). A thread found
-//! with its start time is then held by a thread pidfd, so that asking again
+//! Handles on the threads rtmgr grants to (DROPS §4.1: a grant belongs to a
+//! task, not to a number the kernel may hand out again). A thread whose
+//! request was checked is held by a thread pidfd, so that asking again
 //! whether it is still that thread costs one poll(2) instead of a /proc read
 //! and parse: a grant and its release ask a dozen times (issue 27).
 

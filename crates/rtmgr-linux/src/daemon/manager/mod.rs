@@ -316,6 +316,9 @@ impl Manager {
     ) -> Result<Vec<(u32, u64)>, Response> {
         let mut started = Vec::with_capacity(tids.len());
         for &tid in tids {
+            // Taken before the read, held once the thread passes: for the
+            // grant's life it answers `tasks::same_task` (host/task_handles.rs).
+            let handle = self.host.task_handle(tid);
             let Some(info) = thread_info(&self.host, pid, tid) else {
                 return Err(refused(
                     RefusalKind::Permission,
@@ -341,6 +344,9 @@ impl Manager {
                     RefusalKind::Permission,
                     format!("thread {tid} already holds reservation {}", g.id),
                 ));
+            }
+            if let Some(h) = handle {
+                self.host.hold_task(tid, info.start_time, h);
             }
             started.push((tid, info.start_time));
         }
