@@ -19,8 +19,8 @@ use rtmgr_core::partition::drift_events::{
 use rtmgr_core::CpuSet;
 
 /// Look for drift once and repair it; counts go to `status`. Then the
-/// handles `tasks::same_task` took on threads no grant names any more are
-/// closed (a descriptor each, `host/task_handles.rs`).
+/// handles taken on granted threads (`Manager::check_threads`) that no grant
+/// names any more are closed (a descriptor each, `host/task_handles.rs`).
 pub fn reconcile(m: &mut Manager) {
     look(m);
     let granted = m.granted_tasks();

@@ -274,8 +274,7 @@ fn note(problems: &mut Vec<String>, what: String, r: Result<(), HostError>) {
     }
 }
 
-/// Thread `tid` is gone (ESRCH).
-pub fn gone(tid: u32) -> HostError {
+fn gone(tid: u32) -> HostError {
     HostError::Io {
         op: "find",
         path: format!("task {tid}"),

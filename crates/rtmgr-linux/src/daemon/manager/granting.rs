@@ -108,8 +108,7 @@ impl Manager {
                 retry_after_ms: None,
             })
         })?;
-        let (threads, fresh_tids) =
-            self.threads_before(&tids, &before, io_target, &mut resources)?;
+        let (threads, fresh_tids) = self.threads_before(&before, io_target, &mut resources);
         // Limits are per process: the first grant of a process sets them,
         // later ones carry the same record, the last one to go restores them.
         let carried = self

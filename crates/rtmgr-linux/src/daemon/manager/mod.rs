@@ -355,18 +355,17 @@ impl Manager {
 
     /// Each thread's before-state: read afresh (`fresh`), or taken over
     /// from a grant still being revoked, with its I/O priority change.
-    /// `started`: each thread's start time, read for this request (a
-    /// thread not in it has gone).
+    /// `started`: each thread and its start time, as `check_threads` read
+    /// them for this request.
     fn threads_before(
         &mut self,
-        tids: &[u32],
         started: &[(u32, u64)],
         io_target: Option<u16>,
         resources: &mut crate::resources::grant::GrantResources,
-    ) -> Result<(Vec<ThreadBefore>, Vec<u32>), Response> {
+    ) -> (Vec<ThreadBefore>, Vec<u32>) {
         let mut threads = Vec::new();
         let mut fresh_tids = Vec::new();
-        for &tid in tids {
+        for &(tid, start_time) in started {
             // A thread still leaving an earlier grant keeps that grant's before-state.
             let t = match self.take_deferred_thread(tid, io_target.is_some()) {
                 Some((t, io)) => {
@@ -377,17 +376,12 @@ impl Manager {
                 }
                 None => {
                     fresh_tids.push(tid);
-                    let start_time = started
-                        .iter()
-                        .find(|&&(t, _)| t == tid)
-                        .map(|&(_, s)| s)
-                        .ok_or_else(|| gone(grant::gone(tid)))?;
                     grant::new_thread(tid, start_time)
                 }
             };
             threads.push(t);
         }
-        Ok((threads, fresh_tids))
+        (threads, fresh_tids)
     }
 
     /// The answer for a grant in effect, which the Manager now holds: what
