@@ -19,14 +19,15 @@
 #   so the two are compared in the same minutes; a cell's figures merge its
 #   rounds. A bystander client (SCHED_FIFO 2) asks `list` every 2 ms during each cell;
 #   BYSTANDER=0: none (its ~0.25 ms of Python per `list`, above the daemon,
-#   is then not taken from the clients on the NRT CPU).
+#   is then not taken from the clients on the NRT CPU). With
+#   CLIENT_PROGRAM=lean the bystander is the lean program too (a few µs
+#   per `list`; grant_client --bystander).
 #   RUNQ=1 (lean clients): each round trip's share the client's own thread
 #   waited runnable for a CPU (schedstat run delay), as reserve_client_runq.
 #   CLIENT_PROGRAM=lean: the round trips are made by crates/rtmgr/examples/
 #   grant_client.rs (a few µs of CPU each) instead of forked Python clients
 #   (~0.5 ms each, which 16 or 64 clients queue for on one RT CPU); the
-#   bystander, the counters and the daemon's times stay the conformance
-#   client's. Each concurrency gets a floor cell, class `list`: the same
+#   counters and the daemon's times stay the conformance client's. Each concurrency gets a floor cell, class `list`: the same
 #   clients asking `list` twice a loop (no grant, no kernel step).
 #   The daemon's own time per answer (request read until answer written,
 #   its `rtmgr_answer_seconds` histogram, scraped around each cell) is

@@ -16,6 +16,14 @@
 //! CPU (its schedstat run delay: the client's share, not the daemon's). With `--op list` each round trip is a `list` instead (two per
 //! loop, timed as reserve and release): the same clients, socket and
 //! daemon loop without a grant's kernel steps, the floor beside a cell.
+//!
+//!   grant_client --socket S --bystander [--start-at NS]
+//!
+//! The bench's bystander instead: one connection asking `list` every 2 ms,
+//! asleep in recv, until its stdin is closed (the bench runs it at
+//! SCHED_FIFO 2). Prints list_ns, failures and fifo (its policy was
+//! SCHED_FIFO): the Python bystander's figures for a few µs of CPU per
+//! `list` instead of ~0.25 ms taken from the cell's clients on the NRT CPU.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -38,6 +46,8 @@ struct Args {
     runq: bool,
     /// A child: start at this wall-clock time (ns since the epoch).
     start_at: Option<u128>,
+    /// The bench's bystander: `list` every 2 ms until stdin closes.
+    bystander: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -52,6 +62,7 @@ fn parse() -> Result<Args, String> {
         list: false,
         runq: false,
         start_at: None,
+        bystander: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -66,6 +77,7 @@ fn parse() -> Result<Args, String> {
             "--budget-ns" => a.budget_ns = num(v()?)?,
             "--spin" => a.spin = true,
             "--runq" => a.runq = true,
+            "--bystander" => a.bystander = true,
             "--op" => match v()?.as_str() {
                 "list" => a.list = true,
                 "reserve" => a.list = false,
@@ -143,9 +155,7 @@ fn client(a: &Args) -> Value {
     let (mut reserve_runq_ns, mut release_runq_ns) = (Vec::new(), Vec::new());
     let runq = |since: u64| if a.runq { run_delay_ns() - since } else { 0 };
     let runq_now = || if a.runq { run_delay_ns() } else { 0 };
-    let start_at = a.start_at.unwrap_or(0);
-    let wait = start_at.saturating_sub(now_epoch_ns());
-    std::thread::sleep(Duration::from_nanos(wait as u64));
+    sleep_until_epoch(a.start_at);
     let mut run = || -> std::io::Result<()> {
         let mut c = Conn::open(&a.socket, a.spin)?;
         for _ in 0..a.requests {
@@ -196,6 +206,55 @@ fn client(a: &Args) -> Value {
     out
 }
 
+/// Sleep until `start_at` (ns since the epoch), if given.
+fn sleep_until_epoch(start_at: Option<u128>) {
+    let wait = start_at.unwrap_or(0).saturating_sub(now_epoch_ns());
+    std::thread::sleep(Duration::from_nanos(wait as u64));
+}
+
+/// Is this thread SCHED_FIFO (/proc/thread-self/stat, field 41)?
+fn is_fifo() -> bool {
+    std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|s| {
+            let after_comm = &s[s.rfind(')')? + 2..];
+            after_comm.split_whitespace().nth(38)?.parse::<u32>().ok()
+        })
+        == Some(1)
+}
+
+/// The bench's bystander: a timed `list` every 2 ms, until stdin closes.
+fn bystander(a: &Args) -> Value {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        seen.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let (mut list_ns, mut failures) = (Vec::new(), Vec::new());
+    sleep_until_epoch(a.start_at);
+    match Conn::open(&a.socket, false) {
+        Ok(mut c) => {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(2));
+                let t0 = Instant::now();
+                match c.ask(&json!({"v": 1, "op": "list"})) {
+                    Ok((r, read)) if r["result"] == "list" => {
+                        list_ns.push((read - t0).as_nanos() as u64)
+                    }
+                    Ok((r, _)) => failures.push(format!("list: {r}")),
+                    Err(e) => {
+                        failures.push(format!("bystander: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        Err(e) => failures.push(format!("bystander: {e}")),
+    }
+    json!({"list_ns": list_ns, "failures": failures, "fifo": is_fifo()})
+}
+
 fn main() {
     let a = match parse() {
         Ok(a) => a,
@@ -204,6 +263,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if a.bystander {
+        println!("{}", bystander(&a));
+        return;
+    }
     if a.start_at.is_some() {
         println!("{}", client(&a));
         return;

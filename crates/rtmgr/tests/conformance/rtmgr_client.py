@@ -366,6 +366,14 @@ def bench_client(path, cls, spin, n, period_ns, budget_ns, start_at, w):
     os.write(w, (json.dumps(out) + "\n").encode())
 
 
+def fifo_if_allowed():
+    """SCHED_FIFO 2 for the calling process if it may (root), else nothing."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))
+    except OSError:
+        pass
+
+
 def bystander(path, start_at, stop_r, w):
     """Another client during a cell: a `list` every 2 ms, asleep in recv,
     timed (is anyone's answer held up by the grants of others?). At
@@ -497,7 +505,15 @@ def bench(args):
     br, bw = os.pipe()
     # --no-bystander: none (its own CPU, ~0.25 ms of Python per `list` at
     # SCHED_FIFO 2, is then not taken from the cell's clients on the NRT CPU).
-    side = os.fork() if not args.no_bystander else None
+    # With a lean driver the bystander is the lean program too (a few µs
+    # per `list`), run until the stop pipe closes, at SCHED_FIFO 2 if it may.
+    lean_side = None
+    if driver is not None and not args.no_bystander:
+        lean_side = subprocess.Popen(
+            [args.driver, "--socket", args.socket, "--bystander",
+             "--start-at", str(time.time_ns() + 200_000_000)],
+            stdin=stop_r, stdout=bw, preexec_fn=fifo_if_allowed)
+    side = os.fork() if not args.no_bystander and lean_side is None else None
     if side == 0:
         os.close(r)
         os.close(w)
@@ -522,6 +538,8 @@ def bench(args):
         side_data = f.read()
     if side is not None:
         os.waitpid(side, 0)
+    if lean_side is not None:
+        lean_side.wait()
     cell = {"clients": args.clients, "class": "list" if args.op == "list" else args.cls,
             "state": args.state, "requests": per * args.clients,
             "client": "lean" if args.driver else "python",
