@@ -33,6 +33,12 @@ pub struct ThreadBefore {
     /// kernel's, not the program's, and is not written back (`grant::placement`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpuset_cpus: Option<CpuSet>,
+    /// No SCHED_DEADLINE for it before this (CLOCK_MONOTONIC, ns): it left
+    /// an earlier hard grant with its budget spent, and its old server's
+    /// 0-lag time was still ahead at this grant (`daemon/zero_lag.rs`).
+    /// Journalled so that a daemon restarted during the hold keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until_ns: Option<u64>,
 }
 
 /// A limit before and after the grant.

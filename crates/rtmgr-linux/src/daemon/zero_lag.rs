@@ -97,13 +97,6 @@ impl ZeroLag {
         self.until.get(&tid).copied().filter(|&z| z > now_ns)
     }
 
-    /// Of `tids`, those held now.
-    pub fn held_of(&self, tids: impl IntoIterator<Item = u32>, now_ns: u64) -> Vec<u32> {
-        tids.into_iter()
-            .filter(|&t| self.until(t, now_ns).is_some())
-            .collect()
-    }
-
     /// Forget the holds that are over.
     pub fn expire(&mut self, now_ns: u64) {
         self.until.retain(|_, z| *z > now_ns);
@@ -166,7 +159,7 @@ mod tests {
         // A shorter hold noted later does not shorten it.
         z.leaving(&host, 7, spent(-1, 96 * MS), MS, 10 * MS, now);
         assert_eq!(z.until(7, now), until);
-        assert_eq!(z.held_of([7, 8], now), [7]);
+        assert_eq!(z.until(8, now), None);
         let after = until.unwrap();
         assert_eq!(z.until(7, after), None);
         z.expire(after);

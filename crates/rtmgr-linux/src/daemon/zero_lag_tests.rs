@@ -111,3 +111,41 @@ fn a_stranded_thread_before_its_zero_lag_time_is_held_not_set_again() {
     let g = d.grants().next().unwrap().clone();
     assert_eq!(host.get_attr(PID).unwrap(), grant::granted_attr(&g.demand));
 }
+
+/// A daemon killed during a hold: the grant's record carries the hold (it
+/// survives the journal's JSON), so the next daemon, which knows no
+/// earlier server, keeps the thread at SCHED_FIFO 1 until Z, not
+/// SCHED_DEADLINE at its first look (which would strand it).
+#[test]
+fn a_hold_survives_a_restart_of_the_daemon() {
+    let (m, mut d, pending) = released_with(-2_000_000);
+    let host = m.host();
+    assert_eq!(pending, vec![PID]);
+    let id = d.grants().next().unwrap().id;
+    let g = d.grants.remove(&id).unwrap();
+    let z = g.threads[0]
+        .hold_until_ns
+        .expect("the hold is in the record");
+    let json = serde_json::to_string(&g).unwrap();
+    let g: crate::daemon::grants_journal::Grant = serde_json::from_str(&json).unwrap();
+    assert_eq!(g.threads[0].hold_until_ns, Some(z));
+    // What the next daemon starts with: the journal alone.
+    d.pending = Default::default();
+    d.zero_lag = Default::default();
+    let layout = d.applied.layout.clone();
+    let (keep, dropped) = crate::daemon::startup::split_live(&host, &layout, vec![g]);
+    assert!(dropped.is_empty());
+    d.adopt(keep.into_iter().next().unwrap());
+    let st = d.status();
+    assert_eq!(st.pending.len(), 1);
+    let why = st.pending[0].reason.as_deref().unwrap_or_default();
+    assert!(why.contains("0-lag time"), "{why}");
+    assert!(
+        d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
+        "before Z"
+    );
+    assert_eq!(policy(&host), SCHED_FIFO);
+    std::thread::sleep(Duration::from_nanos(z.saturating_sub(mono_ns()) + MS));
+    assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
+    assert_eq!(policy(&host), SCHED_DEADLINE);
+}

@@ -292,5 +292,6 @@ pub fn new_thread(tid: u32, start_time: u64) -> ThreadBefore {
         affinity: Default::default(),
         cgroup: None,
         cpuset_cpus: None,
+        hold_until_ns: None,
     }
 }

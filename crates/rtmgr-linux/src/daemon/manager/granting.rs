@@ -168,6 +168,16 @@ impl Manager {
         let mut cx = grant::Cx::new(&self.host, &layout, first_of_pid);
         cx.busy_pending = busy_pending;
         grant::snapshot(&cx, draft, g).map_err(gone)?;
+        // A hard grant's thread that spent its last server's budget is held
+        // from SCHED_DEADLINE until that server's 0-lag time; journalled.
+        let now = mono_ns();
+        for t in &mut g.threads {
+            t.hold_until_ns = g
+                .demand
+                .is_hard()
+                .then(|| self.zero_lag.until(t.tid, now))
+                .flatten();
+        }
         self.next_id += 1;
         self.journal
             .record(&Record::Grant(Box::new(g.clone())))
@@ -178,9 +188,12 @@ impl Manager {
             grant: g.clone(),
             first_of_pid,
             busy_pending,
-            held: self
-                .zero_lag
-                .held_of(g.threads.iter().map(|t| t.tid), mono_ns()),
+            held: g
+                .threads
+                .iter()
+                .filter(|t| t.hold_until_ns.is_some())
+                .map(|t| t.tid)
+                .collect(),
             fresh: draft.fresh_tids.clone(),
         })
     }

@@ -44,7 +44,8 @@ impl Manager {
                 .get_attr(t.tid)
                 .is_ok_and(|a| grant::is_placeholder(&a))
             {
-                let not_before_ns = self.zero_lag.until(t.tid, now);
+                // From the record, so also after a restart during the hold.
+                let not_before_ns = t.hold_until_ns.filter(|&z| z > now);
                 if fresh && not_before_ns.is_some() {
                     self.pending.held += 1;
                 }
