@@ -187,28 +187,29 @@ impl GrantWorker {
         }
     }
 
-    /// Empty the wake-up socket. The loop must do it whenever the socket
-    /// woke it, whatever it still waits for: the worker writes its byte
-    /// after handing the outcome over, so a loop that took the outcome
-    /// first (`take`, or from another CPU) finds the byte later, and a
-    /// byte left there makes every poll return at once (the loop spun at
-    /// SCHED_FIFO, and the worker beside it on the same CPU never ran).
+    /// Empty the wake-up socket. The loop must do it whenever its poll
+    /// found the socket readable, whatever it still waits for: the worker
+    /// writes its byte after handing the outcome over, so a loop that took
+    /// the outcome first (`take`, or from another CPU) finds the byte
+    /// later, and a byte left there makes every poll return at once (the
+    /// loop spun at SCHED_FIFO, and the worker beside it on the same CPU
+    /// never ran). Only then: a read that finds nothing is a system call
+    /// for nothing (it was seven per grant round trip). One read takes
+    /// every byte there (a stream socket); a full buffer reads again.
     pub fn drain_wake(&self) {
         let mut sink = [0u8; 64];
-        while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}
+        while matches!((&self.wake).read(&mut sink), Ok(n) if n == sink.len()) {}
     }
 
     /// The oldest finished job's outcome, if one is there (without waiting).
     pub fn try_take(&self) -> Option<Outcome> {
-        self.drain_wake();
         self.done.try_recv().ok()
     }
 
-    /// Wait for the oldest job's outcome; None when the worker died.
+    /// Wait for the oldest job's outcome; None when the worker died. Its
+    /// wake-up byte is left for the loop's poll to find (`drain_wake`).
     pub fn take(&self) -> Option<Outcome> {
-        let r = self.done.recv().ok();
-        self.drain_wake();
-        r
+        self.done.recv().ok()
     }
 }
 

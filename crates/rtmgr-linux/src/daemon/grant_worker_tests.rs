@@ -246,6 +246,8 @@ fn a_wake_up_that_comes_after_its_outcome_was_taken_is_emptied() {
         vec![true],
         "the worker's wake-up"
     );
+    // What the loop does when its poll finds the socket readable.
+    d.worker_woke();
     let got = d.take_answers();
     assert_eq!(got.len(), 1, "{got:?}");
     let fd = d.worker_fd().unwrap();

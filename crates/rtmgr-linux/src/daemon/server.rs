@@ -88,7 +88,7 @@ pub fn run_with(
     let mut next_tick = mono_ns() + tick_ms * 1_000_000;
     while !stop.load(Ordering::Relaxed) {
         let polled: Vec<usize> = (0..conns.len()).filter(|&i| conns[i].polled()).collect();
-        let (ready, exited, woken) = {
+        let (ready, exited, woken, worker_woke) = {
             let pidfds = m.pidfds();
             let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2 + polled.len() + pidfds.len());
             fds.push(listener.as_fd());
@@ -96,6 +96,7 @@ pub fn run_with(
             fds.extend(pidfds.iter().map(|(_, fd)| *fd));
             let first_front = fds.len();
             fds.extend(fronts.iter().map(|f| f.fd()));
+            let worker_polled = m.worker_fd().is_some();
             fds.extend(m.worker_fd()); // last: readable = a grant is done
             let wait = wait_ms(next_tick, mono_ns());
             // Every few ms while a thread waits for SCHED_DEADLINE
@@ -109,8 +110,17 @@ pub fn run_with(
                 .map(|((pid, _), _)| *pid)
                 .collect();
             let woken = ready[first_front..first_front + fronts.len()].to_vec();
-            (ready[..1 + polled.len()].to_vec(), exited, woken)
+            let worker_woke = worker_polled && ready.last() == Some(&true);
+            (
+                ready[..1 + polled.len()].to_vec(),
+                exited,
+                woken,
+                worker_woke,
+            )
         };
+        if worker_woke {
+            m.worker_woke();
+        }
         for pid in exited {
             m.client_exited(pid);
         }

@@ -2,8 +2,9 @@
 //! `sched_setaffinity` the test holds (`host::HOLD_AFFINITY`): while one
 //! client's grant is in flight on the worker, another client's `status` is
 //! answered; then the grant's own answer comes. A stop while a `reserve`
-//! waits its turn answers it `shutting_down`. And the wait for the tick in
-//! whole ms, rounded up.
+//! waits its turn answers it `shutting_down`. A wake-up from the worker
+//! that comes after its outcome was taken is emptied. And the wait for the
+//! tick in whole ms, rounded up.
 
 use super::{run, wait_ms};
 use crate::daemon::release::regrant_tests::manager_with;
@@ -131,6 +132,50 @@ fn a_reserve_waiting_its_turn_at_the_stop_is_answered_shutting_down() {
     assert!(reserve.contains("\"shutting_down\""), "{reserve}");
     assert!(list.contains("\"reservations\""), "{list}");
     assert_eq!(d.grants().count(), 1, "only the first client's grant");
+    d.stop_grant_worker();
+}
+
+/// The worker wakes the loop 100 ms after handing an outcome over; a
+/// `list` from another client makes the loop take that outcome (and answer
+/// the grant) before the wake-up comes. The loop empties the socket when
+/// its poll finds the byte: left there, every poll would return at once
+/// (the loop spun at SCHED_FIFO 1). It is empty when the loop stops.
+#[test]
+fn a_wake_up_after_its_outcome_was_taken_is_emptied_by_the_loop() {
+    let me = std::process::id();
+    let m = FakeMachine::new(2).task(me, "client").build();
+    let mut d = manager_with(&m, "rt_cpus = \"1\"\n[[client]]\nusers = [\"*\"]\n");
+    d.start_grant_worker_waking_after(0, &CpuSet::single(0), Duration::from_millis(100));
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("rtmgr.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = {
+        let (sock, stop) = (sock.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let grant = {
+                let sock = sock.clone();
+                std::thread::spawn(move || ask(&sock, RESERVE))
+            };
+            pause(30);
+            let list = ask(&sock, "{\"v\":1,\"op\":\"list\"}\n");
+            let granted = grant.join().unwrap();
+            // The wake-up has come meanwhile, and the loop polled since.
+            pause(300);
+            stop.store(true, Ordering::SeqCst);
+            (granted, list)
+        })
+    };
+    run(&mut d, &listener, 8, 50, &stop, |_| {}).unwrap();
+    let (granted, list) = clients.join().unwrap();
+    assert!(granted.contains("\"granted\""), "{granted}");
+    assert!(list.contains("\"reservations\""), "{list}");
+    let fd = d.worker_fd().unwrap();
+    assert_eq!(
+        rtmgr_sys::pidfd::poll_readable(&[fd], 0).unwrap(),
+        vec![false],
+        "the wake-up was left in the socket"
+    );
     d.stop_grant_worker();
 }
 

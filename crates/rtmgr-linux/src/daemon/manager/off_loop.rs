@@ -151,11 +151,6 @@ impl Manager {
 
     /// Answers of grants finished since the last call, by token.
     pub fn take_answers(&mut self) -> Vec<(u64, Response)> {
-        // Even with nothing in flight: a wake-up may come after its
-        // outcome was taken (`GrantWorker::drain_wake`).
-        if let Some(w) = &self.worker {
-            w.drain_wake();
-        }
         while !self.in_flight.is_empty() {
             match self.worker.as_ref().and_then(|w| w.try_take()) {
                 Some(out) => self.finish_oldest(Some(out)),
@@ -163,6 +158,15 @@ impl Manager {
             }
         }
         std::mem::take(&mut self.answers)
+    }
+
+    /// The loop's poll found the worker's wake-up socket readable: empty
+    /// it, even with nothing in flight (a wake-up may come after its
+    /// outcome was taken; `GrantWorker::drain_wake`).
+    pub fn worker_woke(&self) {
+        if let Some(w) = &self.worker {
+            w.drain_wake();
+        }
     }
 
     /// Wait for every job sent (before an inline grant, and at stop).
