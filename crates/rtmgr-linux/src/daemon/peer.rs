@@ -79,7 +79,12 @@ pub fn thread_of(host: &Host, pid: u32, tid: u32) -> Option<u64> {
 }
 
 /// Thread `tid` of process `pid` as /proc shows it now; None when it is not one.
+/// One open and read where the thread is there (its `task/` entry proves
+/// it is the process's); a fake tree may keep its `stat` at /proc/<tid>.
 pub fn thread_info(host: &Host, pid: u32, tid: u32) -> Option<tasks::TaskInfo> {
+    if let Some(text) = host.read_opt(format!("/proc/{pid}/task/{tid}/stat")) {
+        return tasks::parse_stat(pid, tid, &text);
+    }
     if !host.exists(format!("/proc/{pid}/task/{tid}")) {
         return None;
     }
