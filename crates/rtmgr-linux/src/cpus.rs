@@ -20,9 +20,9 @@ pub fn online(host: &Host) -> Result<CpuSet> {
     read_set(host, "/sys/devices/system/cpu/online")
 }
 
-/// CPUs that exist (online or not).
+/// CPUs that exist (online or not); read once per `Host`.
 pub fn possible(host: &Host) -> Result<CpuSet> {
-    read_set(host, "/sys/devices/system/cpu/possible")
+    host.possible_cpus(|| read_set(host, "/sys/devices/system/cpu/possible"))
 }
 
 /// Groups of SMT siblings (hyper-threads sharing one core), only groups of 2+.

@@ -162,6 +162,9 @@ pub struct Host {
     kernel: Arc<dyn Kernel>,
     /// Granted threads, held (`tasks::same_task`).
     handles: Arc<task_handles::TaskHandles>,
+    /// The possible CPUs, read once (they do not change while the machine
+    /// runs; a release reads them to give a thread its affinity back).
+    possible_cpus: Arc<std::sync::OnceLock<rtmgr_core::CpuSet>>,
 }
 
 impl Host {
@@ -171,6 +174,7 @@ impl Host {
             root: PathBuf::from("/"),
             kernel: Arc::new(real::RealKernel),
             handles: Arc::default(),
+            possible_cpus: Arc::default(),
         }
     }
 
@@ -181,6 +185,7 @@ impl Host {
             root: root.into(),
             kernel: Arc::new(fake::FakeKernel),
             handles: Arc::default(),
+            possible_cpus: Arc::default(),
         }
     }
 
@@ -198,6 +203,18 @@ impl Host {
                 "RTMGR_SYSROOT is set, but this rtmgr was built without the `fake` feature (a test-only fake machine): unset it".into(),
             ),
         }
+    }
+
+    /// The possible CPUs as `read` gives them the first time (`cpus::possible`).
+    pub fn possible_cpus(
+        &self,
+        read: impl FnOnce() -> Result<rtmgr_core::CpuSet>,
+    ) -> Result<rtmgr_core::CpuSet> {
+        if let Some(set) = self.possible_cpus.get() {
+            return Ok(set.clone());
+        }
+        let set = read()?;
+        Ok(self.possible_cpus.get_or_init(|| set).clone())
     }
 
     /// Is the thread known as (tid, start time) alive, by a handle held from
