@@ -259,7 +259,13 @@ impl Step<GrantSteps> for DeadlineWhereItWaits {
         Vec::new()
     }
 
+    /// A soft grant's apply did nothing here, nor does its undo (the
+    /// policy goes back with `SchedAttrs`: one sched_setattr per thread,
+    /// not two).
     fn undo(&self, at: &mut On<'_>) -> Vec<String> {
+        if !at.g.demand.is_hard() {
+            return Vec::new();
+        }
         SchedAttrs.undo(at)
     }
 }
