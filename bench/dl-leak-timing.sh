@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 27: is the bandwidth of a thread set back from SCHED_DEADLINE while
+# it sleeps kept by the kernel (docs/kernel-dl-bandwidth-leak.md), and does
+# it depend on how soon after the thread's last wake-up it is set back
+# (before or after its 0-lag time)? bench/dl-leak-timing.py in each variant,
+# inside a partition as `rtmgr serve` makes it (RT CPU = the last CPU, its
+# cpuset rtmgr-rt/cpuN a root domain of its own), the root domain rebuilt
+# before each variant and at the end. No daemon. Root only; takes the
+# machine lock, applies a partition with a private journal and resets it at
+# the end, also on failure and Ctrl-C.
+#   bash bench/dl-leak-timing.sh [CYCLES] [OUT_DIR]
+#   RTMGR=path/to/rtmgr (default: a release build of this tree)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-40}
+OUT=${2:-bench/results/dl-leak-timing-$(date -u +%Y%m%dT%H%M%SZ)}
+[ "$(id -u)" = 0 ] || { echo "bench/dl-leak-timing.sh: root only" >&2; exit 2; }
+if [ -z "${RTMGR:-}" ]; then
+  cargo build --release -p rtmgr >/dev/null
+  RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
+fi
+. bench/machine-lock.sh
+take_machine_lock
+export RTMGR_LOCK_HELD=1
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d /tmp/rtmgr-dl-leak-timing.XXXXXX)
+J=$WORK/journal.jsonl
+RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
+DOMAIN=
+rebuild() { echo 0 > "$DOMAIN/cpuset.sched_load_balance"; echo 1 > "$DOMAIN/cpuset.sched_load_balance"; }
+finish() {
+  if [ -n "$DOMAIN" ]; then rebuild 2>/dev/null || true; rmdir "$DOMAIN" 2>/dev/null || true; fi
+  [ -e "$J" ] && "$RTMGR" partition reset --journal "$J" 9>&- >/dev/null
+  rm -rf "$WORK"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+"$RTMGR" partition apply --rt-cpus "$RT_CPU" --journal "$J" 9>&- >/dev/null
+PART=$("$RTMGR" partition show --json --journal "$J" 9>&-)
+RT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rt_cgroup"])')
+NRT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
+# The RT CPU's own cpuset, as the daemon makes it (daemon/domains.rs).
+DOMAIN=$RT/cpu$RT_CPU
+mkdir "$DOMAIN"
+echo "$RT_CPU" > "$DOMAIN/cpuset.cpus"
+cat "$RT/cpuset.mems" > "$DOMAIN/cpuset.mems"
+echo 1 > "$DOMAIN/cpuset.sched_load_balance"
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, RT CPU $RT_CPU"
+  echo "\$ bash bench/dl-leak-timing.sh $*"
+} > "$OUT/README.txt"
+: > "$OUT/runs.jsonl"
+# runtime ns, set back µs after the wake-up, gap µs before the next cycle.
+while read -r runtime after gap; do
+  rebuild
+  python3 bench/dl-leak-timing.py "$DOMAIN/tasks" "$NRT/tasks" "$runtime" "$after" "$gap" "$N" \
+    | tee -a "$OUT/runs.jsonl"
+done <<'VARIANTS'
+2000000 1000 2000
+2000000 1000 12000
+500000 1000 2000
+500000 1000 12000
+500000 100 2000
+500000 100 12000
+2000000 100 2000
+2000000 100 12000
+VARIANTS
+python3 - "$OUT/runs.jsonl" <<'PY' | tee -a "$OUT/README.txt"
+import json, sys
+print("runtime/10 ms  set back after wake  gap     admitted  EBUSY  first EBUSY")
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print("%8.1f ms %14d µs %7d µs %8d %6d  %s" % (r["runtime_ns"] / 1e6, r["set_back_after_wake_us"],
+          r["gap_us"], r["admitted"], r["ebusy"], r["first_ebusy"]))
+PY
+echo "written: $OUT/runs.jsonl"
