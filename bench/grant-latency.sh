@@ -22,6 +22,9 @@
 #   is then not taken from the clients on the NRT CPU). With
 #   CLIENT_PROGRAM=lean the bystander is the lean program too (a few µs
 #   per `list`; grant_client --bystander).
+#   PACE_US=U (lean clients): each client starts a round trip every U µs,
+#   all in step, instead of a closed loop (concurrent programs that each
+#   re-reserve now and then, their requests arriving together).
 #   RUNQ=1 (lean clients): each round trip's share the client's own thread
 #   waited runnable for a CPU (schedstat run delay), as reserve_client_runq.
 #   CLIENT_PROGRAM=lean: the round trips are made by crates/rtmgr/examples/
@@ -77,7 +80,7 @@ fi
 take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} BYSTANDER=${BYSTANDER:-1} RUNQ=${RUNQ:-0} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
+COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} BYSTANDER=${BYSTANDER:-1} RUNQ=${RUNQ:-0} PACE_US=${PACE_US:-0} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 # Where the daemon keeps its state (journals, socket): /run on a usual
 # system is tmpfs; STATE_PARENT=/dev/shm puts it on tmpfs where /run is not.
 STATE=$(mktemp -d "${STATE_PARENT:-/tmp}/rtmgr-grant-latency.XXXXXX")
@@ -259,6 +262,7 @@ for round in $(seq "$ROUNDS"); do
           budget=$(( BUDGET_NS < 8000000 / clients ? BUDGET_NS : 8000000 / clients ))
           "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --class "$class" --state "$state" \
             --requests "$N" --budget-ns "$budget" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} ${DRIVER:+--driver "$DRIVER"} $([ "${RUNQ:-0}" = 1 ] && [ -n "$DRIVER" ] && echo --runq) $([ "${BYSTANDER:-1}" = 0 ] && echo --no-bystander) \
+            $([ "${PACE_US:-0}" != 0 ] && [ -n "$DRIVER" ] && echo --pace-us "$PACE_US") \
             --out "$OUT/cell-$worker-r$round-$class-$state-$(printf %02d "$clients").json" 9>&-
         done
       done
@@ -267,6 +271,7 @@ for round in $(seq "$ROUNDS"); do
       if [ -n "$DRIVER" ]; then
         echo "round $round/$ROUNDS, worker $worker: list floor, $clients client(s)" >&2
         "$PY" "$CLIENT" --socket "$SOCK" bench --clients "$clients" --op list --driver "$DRIVER" $([ "${BYSTANDER:-1}" = 0 ] && echo --no-bystander) \
+          $([ "${PACE_US:-0}" != 0 ] && echo --pace-us "$PACE_US") \
           --requests "$N" ${METRICS_ADDR:+--metrics http://$METRICS_ADDR/metrics} \
           --out "$OUT/cell-$worker-r$round-list-sleeping-$(printf %02d "$clients").json" 9>&-
       fi

@@ -9,6 +9,7 @@
 //!
 //!   grant_client --socket S --clients N --requests R [--class rt0|rt1:20]
 //!                [--period-ns P] [--budget-ns B] [--spin] [--op list] [--runq]
+//!                [--pace-us U]
 //!
 //! Prints one JSON object: reserve_ns and release_ns (every sample, ns),
 //! failures; with `--runq` also reserve_runq_ns and release_runq_ns, how
@@ -16,6 +17,11 @@
 //! CPU (its schedstat run delay: the client's share, not the daemon's). With `--op list` each round trip is a `list` instead (two per
 //! loop, timed as reserve and release): the same clients, socket and
 //! daemon loop without a grant's kernel steps, the floor beside a cell.
+//! With `--pace-us U` each client starts its k-th round trip U µs × k after
+//! the common start (at once when it is late): concurrent programs that
+//! each re-reserve every U µs, all in step (their requests arrive
+//! together), instead of a closed loop that asks again as soon as it is
+//! answered.
 //!
 //!   grant_client --socket S --bystander [--start-at NS]
 //!
@@ -46,6 +52,8 @@ struct Args {
     runq: bool,
     /// A child: start at this wall-clock time (ns since the epoch).
     start_at: Option<u128>,
+    /// Start a round trip every this many µs (0: a closed loop).
+    pace_us: u64,
     /// The bench's bystander: `list` every 2 ms until stdin closes.
     bystander: bool,
 }
@@ -62,6 +70,7 @@ fn parse() -> Result<Args, String> {
         list: false,
         runq: false,
         start_at: None,
+        pace_us: 0,
         bystander: false,
     };
     let mut it = std::env::args().skip(1);
@@ -78,6 +87,7 @@ fn parse() -> Result<Args, String> {
             "--spin" => a.spin = true,
             "--runq" => a.runq = true,
             "--bystander" => a.bystander = true,
+            "--pace-us" => a.pace_us = num(v()?)?,
             "--op" => match v()?.as_str() {
                 "list" => a.list = true,
                 "reserve" => a.list = false,
@@ -156,9 +166,14 @@ fn client(a: &Args) -> Value {
     let runq = |since: u64| if a.runq { run_delay_ns() - since } else { 0 };
     let runq_now = || if a.runq { run_delay_ns() } else { 0 };
     sleep_until_epoch(a.start_at);
+    let started = Instant::now();
     let mut run = || -> std::io::Result<()> {
         let mut c = Conn::open(&a.socket, a.spin)?;
-        for _ in 0..a.requests {
+        for k in 0..a.requests {
+            if a.pace_us > 0 {
+                let due = started + Duration::from_micros(a.pace_us * k as u64);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
             if a.list {
                 for times in [&mut reserve_ns, &mut release_ns] {
                     let t0 = Instant::now();
@@ -283,6 +298,7 @@ fn main() {
             .args(["--period-ns", &a.period_ns.to_string()])
             .args(["--budget-ns", &a.budget_ns.to_string()])
             .args(["--start-at", &start_at.to_string()])
+            .args(["--pace-us", &a.pace_us.to_string()])
             .stdout(Stdio::piped());
         if a.spin {
             cmd.arg("--spin");

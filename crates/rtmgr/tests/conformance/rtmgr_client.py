@@ -494,6 +494,7 @@ def bench(args):
         cmd += ["--spin"] if spin else []
         cmd += ["--op", "list"] if args.op == "list" else []
         cmd += ["--runq"] if args.runq else []
+        cmd += ["--pace-us", str(args.pace_us)] if args.pace_us else []
         driver = subprocess.Popen(cmd, stdout=subprocess.PIPE)
         kids, start_at = [], time.monotonic() + 0.2
         r, w = driver.stdout.fileno(), os.open("/dev/null", os.O_WRONLY)
@@ -542,7 +543,7 @@ def bench(args):
         lean_side.wait()
     cell = {"clients": args.clients, "class": "list" if args.op == "list" else args.cls,
             "state": args.state, "requests": per * args.clients,
-            "client": "lean" if args.driver else "python",
+            "client": "lean" if args.driver else "python", "pace_us": args.pace_us,
             "period_ns": args.period_ns, "budget_ns": args.budget_ns,
             "reserve_ns": [], "release_ns": [], "failures": []}
     for pid in kids:
@@ -785,6 +786,9 @@ def main():
                    "Python clients (bench/grant-latency.sh's CLIENT_PROGRAM=lean)")
     b.add_argument("--no-bystander", action="store_true",
                    help="no bystander client during the cell (bench/grant-latency.sh's BYSTANDER=0)")
+    b.add_argument("--pace-us", type=int, default=0,
+                   help="with --driver: each client starts a round trip every this many µs, all in step "
+                        "(0: a closed loop, asking again as soon as answered)")
     b.add_argument("--runq", action="store_true",
                    help="with --driver: also keep, per round trip, how long the client's own thread "
                    "waited runnable for a CPU (bench/grant-latency.sh's RUNQ=1)")
