@@ -10,6 +10,7 @@
 # Root only; holds the machine lock; gives the machine back on exit.
 #   bash bench/grant-cpu-ab.sh RTMGR_A RTMGR_B [OUT_DIR]
 #   CLIENTS=16 N=1600 (round trips per run) ROUNDS=4 CLASS=rt1:20 BUDGET_NS=500000
+#   CLIENT_ARGS="--spin --pace-us 20000": more grant_client options
 # Writes OUT_DIR/runs.jsonl (one JSON object per run, "version": 1) and
 # prints a table.
 set -euo pipefail
@@ -25,7 +26,7 @@ DRIVER=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/grant_client
 take_machine_lock
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs; A=$A B=$B" > "$OUT/README.txt"
-echo "\$ CLIENTS=$CLIENTS N=$N ROUNDS=$ROUNDS CLASS=$CLASS BUDGET_NS=$BUDGET_NS bash bench/grant-cpu-ab.sh $*" >> "$OUT/README.txt"
+echo "\$ CLIENTS=$CLIENTS N=$N ROUNDS=$ROUNDS CLASS=$CLASS BUDGET_NS=$BUDGET_NS CLIENT_ARGS=\"${CLIENT_ARGS:-}\" bash bench/grant-cpu-ab.sh $*" >> "$OUT/README.txt"
 STATE=
 RTMGR=
 RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
@@ -44,7 +45,7 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round/$ROUNDS: $side" >&2
     snap > "$STATE/before"
     "$DRIVER" --socket "$STATE/state/rtmgr.sock" --clients "$CLIENTS" --requests "$N" \
-      --class "$CLASS" --budget-ns "$BUDGET_NS" > "$STATE/client.json"
+      --class "$CLASS" --budget-ns "$BUDGET_NS" ${CLIENT_ARGS:-} > "$STATE/client.json"
     snap > "$STATE/after"
     python3 - "$STATE" "$side" "$round" "$CLIENTS" >> "$OUT/runs.jsonl" <<'PY'
 import json, sys

@@ -131,8 +131,16 @@ pub fn state(host: &Host, tid: u32) -> Option<char> {
 /// /proc/<tid>/stat, `task_cpu`): a sleeping or stopped task stays on the
 /// CPU it last ran on until it next wakes.
 pub fn run_queue_cpu(host: &Host, tid: u32) -> Option<u32> {
+    run_queue(host, tid).map(|(cpu, _)| cpu)
+}
+
+/// `run_queue_cpu` and the task's state letter, from one read: a runnable
+/// task (`R`) is moved at once when its affinity leaves that CPU, a
+/// sleeping or stopped one only when it next wakes.
+pub fn run_queue(host: &Host, tid: u32) -> Option<(u32, char)> {
     let text = host.read_opt(format!("/proc/{tid}/stat"))?;
-    rtmgr_core::proctext::TaskStat::parse(text.as_bytes())?.processor
+    let stat = rtmgr_core::proctext::TaskStat::parse(text.as_bytes())?;
+    Some((stat.processor?, stat.state))
 }
 
 /// The task's CPU time so far, ns (the first field of /proc/<tid>/schedstat:

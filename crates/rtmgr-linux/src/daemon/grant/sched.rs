@@ -192,8 +192,8 @@ fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> H
 }
 
 /// A hard grant on cgroup v1, before the placement steps: each thread that
-/// waits on another CPU's run queue than its RT CPU's (asleep, stopped, or
-/// running on an NRT CPU) gets SCHED_DEADLINE where it is, in its own
+/// waits asleep or stopped on another CPU's run queue than its RT CPU's
+/// (not a runnable one: the move migrates it) gets SCHED_DEADLINE where it is, in its own
 /// cpuset. The kernel books its bandwidth in that root domain, and the
 /// cpuset move that follows carries it over to the RT CPU's
 /// (`cpuset_can_attach` books it there, `set_cpus_allowed_dl` frees it
@@ -221,9 +221,17 @@ impl Step<GrantSteps> for DeadlineWhereItWaits {
         }
         let attr = granted_attr(&g.demand);
         for t in &g.threads {
-            match tasks::run_queue_cpu(cx.host, t.tid) {
+            match tasks::run_queue(cx.host, t.tid) {
                 None => return Err(super::gone(t.tid)),
-                Some(c) if c == g.cpu => continue,
+                Some((c, _)) if c == g.cpu => continue,
+                // Runnable: the cpuset move takes it to its RT CPU's run
+                // queue at once, and `SchedAttrs` sets the policy there.
+                // Made SCHED_DEADLINE here, it would run as a deadline task
+                // on the NRT CPU until the move, ahead of everything there
+                // (the grant worker doing the move included), past its
+                // budget until the next tick: a spinning client held the
+                // worker off for 3.3 ms per grant (tracefs, 16 clients).
+                Some((_, 'R')) => continue,
                 Some(_) if has(cx.host, t.tid, &attr) || cx.held.contains(&t.tid) => continue,
                 Some(_) => {}
             }

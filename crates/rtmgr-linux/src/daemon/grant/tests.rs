@@ -155,18 +155,27 @@ pub(crate) fn waiting_on(host: &Host, tid: u32, cpu: u32) {
         .unwrap();
 }
 
-/// A hard grant's thread waiting on an NRT CPU gets SCHED_DEADLINE before
+/// A hard grant's thread asleep on an NRT CPU gets SCHED_DEADLINE before
 /// its cpuset move (where the kernel admits it); one waiting on its RT CPU
-/// already gets it after the move, as a soft grant's thread does; both end
-/// placed and at the policy, and give everything back.
+/// already gets it after the move, as a soft grant's thread does, and so
+/// does one runnable on the NRT CPU (the move migrates it; deadline there
+/// first, it would run ahead of everything on that CPU); all end placed and
+/// at the policy, and give everything back.
 #[test]
 fn a_hard_grant_sets_the_deadline_where_the_thread_waits() {
-    for (cpu, early) in [(0, true), (1, false)] {
+    for (cpu, runnable, early) in [(0, false, true), (1, false, false), (0, true, false)] {
         let (m, layout, mut g) = machine();
         g.demand = hard();
         g.class = "rt0".into();
         let host = m.host();
         waiting_on(&host, PID, cpu);
+        if runnable {
+            let path = format!("/proc/{PID}/stat");
+            let stat = host.read(&path).unwrap();
+            assert!(stat.contains(") S "), "{stat}");
+            host.write(&path, &stat.replacen(") S ", ") R ", 1))
+                .unwrap();
+        }
         let cx = Cx::new(&host, &layout, true);
         snapshot(&cx, &draft(), &mut g).unwrap();
         let before = state(&host);
@@ -177,7 +186,7 @@ fn a_hard_grant_sets_the_deadline_where_the_thread_waits() {
         assert_eq!(
             policy == rtmgr_sys::sched::SCHED_DEADLINE,
             early,
-            "CPU {cpu}"
+            "CPU {cpu}, runnable {runnable}"
         );
         // Already at the policy: the move and the last step leave it as it is.
         apply(&cx, &g).unwrap();
