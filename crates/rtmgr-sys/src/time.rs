@@ -116,3 +116,63 @@ mod tests {
         assert!(clock_ticks_per_second() > 0);
     }
 }
+
+/// Another thread's CPU time in ns (its CPU-time clock, CLOCK_THREAD_CPUTIME
+/// of `tid`, which any process may read). Reading it makes the scheduler
+/// charge a thread that is running now for the time since it last did
+/// (`task_sched_runtime`): afterwards its SCHED_DEADLINE server's remaining
+/// runtime, as /proc/<tid>/sched shows it, is current, not up to a tick old.
+pub fn task_cpu_ns(tid: u32) -> std::io::Result<Nanos> {
+    // The kernel's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED):
+    // (~tid << 3) | CPUCLOCK_SCHED (2) | CPUCLOCK_PERTHREAD_MASK (4).
+    let clock = (!(tid as libc::clockid_t) << 3) | 6;
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration;
+    // clock_gettime writes only into it and returns -1 with errno set for a
+    // clock that names no task (EINVAL).
+    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(t.tv_sec as u64 * NS_PER_S + t.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod task_clock_tests {
+    use super::*;
+
+    /// Another thread's CPU clock reads that thread's time (it grows while
+    /// the thread spins, not while it sleeps); a tid that names no task is
+    /// an error.
+    #[test]
+    fn another_thread_s_cpu_clock_is_its_own() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spin = stop.clone();
+        let t = std::thread::spawn(move || {
+            tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
+            while !spin.load(std::sync::atomic::Ordering::Relaxed) {}
+        });
+        let tid = rx.recv().unwrap();
+        let a = task_cpu_ns(tid).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let b = task_cpu_ns(tid).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        t.join().unwrap();
+        assert!(b > a, "{a} -> {b}");
+        let mine = thread_cpu_ns();
+        assert!(
+            task_cpu_ns(rustix::thread::gettid().as_raw_nonzero().get() as u32).unwrap() >= mine
+        );
+        // pid_max itself is never a task's id.
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(task_cpu_ns(pid_max).is_err());
+    }
+}

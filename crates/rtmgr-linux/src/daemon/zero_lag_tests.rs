@@ -149,3 +149,30 @@ fn a_hold_survives_a_restart_of_the_daemon() {
     assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
     assert_eq!(policy(&host), SCHED_DEADLINE);
 }
+
+/// Runnable at its release with 50 µs of budget left, as /proc showed it
+/// just before: it may spend them before its policy goes back, so its
+/// re-grant is held (as if 150 µs over); asleep with the same left, not.
+#[test]
+fn a_runnable_thread_released_with_little_left_is_held() {
+    for runnable in [true, false] {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let host = m.host();
+        let mut d = manager(&m);
+        let first = reserve_hard(&mut d, &m);
+        waiting_on(&host, PID, 1);
+        server_shows(&host, 50_000, mono_ns() + 5 * MS);
+        let stat_path = format!("/proc/{PID}/stat");
+        let stat = host.read(&stat_path).unwrap();
+        if runnable {
+            host.write(&stat_path, &stat.replacen(") S ", ") R ", 1))
+                .unwrap();
+        }
+        release(&mut d, &client(&m), first.id);
+        host.write(&stat_path, &stat).unwrap();
+        let again = reserve_hard(&mut d, &m);
+        let held = again.pending == vec![PID];
+        assert_eq!(held, runnable, "runnable {runnable}");
+        assert_eq!(d.status().pending_held, u64::from(runnable));
+    }
+}

@@ -395,6 +395,9 @@ impl Kernel for FakeKernel {
         None
     }
 
+    /// Nothing to charge: a fake tree's /proc/<tid>/sched is as written.
+    fn charge_task(&self, _tid: u32) {}
+
     fn sched_clock_offset(&self, host: &Host) -> std::result::Result<i64, String> {
         read_plain(host, super::FAKE_SCHED_CLOCK_OFFSET)
             .map_or(Ok(0), |v| v.trim().parse().map_err(|e| format!("{e}")))

@@ -154,6 +154,10 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     /// A handle on thread `tid` that sees it exit (a thread pidfd); None
     /// where there is none (a fake tree, a kernel before 6.9).
     fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd>;
+    /// Have the scheduler charge thread `tid` for the time it has run
+    /// since it last did, if it runs now (a read of its CPU-time clock),
+    /// so that /proc/<tid>/sched shows its deadline server as of now.
+    fn charge_task(&self, tid: u32);
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +225,11 @@ impl Host {
     /// its grant's check (`hold_task`)? False means "not known": read /proc.
     pub fn held_task_alive(&self, tid: u32, start_time: u64) -> bool {
         self.handles.alive(tid, start_time)
+    }
+
+    /// See `Kernel::charge_task`.
+    pub fn charge_task(&self, tid: u32) {
+        self.kernel.charge_task(tid)
     }
 
     /// A handle on thread `tid`, to take before its start time is read.

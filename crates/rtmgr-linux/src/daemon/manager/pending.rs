@@ -90,8 +90,11 @@ impl Manager {
     }
 
     /// A hard grant's threads leave SCHED_DEADLINE: each that spent its
-    /// budget is held from it until its 0-lag time (`zero_lag.rs`). One
-    /// /proc/<tid>/sched read per thread of a hard grant.
+    /// budget (or is runnable with too little left to keep it until its
+    /// policy goes back) is held from it until its 0-lag time
+    /// (`zero_lag.rs`). One /proc/<tid>/sched read per thread of a hard
+    /// grant, and its stat when that server has less than
+    /// `zero_lag::RUNNING_MARGIN_NS` left.
     pub(in crate::daemon) fn hold_spent_servers(&mut self, g: &Grant) {
         if !g.demand.is_hard() {
             return;
@@ -99,7 +102,12 @@ impl Manager {
         let now = mono_ns();
         self.zero_lag.expire(now);
         for t in &g.threads {
+            // Charged first: a running thread's server as /proc shows it
+            // may be up to a tick old.
+            self.host.charge_task(t.tid);
             if let Some(s) = server(&self.host, t.tid) {
+                let runnable = || tasks::state(&self.host, t.tid) == Some('R');
+                let s = crate::daemon::zero_lag::as_it_leaves(s, runnable);
                 let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
                 self.zero_lag
                     .leaving(&self.host, t.tid, s, budget, period, now);
