@@ -370,6 +370,7 @@ fn start_balancer(
     if !cfg.serve.balancer {
         return None;
     }
+    remove_stale_tracer_instances(host);
     let stop = Arc::new(AtomicBool::new(false));
     let (h, a, s) = (host.clone(), applied.clone(), stop.clone());
     let mut live = LiveConfig::new(applied);
@@ -381,6 +382,25 @@ fn start_balancer(
         .spawn(move || run_balancer(&h, &a, &live, &s, |_, _| {}))
         .ok()?;
     Some((stop, handle))
+}
+
+/// The balancer watches kernel entries through a tracefs instance of its
+/// own (`balance::entry_watch`); a daemon killed with -9 leaves it behind.
+/// The next daemon takes away every rtmgr instance whose process is gone,
+/// as `rtmgr partition reset` does (real machine only: a fake tree has no
+/// tracefs of its own).
+fn remove_stale_tracer_instances(host: &Host) {
+    if host.root() != std::path::Path::new("/") {
+        return;
+    }
+    match crate::trace::remove_stale_instances() {
+        Ok(gone) if !gone.is_empty() => tracing::info!(
+            "removed tracer instances left by a killed rtmgr: {}",
+            gone.join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("no tracer instances checked: {e}"),
+    }
 }
 
 /// Listen on the socket: any local user may connect (the policy decides).

@@ -117,6 +117,18 @@ impl Live {
     pub fn assert_restored(&self, when: &str) {
         let diff = self.before.diff(&snapshot::capture(&Host::real()));
         assert!(diff.is_empty(), "{when}: machine not restored: {diff:#?}");
+        // A tracer instance of an rtmgr that is gone (a daemon killed with
+        // -9 leaves its balancer's; the next daemon takes it away).
+        if let Ok(names) = rtmgr_linux::trace::list_instances() {
+            let stale: Vec<&String> = names
+                .iter()
+                .filter(|n| {
+                    let pid = n.split('-').nth(1).and_then(|p| p.parse::<i32>().ok());
+                    pid.is_none_or(rtmgr_sys::process::is_gone)
+                })
+                .collect();
+            assert!(stale.is_empty(), "{when}: tracer instances left: {stale:?}");
+        }
         assert!(
             !self.state().exists(),
             "{when}: state directory left: {:?}",
