@@ -25,27 +25,16 @@ export RTMGR_LOCK_HELD=1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d /tmp/rtmgr-dl-leak-timing.XXXXXX)
-J=$WORK/journal.jsonl
-RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
-DOMAIN=
+. bench/rt-domain.sh
 rebuild() { echo 0 > "$DOMAIN/cpuset.sched_load_balance"; echo 1 > "$DOMAIN/cpuset.sched_load_balance"; }
 finish() {
-  if [ -n "$DOMAIN" ]; then rebuild 2>/dev/null || true; rmdir "$DOMAIN" 2>/dev/null || true; fi
-  [ -e "$J" ] && "$RTMGR" partition reset --journal "$J" 9>&- >/dev/null
+  if [ -n "$DOMAIN" ]; then rebuild 2>/dev/null || true; fi
+  give_back_rt_domain
   rm -rf "$WORK"
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
-"$RTMGR" partition apply --rt-cpus "$RT_CPU" --journal "$J" 9>&- >/dev/null
-PART=$("$RTMGR" partition show --json --journal "$J" 9>&-)
-RT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rt_cgroup"])')
-NRT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
-# The RT CPU's own cpuset, as the daemon makes it (daemon/domains.rs).
-DOMAIN=$RT/cpu$RT_CPU
-mkdir "$DOMAIN"
-echo "$RT_CPU" > "$DOMAIN/cpuset.cpus"
-cat "$RT/cpuset.mems" > "$DOMAIN/cpuset.mems"
-echo 1 > "$DOMAIN/cpuset.sched_load_balance"
+make_rt_domain
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, RT CPU $RT_CPU"
   echo "\$ bash bench/dl-leak-timing.sh $*"

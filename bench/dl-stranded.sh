@@ -23,27 +23,15 @@ export RTMGR_LOCK_HELD=1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d /tmp/rtmgr-dl-stranded.XXXXXX)
-J=$WORK/journal.jsonl
-RT_CPU=$(tr ',' '\n' < /sys/devices/system/cpu/online | tail -1 | sed 's/.*-//')
-DOMAIN=
+. bench/rt-domain.sh
 finish() {
-  [ -n "$DOMAIN" ] && rmdir "$DOMAIN" 2>/dev/null
-  [ -e "$J" ] && "$RTMGR" partition reset --journal "$J" 9>&- >/dev/null
+  give_back_rt_domain
   rm -rf "$WORK"
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
 cc -Wall -Wextra -Werror -O2 -pthread -o "$WORK/dl_stranded" docs/repro/dl_stranded.c
-"$RTMGR" partition apply --rt-cpus "$RT_CPU" --journal "$J" 9>&- >/dev/null
-PART=$("$RTMGR" partition show --json --journal "$J" 9>&-)
-RT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rt_cgroup"])')
-NRT=$(echo "$PART" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nrt_cgroup"])')
-# The RT CPU's own cpuset, as the daemon makes it (daemon/domains.rs).
-DOMAIN=$RT/cpu$RT_CPU
-mkdir "$DOMAIN"
-echo "$RT_CPU" > "$DOMAIN/cpuset.cpus"
-cat "$RT/cpuset.mems" > "$DOMAIN/cpuset.mems"
-echo 1 > "$DOMAIN/cpuset.sched_load_balance"
+make_rt_domain
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc --all) CPUs, RT CPU $RT_CPU"
   echo "\$ bash bench/dl-stranded.sh $*"
