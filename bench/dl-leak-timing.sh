@@ -15,17 +15,8 @@ cd "$(dirname "$0")/.."
 N=${1:-40}
 OUT=${2:-bench/results/dl-leak-timing-$(date -u +%Y%m%dT%H%M%SZ)}
 [ "$(id -u)" = 0 ] || { echo "bench/dl-leak-timing.sh: root only" >&2; exit 2; }
-if [ -z "${RTMGR:-}" ]; then
-  cargo build --release -p rtmgr >/dev/null
-  RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
-fi
-. bench/machine-lock.sh
-take_machine_lock
-export RTMGR_LOCK_HELD=1
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-WORK=$(mktemp -d /tmp/rtmgr-dl-leak-timing.XXXXXX)
 . bench/rt-domain.sh
+start_rt_domain_bench dl-leak-timing
 rebuild() { echo 0 > "$DOMAIN/cpuset.sched_load_balance"; echo 1 > "$DOMAIN/cpuset.sched_load_balance"; }
 finish() {
   if [ -n "$DOMAIN" ]; then rebuild 2>/dev/null || true; fi

@@ -13,17 +13,8 @@ cd "$(dirname "$0")/.."
 N=${1:-4000}
 OUT=${2:-bench/results/dl-stranded-$(date -u +%Y%m%dT%H%M%SZ)}
 [ "$(id -u)" = 0 ] || { echo "bench/dl-stranded.sh: root only" >&2; exit 2; }
-if [ -z "${RTMGR:-}" ]; then
-  cargo build --release -p rtmgr >/dev/null
-  RTMGR=${CARGO_TARGET_DIR:-$PWD/target}/release/rtmgr
-fi
-. bench/machine-lock.sh
-take_machine_lock
-export RTMGR_LOCK_HELD=1
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-WORK=$(mktemp -d /tmp/rtmgr-dl-stranded.XXXXXX)
 . bench/rt-domain.sh
+start_rt_domain_bench dl-stranded
 finish() {
   give_back_rt_domain
   rm -rf "$WORK"

@@ -31,6 +31,19 @@ fn policy(host: &Host) -> u32 {
     host.get_attr(PID).unwrap().policy
 }
 
+/// A held thread: no look before `z` sets SCHED_DEADLINE (it stays at
+/// SCHED_FIFO 1); the first look after it does.
+fn switched_only_after(d: &mut Manager, host: &Host, z: u64) {
+    assert!(
+        d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
+        "before Z"
+    );
+    assert_eq!(policy(host), SCHED_FIFO);
+    std::thread::sleep(Duration::from_nanos(z.saturating_sub(mono_ns()) + MS));
+    assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
+    assert_eq!(policy(host), SCHED_DEADLINE);
+}
+
 /// Reserve, and release with the server showing `runtime`, its deadline
 /// 5 ms ahead; reserve again at once.
 fn released_with(runtime: i64) -> (FakeMachine, Manager, Vec<u32>) {
@@ -60,15 +73,7 @@ fn a_thread_that_spent_its_budget_waits_for_its_zero_lag_time() {
     assert_eq!(st.pending_held, 1);
     let why = st.pending[0].reason.as_deref().unwrap_or_default();
     assert!(why.contains("0-lag time"), "{why}");
-    let z = mono_ns() + 27 * MS;
-    assert!(
-        d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
-        "before Z"
-    );
-    assert_eq!(policy(&host), SCHED_FIFO);
-    std::thread::sleep(Duration::from_nanos(z.saturating_sub(mono_ns()) + MS));
-    assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
-    assert_eq!(policy(&host), SCHED_DEADLINE);
+    switched_only_after(&mut d, &host, mono_ns() + 27 * MS);
     assert!(d.status().pending.is_empty());
 }
 
@@ -140,14 +145,7 @@ fn a_hold_survives_a_restart_of_the_daemon() {
     assert_eq!(st.pending.len(), 1);
     let why = st.pending[0].reason.as_deref().unwrap_or_default();
     assert!(why.contains("0-lag time"), "{why}");
-    assert!(
-        d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
-        "before Z"
-    );
-    assert_eq!(policy(&host), SCHED_FIFO);
-    std::thread::sleep(Duration::from_nanos(z.saturating_sub(mono_ns()) + MS));
-    assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
-    assert_eq!(policy(&host), SCHED_DEADLINE);
+    switched_only_after(&mut d, &host, z);
 }
 
 /// Runnable at its release with 50 µs of budget left, as /proc showed it
