@@ -193,13 +193,13 @@ fn explain(host: &Host, tid: u32, cpu: u32, attr: &SchedAttr, e: HostError) -> H
 
 /// A hard grant on cgroup v1, before the placement steps: each thread that
 /// waits asleep or stopped on another CPU's run queue than its RT CPU's
-/// (not a runnable one: the move migrates it) gets SCHED_DEADLINE where it is, in its own
-/// cpuset. The kernel books its bandwidth in that root domain, and the
-/// cpuset move that follows carries it over to the RT CPU's
-/// (`cpuset_can_attach` books it there, `set_cpus_allowed_dl` frees it
-/// where it was), whether the thread runs or not: the admitted bandwidth
-/// ends where rtmgr's admission put it. A thread on its RT CPU's run queue
-/// already gets its policy after the move, as before (`SchedAttrs`). Best
+/// (not a runnable one: the move migrates it) gets SCHED_DEADLINE where it
+/// is, in its own cpuset. The kernel books its bandwidth in that root
+/// domain, and the cpuset move that follows carries it over to the RT
+/// CPU's (`cpuset_can_attach` books it there, `set_cpus_allowed_dl` frees
+/// it where it was): the admitted bandwidth ends where rtmgr's admission
+/// put it. A thread on its RT CPU's run queue, or runnable, gets its
+/// policy after the move (`SchedAttrs`). Best
 /// effort: a thread the kernel refuses here (its affinity narrower than
 /// its root domain, or EBUSY in that root domain) gets its policy after
 /// the move, or SCHED_FIFO 1 until it runs on its RT CPU (`pending.rs`).
