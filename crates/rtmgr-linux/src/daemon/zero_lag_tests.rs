@@ -1,6 +1,6 @@
 //! The Manager holds a thread that spent its budget under a hard grant
 //! from SCHED_DEADLINE until its 0-lag time, on a fake machine: re-granted
-//! at once, it waits at SCHED_FIFO 1, pending, listed with why, and gets
+//! at once, it waits at its own policy, pending, listed with why, and gets
 //! SCHED_DEADLINE after Z; one with budget left gets it at once; a
 //! stranded one is repaired the same way.
 
@@ -12,7 +12,7 @@ use crate::daemon::pending::EVERY_NS;
 use crate::daemon::release::regrant_tests::{client, manager, release, PID};
 use crate::fake::FakeMachine;
 use crate::host::Host;
-use rtmgr_sys::sched::{SCHED_DEADLINE, SCHED_FIFO};
+use rtmgr_sys::sched::{SCHED_DEADLINE, SCHED_OTHER};
 use rtmgr_sys::time::mono_ns;
 use std::time::Duration;
 
@@ -32,13 +32,13 @@ fn policy(host: &Host) -> u32 {
 }
 
 /// A held thread: no look before `z` sets SCHED_DEADLINE (it stays at
-/// SCHED_FIFO 1); the first look after it does.
+/// its own policy, SCHED_OTHER here); the first look after it does.
 fn switched_only_after(d: &mut Manager, host: &Host, z: u64) {
     assert!(
         d.finish_pending(mono_ns() + EVERY_NS).is_empty(),
         "before Z"
     );
-    assert_eq!(policy(host), SCHED_FIFO);
+    assert_eq!(policy(host), SCHED_OTHER);
     std::thread::sleep(Duration::from_nanos(z.saturating_sub(mono_ns()) + MS));
     assert_eq!(d.finish_pending(mono_ns() + EVERY_NS), vec![PID]);
     assert_eq!(policy(host), SCHED_DEADLINE);
@@ -61,14 +61,14 @@ fn released_with(runtime: i64) -> (FakeMachine, Manager, Vec<u32>) {
 /// 2 ms over a 1 ms budget every 10 ms: Z is 20 ms after the deadline
 /// (25 ms from the release: a look 2 ms after the grant is before it even
 /// on a loaded machine). Re-granted at once, the thread waits at
-/// SCHED_FIFO 1, pending with the reason; no look sets SCHED_DEADLINE
+/// its own policy, pending with the reason; no look sets SCHED_DEADLINE
 /// before Z; the first look after it does.
 #[test]
 fn a_thread_that_spent_its_budget_waits_for_its_zero_lag_time() {
     let (m, mut d, pending) = released_with(-2_000_000);
     let host = m.host();
     assert_eq!(pending, vec![PID]);
-    assert_eq!(policy(&host), SCHED_FIFO);
+    assert_eq!(policy(&host), SCHED_OTHER);
     let st = d.status();
     assert_eq!(st.pending_held, 1);
     let why = st.pending[0].reason.as_deref().unwrap_or_default();
@@ -88,7 +88,7 @@ fn a_thread_with_budget_left_is_granted_at_once() {
 
 /// Stranded (runnable, not running, its replenishment overdue) with its
 /// 0-lag time still ahead (6 ms over a 1 ms budget: 60 ms after its
-/// deadline): SCHED_FIFO 1 until then, pending, not SCHED_DEADLINE again
+/// deadline): its own policy until then, pending, not SCHED_DEADLINE again
 /// at once (which would strand it again).
 #[test]
 fn a_stranded_thread_before_its_zero_lag_time_is_held_not_set_again() {
@@ -107,7 +107,7 @@ fn a_stranded_thread_before_its_zero_lag_time_is_held_not_set_again() {
     server_shows(&host, -6 * MS as i64, t0 - 30 * MS);
     assert!(d.repair_stranded(t0).is_empty(), "first look");
     assert_eq!(d.repair_stranded(t0 + 25 * MS), vec![PID]);
-    assert_eq!(policy(&host), SCHED_FIFO);
+    assert_eq!(policy(&host), SCHED_OTHER);
     let st = d.status();
     assert_eq!((st.stranded_repaired, st.pending_held), (1, 1));
     // Z = t0 − 30 + 60 ms (+ the margin).
@@ -119,7 +119,7 @@ fn a_stranded_thread_before_its_zero_lag_time_is_held_not_set_again() {
 
 /// A daemon killed during a hold: the grant's record carries the hold (it
 /// survives the journal's JSON), so the next daemon, which knows no
-/// earlier server, keeps the thread at SCHED_FIFO 1 until Z, not
+/// earlier server, keeps the thread at its own policy until Z, not
 /// SCHED_DEADLINE at its first look (which would strand it).
 #[test]
 fn a_hold_survives_a_restart_of_the_daemon() {
@@ -173,4 +173,21 @@ fn a_runnable_thread_released_with_little_left_is_held() {
         assert_eq!(held, runnable, "runnable {runnable}");
         assert_eq!(d.status().pending_held, u64::from(runnable));
     }
+}
+
+/// A held thread at its own policy is not drift while its hold lasts (a
+/// look for drift would set SCHED_DEADLINE inside the window and strand
+/// it); once the hold is over, a thread still at its own policy is.
+#[test]
+fn a_held_thread_at_its_own_policy_is_not_drift_until_its_hold_ends() {
+    let (m, d, pending) = released_with(-2_000_000);
+    let host = m.host();
+    assert_eq!(pending, vec![PID]);
+    let mut g = d.grants().next().unwrap().clone();
+    let cx = grant::Cx::new(&host, &d.applied.layout, false);
+    assert_eq!(grant::drift(&cx, &g), vec![], "held");
+    g.threads[0].hold_until_ns = Some(mono_ns() - 1);
+    let drift = grant::drift(&cx, &g);
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(drift[0].knob, "scheduling attributes");
 }

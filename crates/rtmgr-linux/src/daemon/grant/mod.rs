@@ -30,7 +30,7 @@ mod sched;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use sched::{granted_attr, is_placeholder, placeholder_attr, PLACEHOLDER_PRIORITY};
+pub use sched::{granted_attr, is_held, is_placeholder, placeholder_attr, PLACEHOLDER_PRIORITY};
 
 use super::grants_journal::{Grant, ThreadBefore};
 use crate::cgroup::Layout;

@@ -3,7 +3,7 @@
 //! SCHED_DEADLINE, soft ones as SCHED_FIFO; rtkit: reset-on-fork).
 
 use super::{drifted, live, note, placement, Cx, Drafting, GrantStep, GrantSteps, On};
-use crate::daemon::grants_journal::Grant;
+use crate::daemon::grants_journal::{Grant, ThreadBefore};
 use crate::drift::Drift;
 use crate::host::{Host, HostError};
 use crate::step::Step;
@@ -54,6 +54,12 @@ pub fn is_placeholder(now: &SchedAttr) -> bool {
     matches(now, &placeholder_attr())
 }
 
+/// Is this thread of a hard grant held (`zero_lag.rs`): at its own policy
+/// while its last server's 0-lag time, in the grant's record, is ahead?
+pub fn is_held(t: &ThreadBefore, now: &SchedAttr, now_ns: u64) -> bool {
+    t.hold_until_ns.is_some_and(|z| z > now_ns) && matches(now, &t.attr)
+}
+
 /// Does a thread's policy still match the grant's (flags and nice aside)?
 fn matches(now: &SchedAttr, want: &SchedAttr) -> bool {
     now.policy == want.policy
@@ -81,8 +87,9 @@ impl Step<GrantSteps> for SchedAttrs {
     }
 
     /// Threads at the policy already (set before their move, by
-    /// `DeadlineWhereItWaits`) are left as they are; held ones (`Cx::held`)
-    /// get the placeholder. A hard grant's thread
+    /// `DeadlineWhereItWaits`) are left as they are; held ones (`Cx::held`:
+    /// they overran their last server) keep their own policy, as after
+    /// their release, until that server's 0-lag time. A hard grant's thread
     /// the kernel refuses SCHED_DEADLINE because it still waits on another
     /// CPU's run queue gets the placeholder, SCHED_FIFO 1, instead: the
     /// daemon sets SCHED_DEADLINE once it is seen on its RT CPU (`pending.rs`).
@@ -95,11 +102,13 @@ impl Step<GrantSteps> for SchedAttrs {
             }
             if attr.policy == SCHED_DEADLINE && cx.held.contains(&t.tid) {
                 tracing::info!(
-                    "reservation {}: thread {} spent its budget under its last SCHED_DEADLINE grant: SCHED_FIFO {PLACEHOLDER_PRIORITY} until that server's 0-lag time, then SCHED_DEADLINE",
+                    "reservation {}: thread {} spent its budget under its last SCHED_DEADLINE grant: its own policy until that server's 0-lag time, then SCHED_DEADLINE",
                     g.id,
                     t.tid
                 );
-                cx.host.set_attr(t.tid, &placeholder_attr())?;
+                if !has(cx.host, t.tid, &t.attr) {
+                    cx.host.set_attr(t.tid, &t.attr)?;
+                }
                 continue;
             }
             match cx.host.set_attr(t.tid, &attr) {
@@ -119,14 +128,18 @@ impl Step<GrantSteps> for SchedAttrs {
         Ok(())
     }
 
-    /// A hard grant's thread at the placeholder is pending, not drifted
+    /// A hard grant's thread at the placeholder, or held at its own policy
+    /// until its last server's 0-lag time, is pending, not drifted
     /// (`pending.rs` owns it).
     fn verify(&self, at: &On<'_>) -> Vec<Drift> {
         let On { cx, g } = *at;
         let want = granted_attr(&g.demand);
-        let ok = |a: &SchedAttr| matches(a, &want) || (g.demand.is_hard() && is_placeholder(a));
+        let now = rtmgr_sys::time::mono_ns();
+        let ok = |t: &ThreadBefore, a: &SchedAttr| {
+            matches(a, &want) || (g.demand.is_hard() && (is_placeholder(a) || is_held(t, a, now)))
+        };
         live(cx.host, g)
-            .filter(|t| cx.host.get_attr(t.tid).is_ok_and(|a| !ok(&a)))
+            .filter(|t| cx.host.get_attr(t.tid).is_ok_and(|a| !ok(t, &a)))
             .map(|t| drifted(self, format!("thread {} policy", t.tid)))
             .collect()
     }

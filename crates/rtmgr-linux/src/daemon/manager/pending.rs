@@ -39,12 +39,14 @@ impl Manager {
         let mut tids = Vec::new();
         let now = mono_ns();
         for t in &g.threads {
+            // At the placeholder, or held at its own policy until its last
+            // server's 0-lag time (from the record, so also after a restart
+            // during the hold).
             if self
                 .host
                 .get_attr(t.tid)
-                .is_ok_and(|a| grant::is_placeholder(&a))
+                .is_ok_and(|a| grant::is_placeholder(&a) || grant::is_held(t, &a, now))
             {
-                // From the record, so also after a restart during the hold.
                 let not_before_ns = t.hold_until_ns.filter(|&z| z > now);
                 if fresh && not_before_ns.is_some() {
                     self.pending.held += 1;
@@ -75,8 +77,7 @@ impl Manager {
     ) {
         let reason = not_before_ns.map(|z| {
             format!(
-                "held at SCHED_FIFO {} for {:.1} ms more, until its last SCHED_DEADLINE server's 0-lag time: it spent its budget, and set sooner the kernel would leave it throttled (docs/serve.md \"Stranded threads\")",
-                grant::PLACEHOLDER_PRIORITY,
+                "held at its own policy for {:.1} ms more, until its last SCHED_DEADLINE server's 0-lag time: it spent its budget, and set sooner the kernel would leave it throttled (docs/serve.md \"Stranded threads\")",
                 z.saturating_sub(now) as f64 / 1e6
             )
         });

@@ -84,8 +84,10 @@ impl Manager {
             };
             let (want, demand) = (grant::granted_attr(&g.demand), g.demand);
             // Throttled before its 0-lag time: SCHED_DEADLINE set again now
-            // would leave it throttled (`zero_lag.rs`); SCHED_FIFO 1 until
-            // then, pending. Else the same attributes again change nothing
+            // would leave it throttled (`zero_lag.rs`); its own policy until
+            // then, held and pending (the hold in the grant's record in
+            // memory, so that a look for drift takes it for what it is; not
+            // journalled). Else the same attributes again change nothing
             // in the kernel: the thread's own policy for a moment, then the
             // grant's (it is on its RT CPU's run queue, where the kernel
             // admits it).
@@ -94,8 +96,13 @@ impl Manager {
                 self.zero_lag
                     .leaving(&self.host, tid, s, budget, period, now_ns)
             });
+            if let (Some(z), Some(g)) = (hold, self.grants.get_mut(&id)) {
+                for t in g.threads.iter_mut().filter(|t| t.tid == tid) {
+                    t.hold_until_ns = Some(z);
+                }
+            }
             let r = match hold {
-                Some(_) => self.host.set_attr(tid, &grant::placeholder_attr()),
+                Some(_) => self.host.set_attr(tid, &before),
                 None => self
                     .host
                     .set_attr(tid, &before)
@@ -108,8 +115,7 @@ impl Manager {
                             self.pending.held += 1;
                             self.hold_pending(tid, id, cpu, Some(z), now_ns);
                             format!(
-                                "SCHED_FIFO {} until its 0-lag time, {:.1} ms from now, then SCHED_DEADLINE",
-                                grant::PLACEHOLDER_PRIORITY,
+                                "its own policy until its 0-lag time, {:.1} ms from now, then SCHED_DEADLINE",
                                 z.saturating_sub(now_ns) as f64 / 1e6
                             )
                         }
