@@ -4,7 +4,8 @@
 //! that still waits on an NRT CPU's run queue when granted (asleep,
 //! stopped) is placed and runs under SCHED_FIFO 1 (`grant::placeholder_attr`)
 //! until it is seen on its RT CPU's run queue, when the server loop sets
-//! SCHED_DEADLINE (docs/protocol.md "When the policy takes effect"). No
+//! SCHED_DEADLINE (docs/protocol.md "When the policy takes effect"); one
+//! held for an earlier overrun (`zero_lag.rs`) waits at its own policy. No
 //! sleep: the loop looks every `EVERY_NS` while anything is pending. What
 //! the Manager does with them: `manager/pending.rs`.
 

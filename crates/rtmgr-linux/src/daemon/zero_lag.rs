@@ -4,8 +4,9 @@
 //! until its 0-lag time Z = deadline D + |runtime| × period / budget; set
 //! SCHED_DEADLINE again between D and Z, it stays runnable and never runs
 //! (docs/serve.md "Stranded threads", docs/repro/dl_throttled_regrant.c).
-//! So a re-grant before Z waits at the placeholder, SCHED_FIFO 1, and is
-//! switched after it (`pending.rs`). From the re-grant on, not only from
+//! So a re-grant before Z waits, placed, at the thread's own policy (as the
+//! kernel would keep it throttled; `grant::is_held`), and is switched after
+//! it (`pending.rs`). From the re-grant on, not only from
 //! D: set before D the thread would be throttled until D, its old server
 //! going on; and with a hold from 2 ms before D only, alternated runs still
 //! stranded one thread in four, none from the re-grant on
