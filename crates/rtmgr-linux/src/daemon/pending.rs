@@ -22,10 +22,8 @@ pub struct Pending {
     pub cpu: u32,
     /// Why it is still pending on its RT CPU: the kernel refused it
     /// SCHED_DEADLINE there, or it is held until its last server's 0-lag
-    /// time (`not_before_ns`); else None.
+    /// time (the grant record's `hold_until_ns`); else None.
     pub reason: Option<String>,
-    /// No SCHED_DEADLINE before this (CLOCK_MONOTONIC; `zero_lag.rs`), 0: none.
-    pub not_before_ns: u64,
 }
 
 /// The pending threads and the counters of `status`.

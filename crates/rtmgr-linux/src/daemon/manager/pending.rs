@@ -66,7 +66,8 @@ impl Manager {
     }
 
     /// Note a thread pending: at the placeholder until it is on its RT CPU's
-    /// run queue and, if held, until `not_before_ns` (`zero_lag.rs`).
+    /// run queue and, if held, until `not_before_ns` (`zero_lag.rs`; the
+    /// grant record's `hold_until_ns`, which `finish_pending` goes by).
     pub(in crate::daemon) fn hold_pending(
         &mut self,
         tid: u32,
@@ -81,12 +82,7 @@ impl Manager {
                 z.saturating_sub(now) as f64 / 1e6
             )
         });
-        let p = Pending {
-            id,
-            cpu,
-            reason,
-            not_before_ns: not_before_ns.unwrap_or(0),
-        };
+        let p = Pending { id, cpu, reason };
         self.pending.threads.insert(tid, p);
     }
 
@@ -157,7 +153,9 @@ impl Manager {
                 self.pending.threads.remove(&tid);
                 continue;
             }
-            if now_ns < p.not_before_ns || tasks::run_queue_cpu(&self.host, tid) != Some(p.cpu) {
+            // Held: not before the hold in the grant's record is over.
+            let held = t.hold_until_ns.is_some_and(|z| now_ns < z);
+            if held || tasks::run_queue_cpu(&self.host, tid) != Some(p.cpu) {
                 continue;
             }
             let want = grant::granted_attr(&g.demand);
