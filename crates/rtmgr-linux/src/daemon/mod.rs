@@ -393,13 +393,8 @@ fn remove_stale_tracer_instances(host: &Host) {
     if host.root() != std::path::Path::new("/") {
         return;
     }
-    match crate::trace::remove_stale_instances() {
-        Ok(gone) if !gone.is_empty() => tracing::info!(
-            "removed tracer instances left by a killed rtmgr: {}",
-            gone.join(", ")
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::debug!("no tracer instances checked: {e}"),
+    if let Some(said) = crate::trace::remove_stale_instances_said() {
+        tracing::info!("{said}");
     }
 }
 

@@ -6,5 +6,6 @@
 pub mod tracefs;
 
 pub use tracefs::{
-    list_instances, remove_stale_instances, TraceError, TraceSession, TraceSpec, TraceStats,
+    list_instances, remove_stale_instances, remove_stale_instances_said, TraceError, TraceSession,
+    TraceSpec, TraceStats,
 };

@@ -355,15 +355,8 @@ fn reset(host: &Host, a: JournalArgs) -> anyhow::Result<Outcome> {
         println!("revoked {revoked} grant(s) left by rtmgr serve");
     }
     // Tracer instances of an rtmgr killed before it could remove them.
-    match rtmgr_linux::trace::remove_stale_instances() {
-        Ok(gone) if !gone.is_empty() => {
-            eprintln!(
-                "rtmgr: removed tracer instances left by a killed rtmgr: {}",
-                gone.join(", ")
-            )
-        }
-        Ok(_) => {}
-        Err(e) => tracing::debug!("no tracer instances checked: {e}"),
+    if let Some(said) = rtmgr_linux::trace::remove_stale_instances_said() {
+        eprintln!("rtmgr: {said}");
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

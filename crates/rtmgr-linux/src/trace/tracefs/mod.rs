@@ -517,6 +517,23 @@ pub fn list_instances() -> Result<Vec<String>, TraceError> {
     })
 }
 
+/// `remove_stale_instances`, said in one line for whoever reports it
+/// (`rtmgr partition reset`, a starting daemon); None when nothing was left
+/// (or tracefs could not be looked at: logged at debug level).
+pub fn remove_stale_instances_said() -> Option<String> {
+    match remove_stale_instances() {
+        Ok(gone) if !gone.is_empty() => Some(format!(
+            "removed tracer instances left by a killed rtmgr: {}",
+            gone.join(", ")
+        )),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!("no tracer instances checked: {e}");
+            None
+        }
+    }
+}
+
 /// Remove instances whose rtmgr is gone (killed before it could clean up);
 /// returns their names.
 pub fn remove_stale_instances() -> Result<Vec<String>, TraceError> {
