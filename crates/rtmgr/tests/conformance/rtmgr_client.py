@@ -370,11 +370,13 @@ def bench_client(path, cls, spin, n, period_ns, budget_ns, start_at, w):
 
 
 def fifo_if_allowed():
-    """SCHED_FIFO 2 for the calling process if it may (root), else nothing."""
+    """SCHED_FIFO 2 for the calling process if it may (root), else nothing;
+    whether it did."""
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))
+        return True
     except OSError:
-        pass
+        return False
 
 
 def bystander(path, start_at, stop_r, w):
@@ -386,11 +388,7 @@ def bystander(path, start_at, stop_r, w):
     import select
     out = {"list_ns": [], "failures": [], "fifo": False}
     try:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(2))
-            out["fifo"] = True
-        except OSError:
-            pass
+        out["fifo"] = fifo_if_allowed()
         c = Client(path)
         while time.monotonic() < start_at:
             time.sleep(0.001)
