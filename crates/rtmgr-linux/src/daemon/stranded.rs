@@ -26,8 +26,11 @@ pub(in crate::daemon) const EVERY_NS: u64 = 20_000_000;
 #[derive(Debug, Clone, Copy)]
 pub(in crate::daemon) struct Seen {
     exec_ns: u64,
-    /// Since when it has been runnable without running.
+    /// Since when it has been runnable without running, and without the
+    /// kernel acting on its deadline server (`note_server`).
     since_ns: u64,
+    /// Its deadline server at the last look that read it.
+    server: Option<Server>,
 }
 
 /// The threads being watched and what they last showed.
@@ -54,15 +57,43 @@ pub(in crate::daemon) fn stuck_for(
     let e = seen.entry(tid).or_insert(Seen {
         exec_ns,
         since_ns: now,
+        server: None,
     });
     if state != 'R' || e.exec_ns != exec_ns {
         *e = Seen {
             exec_ns,
             since_ns: now,
+            server: None,
         };
         return None;
     }
     Some(now.saturating_sub(e.since_ns))
+}
+
+/// A thread found stuck (`stuck_for`) has its deadline server read: if the
+/// kernel changed it since the last read (a replenishment: its budget back,
+/// its deadline moved on), the thread is counted as stuck from now on, as
+/// if it had run. A thread paying for an overrun of many budgets waits
+/// throttled for as many periods (`awaits_replenishment`); the look that
+/// comes just after its replenishment, before it has run, saw it runnable
+/// without running all that while and its budget back: taken for stranded
+/// (the soak, 2026-11-28: 108 ms, 0.041 ms left, its deadline 20 ms
+/// ahead), and its policy set again cut its penalty short. Returns how
+/// long it has been stuck.
+pub(in crate::daemon) fn note_server(
+    seen: &mut BTreeMap<u32, Seen>,
+    tid: u32,
+    server: Option<Server>,
+    now: u64,
+) -> u64 {
+    let Some(e) = seen.get_mut(&tid) else {
+        return 0;
+    };
+    if e.server.is_some() && e.server != server {
+        e.since_ns = now;
+    }
+    e.server = server;
+    now.saturating_sub(e.since_ns)
 }
 
 /// A deadline thread's server as /proc/<tid>/sched shows it (ns; the

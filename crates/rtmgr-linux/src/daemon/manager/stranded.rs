@@ -6,7 +6,7 @@ use super::Manager;
 use crate::daemon::grant;
 use crate::daemon::stranded::Server;
 use crate::daemon::stranded::{
-    awaits_replenishment, kernel_view, limit_ns, overdue, server, stuck_for, EVERY_NS,
+    awaits_replenishment, kernel_view, limit_ns, note_server, overdue, server, stuck_for, EVERY_NS,
     OVERDUE_MIN_NS,
 };
 use crate::tasks;
@@ -50,8 +50,13 @@ impl Manager {
                     continue;
                 }
                 // Only a thread already runnable without running for a
-                // while has its server read.
+                // while has its server read; one the kernel replenished
+                // since the last look counts from now.
                 let server = server(&self.host, t.tid);
+                let for_ns = note_server(&mut self.stranded.seen, t.tid, server, now_ns);
+                if for_ns < OVERDUE_MIN_NS {
+                    continue;
+                }
                 let (period, deadline) = (g.demand.period_ns, g.demand.deadline_ns);
                 let stranded = overdue(period, deadline, server, now_ns)
                     || (for_ns >= limit_ns(g)
@@ -235,5 +240,44 @@ mod tests {
         assert!(d.repair_stranded(t0).is_empty(), "first look");
         assert!(d.repair_stranded(t0 + 25 * MS).is_empty());
         assert_eq!(d.repair_stranded(t0 + 50 * MS), vec![PID]);
+    }
+
+    /// A thread paying for a long overrun, replenished by the kernel just
+    /// before a look and not yet run: its budget back and its deadline
+    /// ahead after 75 ms runnable without running. Not stranded (its policy
+    /// set again would cut its penalty short); counted from that
+    /// replenishment, and repaired only if it then stays stuck.
+    #[test]
+    fn a_thread_just_replenished_after_a_long_penalty_is_not_stranded() {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let mut d = hard_grant(&m);
+        let host = m.host();
+        let t0 = 1_000 * MS;
+        runnable_not_running(&host, 5, t0 + 55 * MS);
+        for at in [0, 25, 50] {
+            assert!(
+                d.repair_stranded(t0 + at * MS).is_empty(),
+                "throttled at +{at} ms"
+            );
+        }
+        // Replenished at +62 ms: budget back, the deadline a period on.
+        let sched = format!("/proc/{PID}/sched");
+        let text = host
+            .read(&sched)
+            .unwrap()
+            .replace("-20000", "41000")
+            .replace(&(t0 + 55 * MS).to_string(), &(t0 + 72 * MS).to_string());
+        host.write(&sched, &text).unwrap();
+        assert!(
+            d.repair_stranded(t0 + 75 * MS).is_empty(),
+            "just replenished"
+        );
+        assert_eq!(d.status().stranded_repaired, 0);
+        // Still not run, its server as it was: stranded after all.
+        let repaired: Vec<u32> = [100, 125]
+            .iter()
+            .flat_map(|at| d.repair_stranded(t0 + at * MS))
+            .collect();
+        assert_eq!(repaired, vec![PID]);
     }
 }
