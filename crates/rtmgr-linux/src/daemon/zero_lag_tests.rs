@@ -191,3 +191,34 @@ fn a_held_thread_at_its_own_policy_is_not_drift_until_its_hold_ends() {
     assert_eq!(drift.len(), 1, "{drift:?}");
     assert_eq!(drift[0].knob, "scheduling attributes");
 }
+
+/// 1 ms left as read, but the thread ran 3 ms more before its policy went
+/// back (the daemon waited for its CPU meanwhile): held until the 0-lag
+/// time of a server 2 ms over; had it run 0.5 ms, not held.
+#[test]
+fn what_a_thread_ran_after_the_read_is_counted_at_its_release() {
+    for (ran_ns, held) in [(3_000_000u64, true), (500_000, false)] {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let host = m.host();
+        let mut d = manager(&m);
+        let g = reserve_hard(&mut d, &m);
+        let g = d.grants().find(|x| x.id == g.id).unwrap().clone();
+        let schedstat = format!("/proc/{PID}/schedstat");
+        host.write(&schedstat, "5000000 0 0\n").unwrap();
+        server_shows(&host, 1_000_000, mono_ns() + 5 * MS);
+        let reads = d.hold_spent_servers(&g);
+        assert_eq!(
+            d.zero_lag.until(PID, mono_ns()),
+            None,
+            "budget left as read"
+        );
+        host.write(&schedstat, &format!("{} 0 0\n", 5_000_000 + ran_ns))
+            .unwrap();
+        d.hold_spent_after_switch(&g, &reads);
+        assert_eq!(
+            d.zero_lag.until(PID, mono_ns()).is_some(),
+            held,
+            "ran {ran_ns} ns"
+        );
+    }
+}

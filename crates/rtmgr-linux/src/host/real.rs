@@ -102,9 +102,8 @@ impl Kernel for RealKernel {
         rtmgr_sys::pidfd::Pidfd::open_thread(tid).ok()
     }
 
-    fn charge_task(&self, tid: u32) {
-        // Gone or not: what matters is the charge, not the reading.
-        let _ = rtmgr_sys::time::task_cpu_ns(tid);
+    fn charge_task(&self, _host: &Host, tid: u32) -> Option<u64> {
+        rtmgr_sys::time::task_cpu_ns(tid).ok()
     }
 
     fn read_debugfs(&self, rel: &str) -> Result<String> {

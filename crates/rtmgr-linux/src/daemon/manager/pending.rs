@@ -10,6 +10,14 @@ use crate::daemon::stranded::server;
 use crate::tasks;
 use rtmgr_sys::time::mono_ns;
 
+/// A thread's deadline server as read just before its policy went back,
+/// and its CPU time then (`hold_spent_servers`).
+pub(in crate::daemon) struct ServerRead {
+    tid: u32,
+    server: crate::daemon::stranded::Server,
+    cpu_ns: u64,
+}
+
 impl Manager {
     /// The longest the server loop may poll, ms: `pending::EVERY_NS` while
     /// threads are pending; `stranded::EVERY_NS` (20 ms) while hard grants
@@ -91,24 +99,50 @@ impl Manager {
     /// policy goes back) is held from it until its 0-lag time
     /// (`zero_lag.rs`). One /proc/<tid>/sched read per thread of a hard
     /// grant, and its stat when that server has less than
-    /// `zero_lag::RUNNING_MARGIN_NS` left.
-    pub(in crate::daemon) fn hold_spent_servers(&mut self, g: &Grant) {
+    /// `zero_lag::RUNNING_MARGIN_NS` left. Returns each server read, with
+    /// the thread's CPU time then, for `hold_spent_after_switch`.
+    pub(in crate::daemon) fn hold_spent_servers(&mut self, g: &Grant) -> Vec<ServerRead> {
         if !g.demand.is_hard() {
-            return;
+            return Vec::new();
         }
         let now = mono_ns();
         self.zero_lag.expire(now);
+        let mut reads = Vec::new();
         for t in &g.threads {
             // Charged first: a running thread's server as /proc shows it
             // may be up to a tick old.
-            self.host.charge_task(t.tid);
+            let cpu = self.host.charge_task(t.tid);
             if let Some(s) = server(&self.host, t.tid) {
+                if let Some(cpu) = cpu {
+                    reads.push(ServerRead {
+                        tid: t.tid,
+                        server: s,
+                        cpu_ns: cpu,
+                    });
+                }
                 let runnable = || tasks::state(&self.host, t.tid) == Some('R');
                 let s = crate::daemon::zero_lag::as_it_leaves(s, runnable);
                 let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
                 self.zero_lag
                     .leaving(&self.host, t.tid, s, budget, period, now);
             }
+        }
+        reads
+    }
+
+    /// The policy went back: what each thread ran since its server was read
+    /// came out of that server (`zero_lag::spent_in_between`); hold it if
+    /// that spent its budget, or longer than the read said.
+    pub(in crate::daemon) fn hold_spent_after_switch(&mut self, g: &Grant, reads: &[ServerRead]) {
+        let now = mono_ns();
+        let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
+        for r in reads {
+            let Some(cpu_after) = self.host.charge_task(r.tid) else {
+                continue;
+            };
+            let s = crate::daemon::zero_lag::spent_in_between(r.server, r.cpu_ns, cpu_after);
+            self.zero_lag
+                .leaving(&self.host, r.tid, s, budget, period, now);
         }
     }
 

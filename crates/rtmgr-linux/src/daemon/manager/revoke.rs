@@ -72,7 +72,7 @@ impl Manager {
         self.admission.remove(id);
         self.forget_pending(&g);
         // Read before the policy goes back: the kernel hides it after.
-        self.hold_spent_servers(&g);
+        let reads = self.hold_spent_servers(&g);
         // Asleep just before or just after its policy goes back.
         let mut asleep = dl_leak::asleep(&self.host, &g);
         let (hard, cpu, period_ns) = (g.demand.is_hard(), g.cpu, g.demand.period_ns);
@@ -80,6 +80,7 @@ impl Manager {
             let _ = self.journal.record(&Record::Revoking { id });
             let cx = grant::Cx::new(&self.host, &self.applied.layout, false);
             let problems = grant::revoke_policy(&cx, &g);
+            self.hold_spent_after_switch(&g, &reads);
             asleep |= dl_leak::asleep(&self.host, &g);
             self.defer(g, due_ns);
             problems
@@ -93,6 +94,7 @@ impl Manager {
             let last_of_pid = !self.pid_busy(g.pid);
             let cx = grant::Cx::new(&self.host, &self.applied.layout, false);
             let policy = grant::revoke_policy(&cx, &g);
+            self.hold_spent_after_switch(&g, &reads);
             self.undo_placement(g, last_of_pid, policy, token)
         };
         if hard {
