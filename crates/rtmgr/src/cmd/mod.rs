@@ -59,7 +59,10 @@ pub fn init_logging() {
         .unwrap_or_else(|| {
             tracing_subscriber::filter::Targets::new().with_default(tracing::Level::WARN)
         });
+    // The fmt builder's own default keeps only INFO and above: let the
+    // targets above decide (`rtmgr_linux=debug` would show nothing more).
     let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
         .with_writer(std::io::stderr)
         .without_time()
         .finish()

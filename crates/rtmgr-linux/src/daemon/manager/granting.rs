@@ -177,6 +177,14 @@ impl Manager {
                 .is_hard()
                 .then(|| self.zero_lag.until(t.tid, now))
                 .flatten();
+            if g.demand.is_hard() {
+                tracing::debug!(
+                    "reservation {}: thread {} granted at {now}, held until {:?}",
+                    g.id,
+                    t.tid,
+                    t.hold_until_ns
+                );
+            }
         }
         self.next_id += 1;
         self.journal
