@@ -223,6 +223,23 @@ pub fn sched_field(text: &str, key: &str) -> Option<i64> {
         .ok()
 }
 
+/// A time of a task's `/proc/<tid>/sched` that the kernel prints in ms
+/// with six decimals ("se.sum_exec_runtime  :  1234.567890"), in ns.
+pub fn sched_field_ms_as_ns(text: &str, key: &str) -> Option<u64> {
+    let v = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(key))?
+        .rsplit(':')
+        .next()?
+        .trim();
+    let (ms, frac) = v.split_once('.').unwrap_or((v, "0"));
+    if frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac_ns: u64 = format!("{frac:0<6}").parse().ok()?;
+    ms.parse::<u64>().ok()?.checked_mul(1_000_000)?.checked_add(frac_ns)
+}
+
 /// Steal time per CPU in clock ticks (USER_HZ), from the `cpuN` lines of `/proc/stat`.
 pub fn parse_steal(stat: &str) -> BTreeMap<u32, u64> {
     cpu_times(stat)
@@ -237,6 +254,16 @@ mod tests {
 
     /// A SCHED_FIFO 20 thread's stat, its comm with a space and parentheses.
     const FIFO_STAT: &str = "5826 (py (x) 3) S 5823 4286 30263 0 -1 4194368 494 0 0 0 54 8 0 0 -21 0 1 0 3433473 28348416 3859 18446744073709551615 1 1 0 0 0 0 0 16781312 16386 0 0 0 17 1 20 1 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn a_time_in_ms_is_read_in_ns() {
+        let text = "se.sum_exec_runtime                          :          1234.056789\nse.nr_migrations : 3\n";
+        assert_eq!(super::sched_field_ms_as_ns(text, "se.sum_exec_runtime"), Some(1_234_056_789));
+        assert_eq!(super::sched_field_ms_as_ns("x : 7\n", "x"), Some(7_000_000));
+        assert_eq!(super::sched_field_ms_as_ns("x : 1.5\n", "x"), Some(1_500_000));
+        assert_eq!(super::sched_field_ms_as_ns("x : 1.-5\n", "x"), None);
+        assert_eq!(super::sched_field_ms_as_ns("x : 1.5\n", "se.sum_exec_runtime"), None);
+    }
 
     #[test]
     fn a_sched_field_is_read_by_its_whole_name() {

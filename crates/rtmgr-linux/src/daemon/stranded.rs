@@ -107,12 +107,21 @@ pub(in crate::daemon) struct Server {
 
 /// The thread's deadline server, None when the kernel does not show one.
 pub(in crate::daemon) fn server(host: &Host, tid: u32) -> Option<Server> {
+    server_and_cpu(host, tid).map(|(s, _)| s)
+}
+
+/// The thread's deadline server and, from the same read, its CPU time
+/// (`se.sum_exec_runtime`, ns): the kernel charges both at once, so the
+/// pair agrees even when the thread runs and both are up to a tick old.
+pub(in crate::daemon) fn server_and_cpu(host: &Host, tid: u32) -> Option<(Server, Option<u64>)> {
     let sched = host.read_opt(format!("/proc/{tid}/sched"))?;
     let field = |key: &str| rtmgr_core::proctext::sched_field(&sched, key);
-    Some(Server {
+    let server = Server {
         runtime: field("dl.runtime")?,
         deadline: u64::try_from(field("dl.deadline")?).ok()?,
-    })
+    };
+    let cpu = rtmgr_core::proctext::sched_field_ms_as_ns(&sched, "se.sum_exec_runtime");
+    Some((server, cpu))
 }
 
 /// What the kernel says of a stranded thread, for its log line.

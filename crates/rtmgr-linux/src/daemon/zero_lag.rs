@@ -25,11 +25,12 @@ pub const MARGIN_NS: u64 = 1_000_000;
 pub const RUNNING_MARGIN_NS: i64 = 200_000;
 
 /// The server a thread will have left SCHED_DEADLINE with, from the one
-/// read just before (charged up to now: `Host::charge_task`): a runnable
-/// thread with less than `RUNNING_MARGIN_NS` left may spend it before the
-/// switch, and one re-granted between its deadline and its real 0-lag
-/// time is stranded (the stranded threads of 16 spinning clients showed
-/// overruns of 17–686 µs). `runnable` is asked only then.
+/// read just before its switch alone (when its CPU time cannot be read to
+/// do better, `spent_in_between`): a runnable thread with less than
+/// `RUNNING_MARGIN_NS` left may spend it before the switch (/proc shows a
+/// running thread's server up to a tick old), and one re-granted between
+/// its deadline and its real 0-lag time is stranded. `runnable` is asked
+/// only then.
 pub fn as_it_leaves(s: Server, runnable: impl FnOnce() -> bool) -> Server {
     if s.runtime > 0 && s.runtime < RUNNING_MARGIN_NS && runnable() {
         Server {
@@ -41,15 +42,13 @@ pub fn as_it_leaves(s: Server, runnable: impl FnOnce() -> bool) -> Server {
     }
 }
 /// The server a thread left SCHED_DEADLINE with, from the one read before
-/// (`read`, its CPU time then `cpu_at_read`) and its CPU time read after
-/// its policy went back (`cpu_after`): what it ran in between came out of
-/// that server. A spinning thread runs on while the daemon, between its
-/// read and the switch, waits for its CPU (the host preempts a vCPU for
-/// ~10 ms here), and the kernel throttles it only at its next tick: its
-/// overrun can exceed `RUNNING_MARGIN_NS`. Counting the CPU time after the
-/// switch too makes the hold a little longer, never shorter. (A server
-/// replenished in between gives the same 0-lag time: each replenishment
-/// adds a budget and a period.)
+/// its switch (`read`, with its CPU time as of that read, `cpu_at_read`:
+/// the kernel charges both at once) and its CPU time after the switch
+/// (`cpu_after`; the switch charged it): what it ran in between came out
+/// of that server, to the ns, however stale the read (a running thread's
+/// /proc view is up to a tick old) and however long the daemon waited
+/// for its CPU before the switch. (A server replenished in between gives
+/// the same 0-lag time: each replenishment adds a budget and a period.)
 pub fn spent_in_between(read: Server, cpu_at_read: u64, cpu_after: u64) -> Server {
     let ran = i64::try_from(cpu_after.saturating_sub(cpu_at_read)).unwrap_or(i64::MAX);
     Server {
@@ -124,10 +123,21 @@ impl ZeroLag {
         now_ns: u64,
     ) -> Option<u64> {
         if server.runtime > 0 || server.deadline == 0 {
+            tracing::debug!(
+                "thread {tid} leaves SCHED_DEADLINE at {now_ns} with dl.runtime {} dl.deadline {}: not held",
+                server.runtime,
+                server.deadline
+            );
             return None;
         }
         let offset = self.offset_ns(host, now_ns);
-        let z = zero_lag_ns(server, budget_ns, period_ns, offset).filter(|&z| z > now_ns)?;
+        let z = zero_lag_ns(server, budget_ns, period_ns, offset).filter(|&z| z > now_ns);
+        tracing::debug!(
+            "thread {tid} leaves SCHED_DEADLINE at {now_ns} with dl.runtime {} dl.deadline {} (clock offset {offset}): held until {z:?}",
+            server.runtime,
+            server.deadline
+        );
+        let z = z?;
         let until = self.until.entry(tid).or_insert(z);
         *until = (*until).max(z);
         Some(*until)

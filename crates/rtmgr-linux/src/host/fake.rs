@@ -395,12 +395,6 @@ impl Kernel for FakeKernel {
         None
     }
 
-    /// Nothing to charge: a fake tree's /proc/<tid>/sched is as written;
-    /// its CPU time is its schedstat's.
-    fn charge_task(&self, host: &Host, tid: u32) -> Option<u64> {
-        crate::tasks::exec_ns(host, tid)
-    }
-
     fn sched_clock_offset(&self, host: &Host) -> std::result::Result<i64, String> {
         read_plain(host, super::FAKE_SCHED_CLOCK_OFFSET)
             .map_or(Ok(0), |v| v.trim().parse().map_err(|e| format!("{e}")))

@@ -154,11 +154,6 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     /// A handle on thread `tid` that sees it exit (a thread pidfd); None
     /// where there is none (a fake tree, a kernel before 6.9).
     fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd>;
-    /// Have the scheduler charge thread `tid` for the time it has run
-    /// since it last did, if it runs now (a read of its CPU-time clock),
-    /// so that /proc/<tid>/sched shows its deadline server as of now. Its
-    /// CPU time as charged (ns); None when it is gone or not known.
-    fn charge_task(&self, host: &Host, tid: u32) -> Option<u64>;
 }
 
 #[derive(Debug, Clone)]
@@ -228,10 +223,6 @@ impl Host {
         self.handles.alive(tid, start_time)
     }
 
-    /// See `Kernel::charge_task`.
-    pub fn charge_task(&self, tid: u32) -> Option<u64> {
-        self.kernel.charge_task(self, tid)
-    }
 
     /// A handle on thread `tid`, to take before its start time is read.
     pub fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd> {

@@ -102,10 +102,6 @@ impl Kernel for RealKernel {
         rtmgr_sys::pidfd::Pidfd::open_thread(tid).ok()
     }
 
-    fn charge_task(&self, _host: &Host, tid: u32) -> Option<u64> {
-        rtmgr_sys::time::task_cpu_ns(tid).ok()
-    }
-
     fn read_debugfs(&self, rel: &str) -> Result<String> {
         in_private_debugfs(rel, |p| std::fs::read_to_string(p))
     }

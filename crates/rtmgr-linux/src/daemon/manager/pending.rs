@@ -6,12 +6,13 @@ use super::Manager;
 use crate::daemon::grant;
 use crate::daemon::grants_journal::Grant;
 use crate::daemon::pending::{Pending, EVERY_NS};
-use crate::daemon::stranded::server;
+use crate::daemon::stranded::server_and_cpu;
+use crate::daemon::zero_lag::{as_it_leaves, spent_in_between};
 use crate::tasks;
 use rtmgr_sys::time::mono_ns;
 
 /// A thread's deadline server as read just before its policy went back,
-/// and its CPU time then (`hold_spent_servers`).
+/// and its CPU time as of the same read (`hold_spent_servers`).
 pub(in crate::daemon) struct ServerRead {
     tid: u32,
     server: crate::daemon::stranded::Server,
@@ -95,12 +96,13 @@ impl Manager {
     }
 
     /// A hard grant's threads leave SCHED_DEADLINE: each that spent its
-    /// budget (or is runnable with too little left to keep it until its
-    /// policy goes back) is held from it until its 0-lag time
-    /// (`zero_lag.rs`). One /proc/<tid>/sched read per thread of a hard
-    /// grant, and its stat when that server has less than
-    /// `zero_lag::RUNNING_MARGIN_NS` left. Returns each server read, with
-    /// the thread's CPU time then, for `hold_spent_after_switch`.
+    /// budget is held from it until its 0-lag time (`zero_lag.rs`). Its
+    /// server is read now, before its policy goes back (the kernel hides it
+    /// after), with its CPU time as of that read; the hold is decided after
+    /// the switch (`hold_spent_after_switch`), from what it ran in between.
+    /// A thread whose read shows no CPU time is decided now, with
+    /// `zero_lag::as_it_leaves`'s margin. One /proc/<tid>/sched read per
+    /// thread of a hard grant.
     pub(in crate::daemon) fn hold_spent_servers(&mut self, g: &Grant) -> Vec<ServerRead> {
         if !g.demand.is_hard() {
             return Vec::new();
@@ -109,41 +111,48 @@ impl Manager {
         self.zero_lag.expire(now);
         let mut reads = Vec::new();
         for t in &g.threads {
-            // Charged first: a running thread's server as /proc shows it
-            // may be up to a tick old.
-            let cpu = self.host.charge_task(t.tid);
-            if let Some(s) = server(&self.host, t.tid) {
-                if let Some(cpu) = cpu {
-                    reads.push(ServerRead {
-                        tid: t.tid,
-                        server: s,
-                        cpu_ns: cpu,
-                    });
-                }
-                let runnable = || tasks::state(&self.host, t.tid) == Some('R');
-                let s = crate::daemon::zero_lag::as_it_leaves(s, runnable);
-                let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
-                self.zero_lag
-                    .leaving(&self.host, t.tid, s, budget, period, now);
+            match server_and_cpu(&self.host, t.tid) {
+                Some((server, Some(cpu_ns))) => reads.push(ServerRead {
+                    tid: t.tid,
+                    server,
+                    cpu_ns,
+                }),
+                Some((server, None)) => self.hold_as_it_leaves(g, t.tid, server, now),
+                None => {}
             }
         }
         reads
     }
 
-    /// The policy went back: what each thread ran since its server was read
-    /// came out of that server (`zero_lag::spent_in_between`); hold it if
-    /// that spent its budget, or longer than the read said.
+    /// The policy went back: the server each thread left with is the one
+    /// read less what it ran since (`zero_lag::spent_in_between`; its
+    /// schedstat is exact now: the switch charged it); hold it if that is
+    /// spent. A thread whose CPU time cannot be read now is decided with
+    /// the margin.
     pub(in crate::daemon) fn hold_spent_after_switch(&mut self, g: &Grant, reads: &[ServerRead]) {
         let now = mono_ns();
         let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
         for r in reads {
-            let Some(cpu_after) = self.host.charge_task(r.tid) else {
-                continue;
-            };
-            let s = crate::daemon::zero_lag::spent_in_between(r.server, r.cpu_ns, cpu_after);
-            self.zero_lag
-                .leaving(&self.host, r.tid, s, budget, period, now);
+            match tasks::exec_ns(&self.host, r.tid) {
+                Some(cpu_after) => {
+                    let s = spent_in_between(r.server, r.cpu_ns, cpu_after);
+                    self.zero_lag
+                        .leaving(&self.host, r.tid, s, budget, period, now);
+                }
+                None => self.hold_as_it_leaves(g, r.tid, r.server, now),
+            }
         }
+    }
+
+    /// Hold a thread from the server read before its switch alone: a
+    /// runnable one with less than `zero_lag::RUNNING_MARGIN_NS` left is
+    /// counted as having spent it.
+    fn hold_as_it_leaves(&mut self, g: &Grant, tid: u32, server: crate::daemon::stranded::Server, now: u64) {
+        let runnable = || tasks::state(&self.host, tid) == Some('R');
+        let s = as_it_leaves(server, runnable);
+        let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
+        self.zero_lag
+            .leaving(&self.host, tid, s, budget, period, now);
     }
 
     /// A grant's threads are no longer pending (revoked).
