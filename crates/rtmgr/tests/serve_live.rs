@@ -4,7 +4,8 @@
 //! alone restores the machine, `kill -9` at random moments of grants, the
 //! periodic task API asking the daemon for its (P, W), and drift of a grant
 //! repaired (and none found in a fresh one); the resource flags of `rtmgr
-//! reserve` granted and refused.
+//! reserve` granted and refused; a thread granted SCHED_FIFO again and
+//! again that never sleeps at it is not killed by its RLIMIT_RTTIME.
 
 mod serve_common;
 
@@ -343,4 +344,84 @@ fn reserve_flags_ask_for_memory_io_and_cache() {
     eventually("nothing is reserved", || listed(&mut c).is_empty());
     assert!(d.stop().success());
     live.assert_restored("after the resource flags");
+}
+
+/// Set in the child of the RLIMIT_RTTIME test: the daemon's socket.
+const RTTIME_CHILD: &str = "RTMGR_TEST_RTTIME_CHILD";
+
+/// A thread granted SCHED_FIFO (rt1) again and again, that works 2 ms at
+/// it each time and never sleeps while SCHED_FIFO, lives on: the client
+/// library waits for each grant asleep, so the answer wakes it at
+/// SCHED_FIFO and Linux restarts its RLIMIT_RTTIME count (a FIFO grant
+/// sets the soft limit, 200 ms; Linux counts a thread's RT ticks across
+/// policy changes and restarts only when it wakes as an RT thread). A
+/// library that spun through its grants let the thread's RT time add up
+/// over them until SIGXCPU (the soak's process died of it once in CI).
+/// Here another thread of the client releases each grant while the
+/// granted one spins on until its policy is back, so the grant's answer
+/// is its only wake-up. The client is a child process (this test binary
+/// again, this test alone), which SIGXCPU would kill: with the spinning
+/// library it was killed (checked).
+#[test]
+fn a_thread_granted_fifo_again_and_again_outlives_its_rt_time_limit() {
+    if let Some(socket) = std::env::var_os(RTTIME_CHILD) {
+        fifo_again_and_again(std::path::Path::new(&socket));
+        return;
+    }
+    let Some(live) = Live::new() else { return };
+    // Root's rule without its rate limit (300 requests in a second).
+    let d = live.start(
+        "[[client]]\nusers = [\"root\"]\nmax_priority = 98\nrequests_per_burst = 1000000\nburst_s = 1\n",
+    );
+    let me = "a_thread_granted_fifo_again_and_again_outlives_its_rt_time_limit";
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", me, "--nocapture", "--test-threads=1"])
+        .env(RTTIME_CHILD, live.socket())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the client: {:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(d.stop().success());
+    live.assert_restored("after 150 FIFO grants");
+}
+
+/// The child's part: 150 times, rt1 granted, 2 ms of CPU at it, released
+/// by a second thread (its own connection) while it spins on.
+fn fifo_again_and_again(socket: &std::path::Path) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const NONE: u64 = u64::MAX;
+    let to_release = std::sync::Arc::new(AtomicU64::new(NONE));
+    let releaser = {
+        let (to_release, socket) = (to_release.clone(), socket.to_path_buf());
+        std::thread::spawn(move || {
+            let mut c = rtmgr_rt::client::Client::connect_to(&socket).unwrap();
+            for _ in 0..150 {
+                let id = loop {
+                    match to_release.swap(NONE, Ordering::AcqRel) {
+                        NONE => std::thread::sleep(std::time::Duration::from_micros(100)),
+                        id => break id,
+                    }
+                };
+                c.release(id).unwrap();
+            }
+        })
+    };
+    let mut c = rtmgr_rt::client::Client::connect_to(socket).unwrap();
+    let me = rtmgr_sys::sched::gettid();
+    for _ in 0..150 {
+        let mut r = ReserveRequest::new(10_000_000, 3_000_000);
+        r.class = "rt1:20".into();
+        let g = c.reserve(r).unwrap();
+        assert_eq!(policy_of(me), Some(SCHED_FIFO));
+        let t0 = rtmgr_sys::time::thread_cpu_ns();
+        while rtmgr_sys::time::thread_cpu_ns() - t0 < 2_000_000 {}
+        to_release.store(g.id, Ordering::Release);
+        while rtmgr_sys::sched::get_attr(0).unwrap().policy != SCHED_OTHER {}
+    }
+    releaser.join().unwrap();
 }

@@ -79,24 +79,23 @@ impl Client {
 
     /// Send one request, read its response. While waiting the thread stays
     /// runnable (yielding) until the answer: a release needs it runnable to
-    /// get the bandwidth back (a grant no longer does: the daemon grants a
-    /// sleeping thread too, docs/protocol.md "When the policy takes
-    /// effect"). A SCHED_FIFO/RR thread blocks at once.
+    /// get the bandwidth back (the kernel, 6.x, returns the bandwidth of a
+    /// thread leaving SCHED_DEADLINE only if it is runnable then). A grant
+    /// does not (the daemon grants a sleeping thread too, docs/protocol.md
+    /// "When the policy takes effect"), but a client that blocked for its
+    /// grants met stranded deadline threads in the soak far more often
+    /// (docs/serve.md "Stranded threads"). A SCHED_FIFO/RR thread blocks,
+    /// at once or as soon as its grant makes it one: woken by the answer
+    /// at SCHED_FIFO, Linux restarts its RLIMIT_RTTIME count (it does so
+    /// only when an RT thread wakes; a thread that spun through its FIFO
+    /// grants added up their RT time until SIGXCPU).
     pub fn request(&mut self, op: Op) -> Result<Response, ClientError> {
         self.stream
             .write_all(Request::new(op).to_line().as_bytes())?;
         let mut line = String::new();
-        // A SCHED_FIFO/RR thread blocks (which also restarts its
-        // RLIMIT_RTTIME count). A SCHED_DEADLINE one stays runnable too: the
-        // kernel (6.x) returns the bandwidth of a thread leaving
-        // SCHED_DEADLINE only if it is runnable then (asleep past its 0-lag
-        // time, the bandwidth stays booked in its RT CPU's root domain).
-        let fixed_priority = rtmgr_sys::sched::get_attr(0).is_ok_and(|a| {
-            a.policy == rtmgr_sys::sched::SCHED_FIFO || a.policy == rtmgr_sys::sched::SCHED_RR
-        });
-        // Until the answer (at most the 10 s read timeout).
-        let spin_ns = if fixed_priority { 0 } else { 10_000_000_000 };
-        let spin_until = rtmgr_sys::time::mono_ns() + spin_ns;
+        // Until the answer (at most the 10 s read timeout), while the
+        // thread is neither SCHED_FIFO nor SCHED_RR.
+        let spin_until = rtmgr_sys::time::mono_ns() + 10_000_000_000;
         self.stream.set_nonblocking(true)?;
         let r = loop {
             match self.reader.read_line(&mut line) {
@@ -108,7 +107,7 @@ impl Client {
                 Ok(_) if line.ends_with('\n') => break Ok(()),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if rtmgr_sys::time::mono_ns() < spin_until {
+                    if rtmgr_sys::time::mono_ns() < spin_until && !fixed_priority() {
                         rtmgr_sys::sched::yield_now();
                     } else {
                         self.stream.set_nonblocking(false)?;
@@ -164,6 +163,13 @@ impl Client {
             other => Err(unexpected(other)),
         }
     }
+}
+
+/// Is the calling thread SCHED_FIFO or SCHED_RR (one sched_getattr)?
+fn fixed_priority() -> bool {
+    rtmgr_sys::sched::get_attr(0).is_ok_and(|a| {
+        a.policy == rtmgr_sys::sched::SCHED_FIFO || a.policy == rtmgr_sys::sched::SCHED_RR
+    })
 }
 
 fn unexpected(r: Reply) -> ClientError {
