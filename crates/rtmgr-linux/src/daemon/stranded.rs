@@ -22,6 +22,25 @@ pub const MIN_NS: u64 = 50_000_000;
 /// Look at most this often.
 pub(in crate::daemon) const EVERY_NS: u64 = 20_000_000;
 
+/// A look this long after the last one (the daemon itself held up: its
+/// loop was seen 54 ms in state D, in a kernel call, in a soak run)
+/// restarts every thread's count: what they did meanwhile is unknown.
+/// Four spinning soak clients, waiting for the held-up daemon's answers,
+/// were taken for stranded at the look after it: their CPU time as
+/// schedstat showed it had not moved (deadline threads that yield at each
+/// replenishment), and their servers, read only once a thread has been
+/// stuck for `OVERDUE_MIN_NS`, had not been read before the gap, so their
+/// replenishments went unseen (`note_server`).
+pub(in crate::daemon) const LATE_LOOK_NS: u64 = 2 * EVERY_NS;
+
+/// Count every watched thread as stuck from `now` on, if at all.
+pub(in crate::daemon) fn restart_watch(seen: &mut BTreeMap<u32, Seen>, now: u64) {
+    for e in seen.values_mut() {
+        e.since_ns = now;
+        e.server = None;
+    }
+}
+
 /// What was last seen of one thread.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::daemon) struct Seen {
@@ -170,19 +189,25 @@ pub(in crate::daemon) fn overdue(
 }
 
 /// Is this hard grant's thread throttled with its replenishment still to
-/// come (its budget spent, the start of the period after its deadline not
-/// yet passed by more than the slack)? Then it is waiting as the kernel's
-/// budget rules say, however long: a thread that overran several budgets
-/// has its deadline pushed that many periods on at each replenishment
-/// (seen here: 64 clients of 0.125 ms each, their deadlines 25–190 ms
-/// ahead), and its policy set again would change nothing.
+/// come (its budget spent, or its deadline still ahead; the start of the
+/// period after its deadline not yet passed by more than the slack)? Then
+/// it is waiting as the kernel's budget rules say, however long: a thread
+/// that overran several budgets has its deadline pushed that many periods
+/// on at each replenishment (seen here: 64 clients of 0.125 ms each, their
+/// deadlines 25–190 ms ahead), and its policy set again would change
+/// nothing. A deadline thread that calls sched_yield (rtmgr's client
+/// library does while it waits for an answer) is throttled with budget
+/// left until its deadline: after such a pushed replenishment, a soak
+/// client waited 65 ms, 0.081 ms left and its deadline 31 ms ahead, and was
+/// taken for stranded. A stranded thread's deadline is past (its server
+/// is the one it had when it was stranded): `overdue` finds it.
 pub(in crate::daemon) fn awaits_replenishment(
     period_ns: u64,
     deadline_ns: u64,
     server: Option<Server>,
     now_ns: u64,
 ) -> bool {
-    server.is_some_and(|s| s.runtime <= 0 && s.deadline != 0)
+    server.is_some_and(|s| s.deadline != 0 && (s.runtime <= 0 || s.deadline > now_ns))
         && !overdue(period_ns, deadline_ns, server, now_ns)
 }
 

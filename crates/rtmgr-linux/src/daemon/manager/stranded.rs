@@ -7,7 +7,7 @@ use crate::daemon::grant;
 use crate::daemon::stranded::Server;
 use crate::daemon::stranded::{
     awaits_replenishment, kernel_view, limit_ns, note_server, overdue, server, stuck_for, EVERY_NS,
-    OVERDUE_MIN_NS,
+    LATE_LOOK_NS, OVERDUE_MIN_NS,
 };
 use crate::tasks;
 use rtmgr_sys::sched::SchedAttr;
@@ -29,8 +29,12 @@ impl Manager {
     /// every `EVERY_NS`) and repair the stranded ones. Returns the threads
     /// repaired now.
     pub fn repair_stranded(&mut self, now_ns: u64) -> Vec<u32> {
-        if now_ns.saturating_sub(self.stranded.last_ns) < EVERY_NS {
+        let since_last = now_ns.saturating_sub(self.stranded.last_ns);
+        if since_last < EVERY_NS {
             return Vec::new();
+        }
+        if self.stranded.last_ns != 0 && since_last > LATE_LOOK_NS {
+            crate::daemon::stranded::restart_watch(&mut self.stranded.seen, now_ns);
         }
         self.stranded.last_ns = now_ns;
         let mut watched = Vec::new();
@@ -240,6 +244,47 @@ mod tests {
         assert!(d.repair_stranded(t0).is_empty(), "first look");
         assert!(d.repair_stranded(t0 + 25 * MS).is_empty());
         assert_eq!(d.repair_stranded(t0 + 50 * MS), vec![PID]);
+    }
+
+    /// Budget left and its deadline ahead (a thread that yielded, throttled
+    /// until its deadline, here one a replenishment pushed 30 ms on):
+    /// waiting, not stranded, past the limit; repaired once overdue.
+    #[test]
+    fn a_thread_throttled_with_budget_left_until_its_deadline_is_left() {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let mut d = hard_grant(&m);
+        let host = m.host();
+        let t0 = 1_000 * MS;
+        runnable_not_running(&host, 5, t0 + 85 * MS);
+        let sched = format!("/proc/{PID}/sched");
+        let text = host.read(&sched).unwrap().replace("-20000", "81000");
+        host.write(&sched, &text).unwrap();
+        for at in [0, 25, 50, 75] {
+            assert!(
+                d.repair_stranded(t0 + at * MS).is_empty(),
+                "deadline ahead at +{at} ms"
+            );
+        }
+        assert_eq!(d.repair_stranded(t0 + 100 * MS), vec![PID], "overdue");
+    }
+
+    /// The daemon held up 54 ms between two looks (its loop in a kernel
+    /// call): the look after it cannot tell what the thread did meanwhile
+    /// and restarts its count; still stuck at the next look (its deadline
+    /// long past), it is repaired then.
+    #[test]
+    fn a_look_after_the_daemon_was_held_up_restarts_the_count() {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let mut d = hard_grant(&m);
+        let host = m.host();
+        let t0 = 1_000 * MS;
+        runnable_not_running(&host, 5, t0 + 45 * MS);
+        let sched = format!("/proc/{PID}/sched");
+        let text = host.read(&sched).unwrap().replace("-20000", "300000");
+        host.write(&sched, &text).unwrap();
+        assert!(d.repair_stranded(t0).is_empty(), "first look");
+        assert!(d.repair_stranded(t0 + 54 * MS).is_empty(), "after the gap");
+        assert_eq!(d.repair_stranded(t0 + 80 * MS), vec![PID]);
     }
 
     /// A thread paying for a long overrun, replenished by the kernel just
