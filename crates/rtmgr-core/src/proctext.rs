@@ -237,7 +237,10 @@ pub fn sched_field_ms_as_ns(text: &str, key: &str) -> Option<u64> {
         return None;
     }
     let frac_ns: u64 = format!("{frac:0<6}").parse().ok()?;
-    ms.parse::<u64>().ok()?.checked_mul(1_000_000)?.checked_add(frac_ns)
+    ms.parse::<u64>()
+        .ok()?
+        .checked_mul(1_000_000)?
+        .checked_add(frac_ns)
 }
 
 /// Steal time per CPU in clock ticks (USER_HZ), from the `cpuN` lines of `/proc/stat`.
@@ -258,11 +261,20 @@ mod tests {
     #[test]
     fn a_time_in_ms_is_read_in_ns() {
         let text = "se.sum_exec_runtime                          :          1234.056789\nse.nr_migrations : 3\n";
-        assert_eq!(super::sched_field_ms_as_ns(text, "se.sum_exec_runtime"), Some(1_234_056_789));
+        assert_eq!(
+            super::sched_field_ms_as_ns(text, "se.sum_exec_runtime"),
+            Some(1_234_056_789)
+        );
         assert_eq!(super::sched_field_ms_as_ns("x : 7\n", "x"), Some(7_000_000));
-        assert_eq!(super::sched_field_ms_as_ns("x : 1.5\n", "x"), Some(1_500_000));
+        assert_eq!(
+            super::sched_field_ms_as_ns("x : 1.5\n", "x"),
+            Some(1_500_000)
+        );
         assert_eq!(super::sched_field_ms_as_ns("x : 1.-5\n", "x"), None);
-        assert_eq!(super::sched_field_ms_as_ns("x : 1.5\n", "se.sum_exec_runtime"), None);
+        assert_eq!(
+            super::sched_field_ms_as_ns("x : 1.5\n", "se.sum_exec_runtime"),
+            None
+        );
     }
 
     #[test]

@@ -223,7 +223,6 @@ impl Host {
         self.handles.alive(tid, start_time)
     }
 
-
     /// A handle on thread `tid`, to take before its start time is read.
     pub fn task_handle(&self, tid: u32) -> Option<rtmgr_sys::pidfd::Pidfd> {
         self.kernel.task_handle(tid)

@@ -189,7 +189,14 @@ fn sched_clock_offset_reading() -> std::result::Result<Option<i64>, String> {
     let sched = sched.map_err(|e| format!("/proc/thread-self/sched: {e}"))?;
     let deadline = rtmgr_core::proctext::sched_field(&sched, "dl.deadline")
         .ok_or("/proc/thread-self/sched shows no dl.deadline")?;
-    Ok(offset_reading(deadline, OFFSET_DEADLINE_NS, before, after, done, OFFSET_BUDGET_NS))
+    Ok(offset_reading(
+        deadline,
+        OFFSET_DEADLINE_NS,
+        before,
+        after,
+        done,
+        OFFSET_BUDGET_NS,
+    ))
 }
 
 /// A reading from a deadline read back (`deadline`, relative `relative_ns`)
@@ -279,7 +286,14 @@ mod tests {
         let ms = 1_000_000;
         // Deadline 100 ms after a scheduler clock 4 ms ahead.
         assert_eq!(
-            offset_reading(204 * ms as i64, 100 * ms, 100 * ms, 100 * ms, 100 * ms + 50_000, ms),
+            offset_reading(
+                204 * ms as i64,
+                100 * ms,
+                100 * ms,
+                100 * ms,
+                100 * ms + 50_000,
+                ms
+            ),
             Some(4 * ms as i64)
         );
         assert_eq!(

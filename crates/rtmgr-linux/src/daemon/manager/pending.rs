@@ -147,7 +147,13 @@ impl Manager {
     /// Hold a thread from the server read before its switch alone: a
     /// runnable one with less than `zero_lag::RUNNING_MARGIN_NS` left is
     /// counted as having spent it.
-    fn hold_as_it_leaves(&mut self, g: &Grant, tid: u32, server: crate::daemon::stranded::Server, now: u64) {
+    fn hold_as_it_leaves(
+        &mut self,
+        g: &Grant,
+        tid: u32,
+        server: crate::daemon::stranded::Server,
+        now: u64,
+    ) {
         let runnable = || tasks::state(&self.host, tid) == Some('R');
         let s = as_it_leaves(server, runnable);
         let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);

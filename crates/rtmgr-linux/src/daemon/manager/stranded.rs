@@ -229,18 +229,28 @@ mod tests {
         assert_eq!(d.status().stranded_repaired, 1);
     }
 
+    /// A hard grant's thread runnable without running, its server showing
+    /// `runtime` left and `deadline_ns`.
+    fn stuck_with_budget(runtime: i64, deadline_ns: u64) -> (FakeMachine, Manager) {
+        let m = FakeMachine::new(2).task(PID, "client").build();
+        let d = hard_grant(&m);
+        let host = m.host();
+        runnable_not_running(&host, 5, deadline_ns);
+        let sched = format!("/proc/{PID}/sched");
+        let text = host
+            .read(&sched)
+            .unwrap()
+            .replace("-20000", &runtime.to_string());
+        host.write(&sched, &text).unwrap();
+        (m, d)
+    }
+
     /// Runnable without running past the limit with budget left (or no
     /// server shown): stranded.
     #[test]
     fn a_thread_with_budget_left_is_repaired_at_the_limit() {
-        let m = FakeMachine::new(2).task(PID, "client").build();
-        let mut d = hard_grant(&m);
-        let host = m.host();
         let t0 = 1_000 * MS;
-        runnable_not_running(&host, 5, t0 + 45 * MS);
-        let sched = format!("/proc/{PID}/sched");
-        let text = host.read(&sched).unwrap().replace("-20000", "300000");
-        host.write(&sched, &text).unwrap();
+        let (_m, mut d) = stuck_with_budget(300_000, t0 + 45 * MS);
         assert!(d.repair_stranded(t0).is_empty(), "first look");
         assert!(d.repair_stranded(t0 + 25 * MS).is_empty());
         assert_eq!(d.repair_stranded(t0 + 50 * MS), vec![PID]);
@@ -251,14 +261,8 @@ mod tests {
     /// waiting, not stranded, past the limit; repaired once overdue.
     #[test]
     fn a_thread_throttled_with_budget_left_until_its_deadline_is_left() {
-        let m = FakeMachine::new(2).task(PID, "client").build();
-        let mut d = hard_grant(&m);
-        let host = m.host();
         let t0 = 1_000 * MS;
-        runnable_not_running(&host, 5, t0 + 85 * MS);
-        let sched = format!("/proc/{PID}/sched");
-        let text = host.read(&sched).unwrap().replace("-20000", "81000");
-        host.write(&sched, &text).unwrap();
+        let (_m, mut d) = stuck_with_budget(81_000, t0 + 85 * MS);
         for at in [0, 25, 50, 75] {
             assert!(
                 d.repair_stranded(t0 + at * MS).is_empty(),
@@ -274,14 +278,8 @@ mod tests {
     /// long past), it is repaired then.
     #[test]
     fn a_look_after_the_daemon_was_held_up_restarts_the_count() {
-        let m = FakeMachine::new(2).task(PID, "client").build();
-        let mut d = hard_grant(&m);
-        let host = m.host();
         let t0 = 1_000 * MS;
-        runnable_not_running(&host, 5, t0 + 45 * MS);
-        let sched = format!("/proc/{PID}/sched");
-        let text = host.read(&sched).unwrap().replace("-20000", "300000");
-        host.write(&sched, &text).unwrap();
+        let (_m, mut d) = stuck_with_budget(300_000, t0 + 45 * MS);
         assert!(d.repair_stranded(t0).is_empty(), "first look");
         assert!(d.repair_stranded(t0 + 54 * MS).is_empty(), "after the gap");
         assert_eq!(d.repair_stranded(t0 + 80 * MS), vec![PID]);
