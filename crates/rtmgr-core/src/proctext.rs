@@ -214,24 +214,13 @@ pub fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
 /// name; None when the kernel does not show it (the `dl.` fields only for a
 /// SCHED_DEADLINE task).
 pub fn sched_field(text: &str, key: &str) -> Option<i64> {
-    text.lines()
-        .find(|l| l.split_whitespace().next() == Some(key))?
-        .rsplit(':')
-        .next()?
-        .trim()
-        .parse()
-        .ok()
+    sched_value(text, key)?.parse().ok()
 }
 
 /// A time of a task's `/proc/<tid>/sched` that the kernel prints in ms
 /// with six decimals ("se.sum_exec_runtime  :  1234.567890"), in ns.
 pub fn sched_field_ms_as_ns(text: &str, key: &str) -> Option<u64> {
-    let v = text
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(key))?
-        .rsplit(':')
-        .next()?
-        .trim();
+    let v = sched_value(text, key)?;
     let (ms, frac) = v.split_once('.').unwrap_or((v, "0"));
     if frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -241,6 +230,17 @@ pub fn sched_field_ms_as_ns(text: &str, key: &str) -> Option<u64> {
         .ok()?
         .checked_mul(1_000_000)?
         .checked_add(frac_ns)
+}
+
+/// The text after the last ':' of the `/proc/<tid>/sched` line named `key`.
+fn sched_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    Some(
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(key))?
+            .rsplit(':')
+            .next()?
+            .trim(),
+    )
 }
 
 /// Steal time per CPU in clock ticks (USER_HZ), from the `cpuN` lines of `/proc/stat`.
