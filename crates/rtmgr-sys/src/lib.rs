@@ -20,6 +20,7 @@ pub mod errno;
 pub mod fd;
 pub mod filelock;
 pub mod futex;
+pub mod interest;
 pub mod ioprio;
 pub mod lock;
 pub mod mem;

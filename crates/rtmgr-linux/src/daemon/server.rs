@@ -1,6 +1,7 @@
 //! The Unix-socket front end of the Manager (DROPS §4.1's request protocol):
-//! one thread polling the listening socket, the connections, and the pidfds
-//! of clients holding grants (readable = the client exited: its grants go).
+//! one thread waiting (epoll, each descriptor registered once) on the
+//! listening socket, the connections, and the pidfds of clients holding
+//! grants (readable = the client exited: its grants go).
 //! Newline-delimited JSON, one response per request; a line longer than the
 //! protocol's maximum, bytes that are not a request, a peer that vanishes —
 //! each gets an error or is dropped, and the daemon goes on. A grant's
@@ -11,13 +12,28 @@
 use super::manager::{Answer, Manager};
 use super::peer::{self, Client};
 use rtmgr_core::protocol::{parse_request, AnswerOp, ErrorCode, Op, Response, MAX_MESSAGE};
-use rtmgr_sys::pidfd::{peer_cred, peer_pidfd, poll_readable};
+use rtmgr_sys::interest::Interest;
+use rtmgr_sys::pidfd::{peer_cred, peer_pidfd};
 use rtmgr_sys::time::mono_ns;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// The readiness keys of the listening socket and of the grant worker's
+/// wake-up socket; the kinds of the others (`key`): a front end (by index),
+/// a connection (by token), a client's pidfd (by its watch's serial).
+const LISTENER: u64 = 0;
+const WORKER: u64 = 2 << 56;
+const FRONT: u64 = 1;
+const CONN: u64 = 3;
+const PIDFD: u64 = 4;
+
+/// A key: its kind in the top byte, its id below.
+fn key(kind: u64, id: u64) -> u64 {
+    kind << 56 | (id & ((1 << 56) - 1))
+}
 
 /// A connection closes after this long without a complete request.
 const IDLE_NS: u64 = 30_000_000_000;
@@ -86,46 +102,45 @@ pub fn run_with(
     let mut conns: Vec<Conn> = Vec::new();
     let mut next_token = 1;
     let mut next_tick = mono_ns() + tick_ms * 1_000_000;
+    let mut interest = Interest::new()?;
     while !stop.load(Ordering::Relaxed) {
-        let polled: Vec<usize> = (0..conns.len()).filter(|&i| conns[i].polled()).collect();
-        let (ready, exited, woken, worker_woke) = {
-            let pidfds = m.pidfds();
-            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2 + polled.len() + pidfds.len());
-            fds.push(listener.as_fd());
-            fds.extend(polled.iter().map(|&i| conns[i].stream.as_fd()));
-            fds.extend(pidfds.iter().map(|(_, fd)| *fd));
-            let first_front = fds.len();
-            fds.extend(fronts.iter().map(|f| f.fd()));
-            let worker_polled = m.worker_fd().is_some();
-            fds.extend(m.worker_fd()); // last: readable = a grant is done
-            let wait = wait_ms(next_tick, mono_ns());
-            // Every few ms while a thread waits for SCHED_DEADLINE
-            // (`pending.rs`), 100 ms while grants are watched, else at the tick.
-            let most = m.wake_within_ms().unwrap_or(wait);
-            let ready = poll_readable(&fds, wait.min(most) as i32)?;
-            let exited: Vec<u32> = pidfds
-                .iter()
-                .zip(&ready[1 + polled.len()..])
-                .filter(|(_, r)| **r)
-                .map(|((pid, _), _)| *pid)
-                .collect();
-            let woken = ready[first_front..first_front + fronts.len()].to_vec();
-            let worker_woke = worker_polled && ready.last() == Some(&true);
-            (
-                ready[..1 + polled.len()].to_vec(),
-                exited,
-                woken,
-                worker_woke,
-            )
-        };
-        if worker_woke {
+        // Registered once each (epoll), not handed to the kernel at every wake.
+        interest.sync(
+            std::iter::once((LISTENER, listener.as_fd()))
+                .chain(
+                    conns
+                        .iter()
+                        .filter(|c| c.polled())
+                        .map(|c| (key(CONN, c.token), c.stream.as_fd())),
+                )
+                .chain(m.pidfds().map(|(_, serial, fd)| (key(PIDFD, serial), fd)))
+                .chain(
+                    fronts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| (key(FRONT, i as u64), f.fd())),
+                )
+                // Readable = a grant is done.
+                .chain(m.worker_fd().map(|fd| (WORKER, fd))),
+        )?;
+        let wait = wait_ms(next_tick, mono_ns());
+        // Every few ms while a thread waits for SCHED_DEADLINE
+        // (`pending.rs`), 100 ms while grants are watched, else at the tick.
+        let most = m.wake_within_ms().unwrap_or(wait);
+        let ready = interest.wait(wait.min(most) as i32)?;
+        let exited: Vec<u32> = m
+            .pidfds()
+            .filter(|(_, serial, _)| ready.contains(&key(PIDFD, *serial)))
+            .map(|(pid, _, _)| pid)
+            .collect();
+        if ready.contains(&WORKER) {
             m.worker_woke();
         }
         for pid in exited {
             m.client_exited(pid);
         }
-        for (f, r) in fronts.iter_mut().zip(woken) {
-            if r {
+        for (i, f) in fronts.iter_mut().enumerate() {
+            if ready.contains(&key(FRONT, i as u64)) {
                 f.serve(m);
             }
         }
@@ -134,15 +149,15 @@ pub fn run_with(
         m.finish_deferred();
         m.repair_stranded(mono_ns());
         m.finish_pending(mono_ns());
-        for (&i, r) in polled.iter().zip(&ready[1..]) {
-            if *r {
-                serve_conn(m, &mut conns[i]);
+        for c in conns.iter_mut() {
+            if ready.contains(&key(CONN, c.token)) {
+                serve_conn(m, c);
             }
         }
         serve_queued(m, &mut conns);
         // Answers ready at once (a job done here: the worker is gone).
         deliver(m, &mut conns);
-        if ready[0] {
+        if ready.contains(&LISTENER) {
             accept(m, listener, &mut conns, max_connections, &mut next_token);
         }
         let now = mono_ns();

@@ -179,6 +179,68 @@ fn a_wake_up_after_its_outcome_was_taken_is_emptied_by_the_loop() {
     d.stop_grant_worker();
 }
 
+/// A client process that reserves, releases, reserves again and exits: its
+/// second grant goes with it at once, through the pidfd of its second watch
+/// (the loop registers each watch's pidfd once, under the watch's serial),
+/// not at a reconciliation (the tick here is a minute away).
+#[test]
+fn a_client_that_exits_after_a_second_grant_loses_it_without_a_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("rtmgr.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let client = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb")
+def ask(req):
+    f.write((json.dumps(req) + "\n").encode()); f.flush()
+    return json.loads(f.readline())
+r = {"v": 1, "op": "reserve", "class": "rt1:10", "period_ns": 10000000, "budget_ns": 1000000}
+a = ask(r); assert a["result"] == "granted", a
+a = ask({"v": 1, "op": "release", "id": a["reservation"]["id"]}); assert a["result"] == "released", a
+a = ask(r); assert a["result"] == "granted", a
+print(a["reservation"]["id"], flush=True)
+sys.stdin.read()
+"#;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", client])
+        .arg(&sock)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let m = FakeMachine::new(2).task(child.id(), "client").build();
+    let mut d = manager_with(&m, "rt_cpus = \"1\"\n[[client]]\nusers = [\"*\"]\n");
+    d.start_grant_worker(0, &CpuSet::single(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, sock) = (stop.clone(), sock.clone());
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            let mut id = String::new();
+            out.read_line(&mut id).unwrap();
+            drop(stdin); // the client exits
+            child.wait().unwrap();
+            pause(300);
+            stop.store(true, Ordering::SeqCst);
+            let _ = UnixStream::connect(&sock); // wakes the loop, if it waits
+            id
+        })
+    };
+    run(&mut d, &listener, 8, 60_000, &stop, |_| {}).unwrap();
+    let id = watcher.join().unwrap();
+    assert!(
+        id.trim().parse::<u64>().is_ok(),
+        "the client was not granted twice: {id:?}"
+    );
+    assert_eq!(
+        d.grants().count(),
+        0,
+        "the exited client's second grant stayed"
+    );
+    d.stop_grant_worker();
+}
+
 /// Up to the tick the poll waits at least 1 ms (no 0 ms poll before the
 /// tick is due); at or past it, 0 (the tick runs now).
 #[test]

@@ -46,6 +46,10 @@ pub struct Deferred {
 pub(super) struct Watched {
     pub start_time: u64,
     pub pidfd: Option<Pidfd>,
+    /// Names this watch (and its pidfd) among all the daemon ever had: a
+    /// front end that registers the pidfd once tells a new watch of the same
+    /// pid from the old one by it.
+    pub serial: u64,
 }
 
 pub struct Manager {
@@ -56,6 +60,8 @@ pub struct Manager {
     pub(super) admission: Admission,
     pub(super) grants: BTreeMap<u64, Grant>,
     pub(super) watched: BTreeMap<u32, Watched>,
+    /// The serial of the next `Watched`.
+    pub(super) next_watch_serial: u64,
     /// Half-revoked deadline grants waiting out their last period.
     pub(super) deferred: Vec<Deferred>,
     /// Threads that left SCHED_DEADLINE: when they may leave their RT CPU.
@@ -125,6 +131,7 @@ impl Manager {
             admission: adm,
             grants: BTreeMap::new(),
             watched: BTreeMap::new(),
+            next_watch_serial: 1,
             deferred: Vec::new(),
             leaving: BTreeMap::new(),
             unfinished: Vec::new(),

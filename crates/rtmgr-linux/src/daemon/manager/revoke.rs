@@ -24,7 +24,16 @@ impl Manager {
         let pidfd = Pidfd::open(pid)
             .ok()
             .filter(|_| tasks::same_task(&self.host, pid, start_time));
-        self.watched.insert(pid, Watched { start_time, pidfd });
+        let serial = self.next_watch_serial;
+        self.next_watch_serial += 1;
+        self.watched.insert(
+            pid,
+            Watched {
+                start_time,
+                pidfd,
+                serial,
+            },
+        );
     }
 
     /// A client's release. With a `token`, the answer of a grant whose
@@ -172,12 +181,12 @@ impl Manager {
             .collect()
     }
 
-    /// The pidfds a front end polls (readable = that client exited).
-    pub fn pidfds(&self) -> Vec<(u32, BorrowedFd<'_>)> {
+    /// The pidfds a front end polls (readable = that client exited): pid,
+    /// the watch's serial (a new watch of the same pid has another) and fd.
+    pub fn pidfds(&self) -> impl Iterator<Item = (u32, u64, BorrowedFd<'_>)> {
         self.watched
             .iter()
-            .filter_map(|(pid, w)| w.pidfd.as_ref().map(|f| (*pid, f.as_fd())))
-            .collect()
+            .filter_map(|(pid, w)| w.pidfd.as_ref().map(|f| (*pid, w.serial, f.as_fd())))
     }
 
     /// From now on every `reserve` is answered `shutting_down`.
