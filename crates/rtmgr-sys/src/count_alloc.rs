@@ -6,27 +6,27 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The allocator to install in a test binary.
 pub struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// This thread's count: one shared by all threads also counted what
+    /// another test's thread allocated while both were counting.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
 fn count() {
     // try_with: the thread's locals may already be gone while it exits.
     if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
     }
 }
 
 // SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees are ours; counting touches only a
-// const-initialised thread-local and an atomic, neither of which allocates.
+// unchanged, so `System`'s guarantees are ours; counting touches only
+// const-initialised thread-locals, which do not allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();
@@ -55,9 +55,9 @@ unsafe impl GlobalAlloc for Counting {
 /// How many allocations `f` made on this thread (0 unless `Counting` is
 /// the global allocator).
 pub fn allocations_of(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = ALLOCATIONS.with(Cell::get);
     COUNTING.with(|c| c.set(true));
     f();
     COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    ALLOCATIONS.with(Cell::get) - before
 }
