@@ -308,7 +308,14 @@ impl Kernel for FakeKernel {
             "{} {} {} {} {} {} {}",
             a.policy, a.flags, a.nice as i64 as u64, a.priority, a.runtime, a.deadline, a.period
         );
-        write_beside(host, tid, ".rtmgr_attr", &line)
+        write_beside(host, tid, ".rtmgr_attr", &line)?;
+        // How many times it was set (`ATTR_SETS`), for tests of the calls made.
+        let sets = host
+            .read(format!("/proc/{tid}/{ATTR_SETS}"))
+            .ok()
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        write_beside(host, tid, ATTR_SETS, &(sets + 1).to_string())
     }
 
     /// Kept beside the process (`.rtmgr_limit_<kind>`); unset is unlimited.
@@ -455,6 +462,9 @@ fn subtree_control(host: &Host, abs: &Path, value: &str) -> Result<()> {
 /// line changes, and on v1 its affinity becomes the cpuset's CPUs.
 /// A test holds a step here while this file is in the fake root (at most
 /// 10 s): a grant's kernel steps in flight on the grant worker.
+/// Beside a fake task: how many times its scheduling attributes were set.
+pub const ATTR_SETS: &str = ".rtmgr_attr_sets";
+
 pub const HOLD_AFFINITY: &str = "/rtmgr_fake_hold_affinity";
 
 fn hold_while_marked(host: &Host) {

@@ -9,7 +9,7 @@ mod fake;
 mod real;
 mod task_handles;
 #[cfg(test)]
-pub(crate) use fake::HOLD_AFFINITY;
+pub(crate) use fake::{ATTR_SETS, HOLD_AFFINITY};
 
 use rtmgr_core::CpuSet;
 pub use rtmgr_sys::process::{Limit, LimitKind};

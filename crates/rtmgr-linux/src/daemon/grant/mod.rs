@@ -144,6 +144,12 @@ pub trait GrantStep: Step<GrantSteps> {
     fn is_policy(&self) -> bool {
         false
     }
+
+    /// The step whose undo also undoes this one's (by name): undone in the
+    /// same pass, this one's undo is skipped (it would do it twice).
+    fn undone_with(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a grant step found changed: repaired by applying the step again
@@ -210,9 +216,11 @@ pub fn apply(cx: &Cx, g: &Grant) -> Result<(), HostError> {
 }
 
 fn undo(cx: &Cx, g: &Grant, steps: &[&dyn GrantStep]) -> Vec<String> {
+    let in_pass = |name| steps.iter().any(|s| s.name() == name);
     steps
         .iter()
         .rev()
+        .filter(|s| !s.undone_with().is_some_and(in_pass))
         .flat_map(|s| s.undo(&mut On { cx, g }))
         .collect()
 }

@@ -295,4 +295,11 @@ impl GrantStep for DeadlineWhereItWaits {
     fn is_policy(&self) -> bool {
         true
     }
+
+    /// A release or revocation undoes `SchedAttrs` too, which sets the
+    /// same old policy: one sched_setattr per thread, not two. Alone (an
+    /// apply stopped before `SchedAttrs`), this undo sets it.
+    fn undone_with(&self) -> Option<&'static str> {
+        Some(SchedAttrs.name())
+    }
 }

@@ -193,11 +193,53 @@ fn a_hard_grant_sets_the_deadline_where_the_thread_waits() {
         assert_eq!(host.get_attr(PID).unwrap(), granted_attr(&g.demand));
         assert_eq!(host.get_affinity(PID).unwrap(), CpuSet::single(1));
         assert_eq!(drift(&cx, &g), vec![]);
+        let sets = attr_sets(&host);
         assert!(revoke_policy(&cx, &g).is_empty());
         assert_eq!(host.get_attr(PID).unwrap(), SchedAttr::default());
+        // Once, not once per policy step (both give the same old policy).
+        assert_eq!(
+            attr_sets(&host),
+            sets + 1,
+            "CPU {cpu}: policy set back more than once"
+        );
         assert!(revoke_placement(&cx, &g).is_empty());
         assert_eq!(state(&host), before, "CPU {cpu}");
     }
+}
+
+/// How many times the client's scheduling attributes were set.
+fn attr_sets(host: &Host) -> u64 {
+    host.read(format!("/proc/{PID}/{}", crate::host::ATTR_SETS))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// A hard grant whose apply fails after the early deadline step and before
+/// `SchedAttrs` (here the IRQ step, the IRQ being kernel-managed): the early
+/// step's undo sets the old policy back, since `SchedAttrs`' is not in the
+/// undo.
+#[test]
+fn a_hard_grant_failing_after_the_early_deadline_step_gives_the_policy_back() {
+    let m = FakeMachine::new(2)
+        .task(PID, "client")
+        .managed_irq(IRQ, 0, 5)
+        .build();
+    let (_other, layout, mut g) = machine();
+    let host = m.host();
+    host.mkdir("/sys/fs/cgroup/cpuset/rtmgr-rt").unwrap();
+    host.mkdir(RT_SET).unwrap();
+    host.write(format!("{RT_SET}/cpuset.cpus"), "1").unwrap();
+    g.demand = hard();
+    g.class = "rt0".into();
+    g.resources.cache_group = None;
+    g.resources.ioprio.clear();
+    waiting_on(&host, PID, 0);
+    let cx = Cx::new(&host, &layout, true);
+    snapshot(&cx, &draft(), &mut g).unwrap();
+    let before = state(&host);
+    let e = apply(&cx, &g).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EIO), "{e}");
+    assert_eq!(attr_sets(&host), 2, "set SCHED_DEADLINE early, then back");
+    assert_eq!(state(&host), before);
 }
 
 /// A thread that is gone before the early step: the grant says so (gone),
