@@ -12,9 +12,10 @@ use std::path::Path;
 pub(super) struct RealKernel;
 
 /// A whole file as text, read into a buffer that fits a control file at
-/// once (`read_whole`: no stat or seek for a size hint /proc does not give).
-fn read_small(p: &Path) -> std::io::Result<String> {
-    let buf = super::read_whole(&mut std::fs::File::open(p)?, 4096)?;
+/// once (`read_file`: no stat or seek for a size hint /proc does not give,
+/// and one read(2) for a task's one-piece file).
+fn read_small(p: &Path, abs: &Path) -> std::io::Result<String> {
+    let buf = super::read_file(p, abs)?;
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
@@ -25,7 +26,7 @@ impl Kernel for RealKernel {
     /// a grant reads a few dozen such files).
     fn read(&self, host: &Host, abs: &Path) -> Result<String> {
         let p = host.path(abs);
-        read_small(&p).map_err(|e| io_err("read", &p, e))
+        read_small(&p, abs).map_err(|e| io_err("read", &p, e))
     }
 
     fn write(&self, host: &Host, abs: &Path, value: &str) -> Result<()> {
