@@ -219,6 +219,18 @@ fn attr_sets(host: &Host) -> u64 {
 /// undo.
 #[test]
 fn a_hard_grant_failing_after_the_early_deadline_step_gives_the_policy_back() {
+    let (m, layout, mut g) = machine_whose_irq_refuses();
+    let host = m.host();
+    g.demand = hard();
+    g.class = "rt0".into();
+    waiting_on(&host, PID, 0);
+    apply_fails_and_changes_nothing(&host, &layout, &mut g);
+    assert_eq!(attr_sets(&host), 2, "set SCHED_DEADLINE early, then back");
+}
+
+/// `machine`'s grant on a machine whose IRQ is kernel-managed (it refuses
+/// its new mask), without the I/O priority and cache group.
+fn machine_whose_irq_refuses() -> (FakeMachine, Layout, Grant) {
     let m = FakeMachine::new(2)
         .task(PID, "client")
         .managed_irq(IRQ, 0, 5)
@@ -228,18 +240,20 @@ fn a_hard_grant_failing_after_the_early_deadline_step_gives_the_policy_back() {
     host.mkdir("/sys/fs/cgroup/cpuset/rtmgr-rt").unwrap();
     host.mkdir(RT_SET).unwrap();
     host.write(format!("{RT_SET}/cpuset.cpus"), "1").unwrap();
-    g.demand = hard();
-    g.class = "rt0".into();
     g.resources.cache_group = None;
     g.resources.ioprio.clear();
-    waiting_on(&host, PID, 0);
-    let cx = Cx::new(&host, &layout, true);
-    snapshot(&cx, &draft(), &mut g).unwrap();
-    let before = state(&host);
-    let e = apply(&cx, &g).unwrap_err();
+    (m, layout, g)
+}
+
+/// Snapshot, apply: it fails at the IRQ step (EIO), and the machine is as
+/// it was.
+fn apply_fails_and_changes_nothing(host: &Host, layout: &Layout, g: &mut Grant) {
+    let cx = Cx::new(host, layout, true);
+    snapshot(&cx, &draft(), g).unwrap();
+    let before = state(host);
+    let e = apply(&cx, g).unwrap_err();
     assert_eq!(e.errno(), Some(libc::EIO), "{e}");
-    assert_eq!(attr_sets(&host), 2, "set SCHED_DEADLINE early, then back");
-    assert_eq!(state(&host), before);
+    assert_eq!(state(host), before);
 }
 
 /// A thread that is gone before the early step: the grant says so (gone),
@@ -409,23 +423,8 @@ fn only_the_process_s_limit_holder_touches_its_limits() {
 /// here the IRQ is kernel-managed and refuses its new mask.
 #[test]
 fn a_failed_step_undoes_the_steps_done() {
-    let m = FakeMachine::new(2)
-        .task(PID, "client")
-        .managed_irq(IRQ, 0, 5)
-        .build();
-    let (_other, layout, mut g) = machine();
-    let host = m.host();
-    host.mkdir("/sys/fs/cgroup/cpuset/rtmgr-rt").unwrap();
-    host.mkdir(RT_SET).unwrap();
-    host.write(format!("{RT_SET}/cpuset.cpus"), "1").unwrap();
-    g.resources.cache_group = None;
-    g.resources.ioprio.clear();
-    let cx = Cx::new(&host, &layout, true);
-    snapshot(&cx, &draft(), &mut g).unwrap();
-    let before = state(&host);
-    let e = apply(&cx, &g).unwrap_err();
-    assert_eq!(e.errno(), Some(libc::EIO), "{e}");
-    assert_eq!(state(&host), before);
+    let (m, layout, mut g) = machine_whose_irq_refuses();
+    apply_fails_and_changes_nothing(&m.host(), &layout, &mut g);
 }
 
 /// A grants journal written before the pipeline (the record's form is
