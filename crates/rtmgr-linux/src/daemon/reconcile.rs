@@ -20,12 +20,14 @@ use rtmgr_core::CpuSet;
 
 /// Look for drift once and repair it; counts go to `status`. Then the
 /// handles taken on granted threads (`Manager::check_threads`) that no grant
-/// names any more are closed (a descriptor each, `host/task_handles.rs`).
+/// names any more are closed (a descriptor each, `host/task_handles.rs`),
+/// and so are the pidfds of client processes that hold no grant.
 pub fn reconcile(m: &mut Manager) {
     look(m);
     let granted = m.granted_tasks();
     m.host
         .keep_task_handles(|tid, start| granted.contains(&(tid, start)));
+    m.forget_idle_watches();
 }
 
 fn look(m: &mut Manager) {

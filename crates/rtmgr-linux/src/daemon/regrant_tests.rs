@@ -167,3 +167,29 @@ fn a_zombie_thread_is_refused_as_gone() {
     );
     assert!(d.grants.is_empty());
 }
+
+/// A client that gives its last grant back stays watched (its pidfd kept,
+/// and the loop's registration of it) until the next reconcile, so a
+/// client that reserves again at once opens and registers nothing; the
+/// reconcile forgets it, and a process that holds a grant stays watched.
+#[test]
+fn a_client_stays_watched_after_its_last_release_until_the_reconcile() {
+    let m = FakeMachine::new(2).task(PID, "client").build();
+    let mut d = manager(&m);
+    let c = client(&m);
+    let id = reserve(&mut d, &c, "rt1:10");
+    let serial = d.watched[&PID].serial;
+    release(&mut d, &c, id);
+    assert!(d.grants().next().is_none());
+    assert!(d.watched.contains_key(&PID), "forgotten at its release");
+    let id = reserve(&mut d, &c, "rt1:10");
+    assert_eq!(d.watched[&PID].serial, serial, "watched anew");
+    crate::daemon::reconcile::reconcile(&mut d);
+    assert!(
+        d.watched.contains_key(&PID),
+        "forgotten while it holds a grant"
+    );
+    release(&mut d, &c, id);
+    crate::daemon::reconcile::reconcile(&mut d);
+    assert!(!d.watched.contains_key(&PID), "still watched with no grant");
+}

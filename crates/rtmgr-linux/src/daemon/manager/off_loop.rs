@@ -114,7 +114,7 @@ impl Manager {
             // Inline (tests, the stop): what failed goes to the caller.
             let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
             let undone = grant::revoke_placement(&cx, &g);
-            return self.placement_undone(g, last_of_pid, policy, undone);
+            return self.placement_undone(g, policy, undone);
         }
         let work = UndoWork {
             host: self.host.clone(),
@@ -134,16 +134,15 @@ impl Manager {
 
     /// The end of a revocation whose placement went back: what could not
     /// be given back (its policy's and its placement's).
+    /// The process stays watched until the next reconcile
+    /// (`forget_idle_watches`): a client that reserves again meanwhile keeps
+    /// its pidfd and its registration with the loop.
     fn placement_undone(
         &mut self,
         g: Grant,
-        last_of_pid: bool,
         mut problems: Vec<String>,
         undone: Vec<String>,
     ) -> Vec<String> {
-        if last_of_pid {
-            self.watched.remove(&g.pid);
-        }
         problems.extend(undone);
         self.revoked(g, &problems);
         problems
@@ -214,7 +213,7 @@ impl Manager {
                     }
                 };
                 let id = grant.id;
-                for p in self.placement_undone(grant, last_of_pid, policy, undone) {
+                for p in self.placement_undone(grant, policy, undone) {
                     tracing::warn!("reservation {id}: could not undo {p}");
                 }
                 // A release's answer: the grant is gone, whatever could not

@@ -36,6 +36,15 @@ impl Manager {
         );
     }
 
+    /// Stop watching the processes that hold no grant (at each reconcile:
+    /// between two, a client that gave its last grant back and asks again
+    /// keeps its watch, and the loop's registration of its pidfd).
+    pub(in crate::daemon) fn forget_idle_watches(&mut self) {
+        let grants = &self.grants;
+        self.watched
+            .retain(|pid, _| grants.values().any(|g| g.pid == *pid));
+    }
+
     /// A client's release. With a `token`, the answer of a grant whose
     /// placement goes back on the worker comes when it is back (`Later`).
     pub(super) fn release(&mut self, client: &Client, id: u64, token: Option<u64>) -> Answer {
