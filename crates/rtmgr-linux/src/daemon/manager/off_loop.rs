@@ -134,6 +134,7 @@ impl Manager {
 
     /// The end of a revocation whose placement went back: what could not
     /// be given back (its policy's and its placement's).
+    ///
     /// The process stays watched until the next reconcile
     /// (`forget_idle_watches`): a client that reserves again meanwhile keeps
     /// its pidfd and its registration with the loop.
