@@ -154,7 +154,7 @@ impl Manager {
         server: crate::daemon::stranded::Server,
         now: u64,
     ) {
-        let runnable = || tasks::state(&self.host, tid) == Some('R');
+        let runnable = || tasks::runnable(&self.host, tid);
         let s = as_it_leaves(server, runnable);
         let (budget, period) = (g.demand.budget_ns, g.demand.period_ns);
         self.zero_lag
