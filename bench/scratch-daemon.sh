@@ -8,7 +8,8 @@ DPID=
 
 # The scratch daemon's config in $STATE/rtmgr.toml: RT CPU $RT_CPU, balancer
 # off, a root rule without rate limit; its grant worker on or off ($1,
-# default on), its metrics at $METRICS_ADDR when set.
+# default on), its metrics at $METRICS_ADDR when set, more [serve] lines
+# from $SERVE_EXTRA (e.g. "reconcile_ms = 60000").
 write_scratch_config() {
   mkdir -p "$STATE"
   chmod 755 "$STATE"
@@ -19,6 +20,7 @@ state_dir = "$STATE/state"
 balancer = false
 grant_worker = $([ "${1:-on}" = on ] && echo true || echo false)
 $([ -n "${METRICS_ADDR:-}" ] && echo "metrics = \"$METRICS_ADDR\"")
+${SERVE_EXTRA:-}
 [[client]]
 users = ["root"]
 max_priority = 98

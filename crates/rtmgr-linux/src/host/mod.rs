@@ -269,7 +269,23 @@ impl Host {
     }
 
     pub fn read(&self, abs: impl AsRef<Path>) -> Result<String> {
-        self.kernel.read(self, abs.as_ref())
+        let abs = abs.as_ref();
+        let real = self.path(abs);
+        match self.handles.read(abs, &real) {
+            // A held thread's file, read as its path would give it.
+            Some(text) => text
+                .and_then(|b| {
+                    String::from_utf8(b)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                })
+                .map_err(|e| io_err("read", &real, e)),
+            None => self.kernel.read(self, abs),
+        }
+    }
+
+    /// Is a handle held on the thread that is `tid` now (`hold_task`)?
+    pub fn holding_task(&self, tid: u32) -> bool {
+        self.handles.holding(tid)
     }
 
     /// Read, or None when the file is absent or unreadable.

@@ -48,24 +48,59 @@ fn read_whole_until(
 /// /proc/PID or /proc/PID/task/TID): a read(2) that returns less than it
 /// asked for has returned all of it.
 pub(crate) fn one_piece(abs: &Path) -> bool {
+    one_piece_of(abs).is_some()
+}
+
+/// The task whose one-piece file (`one_piece`) `abs` is: PID, or TID under
+/// /proc/PID/task.
+pub(crate) fn one_piece_of(abs: &Path) -> Option<u32> {
     let mut parts = abs
         .components()
         .map(|c| c.as_os_str().to_str().unwrap_or(""));
-    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if parts.next() != Some("/")
-        || parts.next() != Some("proc")
-        || !parts.next().is_some_and(number)
-    {
-        return false;
+    let number = |s: &str| {
+        s.parse::<u32>()
+            .ok()
+            .filter(|_| s.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if parts.next() != Some("/") || parts.next() != Some("proc") {
+        return None;
     }
+    let mut task = parts.next().and_then(number)?;
     let mut rest: Vec<&str> = parts.collect();
-    if rest.len() == 3 && rest[0] == "task" && number(rest[1]) {
+    if rest.len() == 3 && rest[0] == "task" {
+        task = number(rest[1])?;
         rest.drain(..2);
     }
     matches!(
         rest[..],
         ["stat" | "schedstat" | "sched" | "cgroup" | "status"]
     )
+    .then_some(task)
+}
+
+/// A one-piece file (`one_piece`) read again through a descriptor held
+/// open: pread(2) from 0, which makes the kernel write it afresh; one call
+/// when it fits in 4 KiB.
+pub(crate) fn read_again(f: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    loop {
+        match f.read_at(&mut buf[n..], n as u64) {
+            Ok(k) => {
+                let asked = buf.len() - n;
+                n += k;
+                if k < asked {
+                    break;
+                }
+                buf.resize(buf.len() * 2, 0);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(n);
+    Ok(buf)
 }
 
 /// A whole file, into a 4 KiB buffer first; a task's one-piece file

@@ -325,7 +325,11 @@ impl Manager {
         for &tid in tids {
             // Taken before the read, held once the thread passes: for the
             // grant's life it answers `tasks::same_task` (host/task_handles.rs).
-            let handle = self.host.task_handle(tid);
+            // One held and alive already (a thread that asks again) is
+            // the thread that has the tid now: the read below is its.
+            let handle = (!self.host.holding_task(tid))
+                .then(|| self.host.task_handle(tid))
+                .flatten();
             let Some(info) = thread_info(&self.host, pid, tid) else {
                 return Err(refused(
                     RefusalKind::Permission,
