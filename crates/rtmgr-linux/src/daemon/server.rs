@@ -7,7 +7,8 @@
 //! each gets an error or is dropped, and the daemon goes on. A grant's
 //! kernel steps run on the grant worker: its connection waits for the
 //! answer, every other one is served meanwhile, and the next `reserve`
-//! waits its turn (the oldest first).
+//! waits its turn (the oldest first: one read as the worker comes free
+//! goes behind those already waiting).
 
 use super::manager::{Answer, Manager};
 use super::peer::{self, Client};
@@ -61,6 +62,11 @@ impl Conn {
     /// Polled for reading: an ended stream is always readable.
     fn polled(&self) -> bool {
         !self.eof && !self.closed
+    }
+
+    /// A `reserve` of this connection waits its turn.
+    fn queued(&self) -> bool {
+        self.queued_ns.is_some() && !self.closed
     }
 
     /// Nothing left to answer.
@@ -149,9 +155,14 @@ pub fn run_with(
         m.finish_deferred();
         m.repair_stranded(mono_ns());
         m.finish_pending(mono_ns());
+        // A `reserve` read now goes behind those that wait their turn
+        // already: the oldest is served first (`serve_queued`), not one
+        // that arrives as the worker comes free.
+        let mut behind = conns.iter().any(Conn::queued);
         for c in conns.iter_mut() {
             if ready.contains(&key(CONN, c.token)) {
-                serve_conn(m, c);
+                serve_conn(m, c, behind);
+                behind |= c.queued();
             }
         }
         serve_queued(m, &mut conns);
@@ -189,7 +200,7 @@ fn drain(m: &mut Manager, conns: &mut [Conn]) {
             if let Some(t) = c.queued_ns.take() {
                 c.head_read_ns = Some(t);
             }
-            answer_lines(m, c);
+            answer_lines(m, c, false);
         }
         if !m.worker_busy() {
             return;
@@ -208,6 +219,7 @@ fn wait_ms(next_tick: u64, now: u64) -> u64 {
 /// that hung up); their queued lines go on.
 fn deliver(m: &mut Manager, conns: &mut [Conn]) {
     for (token, resp) in m.take_answers() {
+        let behind = conns.iter().any(|c| c.token != token && c.queued());
         let Some(c) = conns.iter_mut().find(|c| c.token == token) else {
             continue;
         };
@@ -218,23 +230,23 @@ fn deliver(m: &mut Manager, conns: &mut [Conn]) {
             c.closed = true;
         }
         answered(m, c, op, read_ns);
-        answer_lines(m, c);
+        answer_lines(m, c, behind);
     }
 }
 
-/// Connections whose `reserve` waited for the grant in flight, the oldest
-/// first, while no grant is in flight.
+/// Connections whose `reserve` waited its turn, the oldest first, while
+/// no job is in flight.
 fn serve_queued(m: &mut Manager, conns: &mut [Conn]) {
     while !m.worker_busy() {
         let Some(c) = conns
             .iter_mut()
-            .filter(|c| c.queued_ns.is_some() && !c.closed)
+            .filter(|c| c.queued())
             .min_by_key(|c| c.queued_ns)
         else {
             return;
         };
         c.head_read_ns = c.queued_ns.take();
-        answer_lines(m, c);
+        answer_lines(m, c, false);
     }
 }
 
@@ -282,8 +294,9 @@ fn accept(
     }
 }
 
-/// Read what is there (one read: poll said readable), answer every complete line.
-fn serve_conn(m: &mut Manager, c: &mut Conn) {
+/// Read what is there (one read: poll said readable), answer every complete
+/// line; `behind`: other `reserve`s wait their turn already.
+fn serve_conn(m: &mut Manager, c: &mut Conn, behind: bool) {
     let mut chunk = [0u8; 16 * 1024];
     let n = match (&c.stream).read(&mut chunk) {
         Ok(n) => n,
@@ -297,7 +310,7 @@ fn serve_conn(m: &mut Manager, c: &mut Conn) {
     c.buf.extend_from_slice(&chunk[..n]);
     c.eof = n == 0;
     if c.idle() {
-        answer_lines(m, c);
+        answer_lines(m, c, behind);
     } else if c.buf.len() > 2 * MAX_MESSAGE {
         // Pipelined beyond reason while its grant is applied.
         c.closed = true;
@@ -305,15 +318,16 @@ fn serve_conn(m: &mut Manager, c: &mut Conn) {
 }
 
 /// Answer the complete lines in order, until one waits: for its grant's
-/// kernel steps (`awaiting`) or for the grant in flight (`queued_ns`). At
-/// the end of the stream an unterminated last line is answered as it is.
-fn answer_lines(m: &mut Manager, c: &mut Conn) {
+/// kernel steps (`awaiting`) or for its turn (`queued_ns`: a grant is in
+/// flight, or `behind` other `reserve`s that wait theirs). At the end of
+/// the stream an unterminated last line is answered as it is.
+fn answer_lines(m: &mut Manager, c: &mut Conn, behind: bool) {
     while c.awaiting.is_none() && !c.closed {
         let Some(i) = c.buf.iter().position(|&b| b == b'\n') else {
             break;
         };
         let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
-        if waits_its_turn(m, &c.buf[..i]) {
+        if waits_its_turn(m, &c.buf[..i], behind) {
             c.queued_ns.get_or_insert(read_ns);
             return;
         }
@@ -336,7 +350,7 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     if c.eof {
         if !c.buf.is_empty() {
             let read_ns = c.head_read_ns.take().unwrap_or(c.last_ns);
-            if waits_its_turn(m, &c.buf) {
+            if waits_its_turn(m, &c.buf, behind) {
                 c.queued_ns.get_or_insert(read_ns);
                 return;
             }
@@ -347,9 +361,10 @@ fn answer_lines(m: &mut Manager, c: &mut Conn) {
     }
 }
 
-/// A `reserve` while a job is in flight waits for it.
-fn waits_its_turn(m: &Manager, line: &[u8]) -> bool {
-    m.worker_busy()
+/// A `reserve` while a job is in flight, or `behind` others that wait
+/// their turn, waits.
+fn waits_its_turn(m: &Manager, line: &[u8], behind: bool) -> bool {
+    (m.worker_busy() || behind)
         && parse_request(line.strip_suffix(b"\r").unwrap_or(line))
             .is_ok_and(|r| matches!(r.op, Op::Reserve(_)))
 }
