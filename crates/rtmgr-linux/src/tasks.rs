@@ -155,6 +155,18 @@ pub fn exec_ns(host: &Host, tid: u32) -> Option<u64> {
 
 /// The state letter of a /proc/<tid>/stat line (after the comm's last ')';
 /// the rest of the line need not be there).
+/// Is the task exiting (PF_EXITING in the flags, field 9 of
+/// /proc/<tid>/stat: killed or returning from its last function, its exit
+/// not done)? None when it is gone.
+pub fn exiting(host: &Host, tid: u32) -> Option<bool> {
+    const PF_EXITING: u64 = 0x4;
+    let stat = host.read_opt(format!("/proc/{tid}/stat"))?;
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    // After the name: state, ppid, pgrp, session, tty, tpgid, flags.
+    let flags: u64 = rest.split_whitespace().nth(6)?.parse().ok()?;
+    Some(flags & PF_EXITING != 0)
+}
+
 fn state_of(stat: &str) -> Option<char> {
     stat.get(stat.rfind(')')? + 1..)?
         .trim_start()
@@ -203,6 +215,24 @@ mod tests {
         let host = Host::real();
         assert!(runnable(&host, rtmgr_sys::sched::gettid()));
         assert!(!runnable(&host, u32::MAX));
+    }
+
+    /// PF_EXITING (0x4) in the flags after an odd name; a gone task is
+    /// not known; this thread is not exiting.
+    #[test]
+    fn tells_an_exiting_task() {
+        let m = crate::fake::FakeMachine::new(2).build();
+        let host = m.host();
+        for (tid, flags, dying) in [(42, 4194564, true), (43, 4194560, false)] {
+            std::fs::create_dir_all(host.path(format!("/proc/{tid}"))).unwrap();
+            let line =
+                format!("{tid} (a (b) c) R 1 42 42 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 777");
+            host.write(format!("/proc/{tid}/stat"), &line).unwrap();
+            assert_eq!(exiting(&host, tid), Some(dying), "{line}");
+        }
+        assert_eq!(exiting(&host, 44), None);
+        let me = rtmgr_sys::sched::gettid();
+        assert_eq!(exiting(&Host::real(), me), Some(false));
     }
 
     #[test]

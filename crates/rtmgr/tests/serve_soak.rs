@@ -283,6 +283,27 @@ fn soak(cycles: u64) {
         .filter(|l| l.contains("runnable without running"))
     {
         eprintln!("soak: {line}");
+        // Its history in the daemon's log (more with RTMGR_LOG=rtmgr_linux=debug),
+        // and the root-domain rebuilds among it.
+        let Some(tid) = line
+            .split("thread ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+        else {
+            continue;
+        };
+        let log = live.log();
+        let about: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                [format!(" {tid} "), format!("{tid}:"), "rebuil".into()]
+                    .iter()
+                    .any(|k| l.contains(k.as_str()))
+            })
+            .collect();
+        for l in about.iter().rev().take(40).rev() {
+            eprintln!("soak:   | {l}");
+        }
     }
     // The daemon repairs a stranded thread itself (docs/serve.md "Stranded
     // threads"), within a fraction of the watchdog's wait: the watchdog

@@ -110,6 +110,11 @@ impl Manager {
                     t.hold_until_ns = Some(z);
                 }
             }
+            // Read before the repair, which may let it finish exiting.
+            let exiting = match tasks::exiting(&self.host, tid) {
+                Some(true) => ", exiting",
+                _ => "",
+            };
             let r = match hold {
                 Some(_) => self.host.set_attr(tid, &before),
                 None => self
@@ -135,7 +140,7 @@ impl Manager {
                         v => format!(" ({v})"),
                     };
                     tracing::warn!(
-                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms{kernel}; {how}",
+                        "reservation {id}: thread {tid} on CPU {cpu} was runnable without running for {} ms{kernel}{exiting}; {how}",
                         for_ns / 1_000_000
                     );
                     self.stranded.repaired += 1;
