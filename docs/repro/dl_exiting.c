@@ -22,9 +22,9 @@
  *
  * Result on this VM (kernel 6.18, 2026-11-29): 0 of 200 stuck in the
  * default root domain, 0 of 200 in the RT CPU's own root domain of a
- * scratch `rtmgr serve` (bench/scratch-daemon.sh). Not reproduced: what
- * the soak adds (its other clients' deadline and FIFO grants on the same
- * CPU, the daemon's steps and root-domain rebuilds) is not ruled out.
+ * scratch `rtmgr serve` (bench/scratch-daemon.sh). The soak's cases were
+ * the daemon's: its check compared a deadline on the scheduler's clock
+ * with CLOCK_MONOTONIC, 12 ms apart on that boot (docs/serve.md).
  */
 #define _GNU_SOURCE
 #include <sched.h>

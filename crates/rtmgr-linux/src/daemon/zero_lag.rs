@@ -111,6 +111,22 @@ impl ZeroLag {
         }
     }
 
+    /// `s` with its deadline moved from the scheduler's clock, where the
+    /// kernel shows it, to CLOCK_MONOTONIC (an unknown offset counts as
+    /// `UNKNOWN_OFFSET_SLACK_NS` later); a deadline of 0 (never started)
+    /// stays 0.
+    pub fn on_monotonic(&mut self, host: &Host, s: Server, now_ns: u64) -> Server {
+        if s.deadline == 0 {
+            return s;
+        }
+        let offset = self.offset_ns(host, now_ns);
+        let deadline = (i128::from(s.deadline) - i128::from(offset)).max(1);
+        Server {
+            deadline: u64::try_from(deadline).unwrap_or(u64::MAX),
+            ..s
+        }
+    }
+
     /// A thread leaves (or is taken off) SCHED_DEADLINE with `server`:
     /// hold it if it spent its budget. Its 0-lag time, when held.
     pub fn leaving(
