@@ -7,6 +7,7 @@ use crate::host::{Host, Result};
 
 const PF_KTHREAD: u64 = 0x0020_0000;
 const PF_NO_SETAFFINITY: u64 = 0x0400_0000;
+const PF_EXITING: u64 = 0x0000_0004;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskInfo {
@@ -155,16 +156,12 @@ pub fn exec_ns(host: &Host, tid: u32) -> Option<u64> {
 
 /// The state letter of a /proc/<tid>/stat line (after the comm's last ')';
 /// the rest of the line need not be there).
-/// Is the task exiting (PF_EXITING in the flags, field 9 of
-/// /proc/<tid>/stat: killed or returning from its last function, its exit
-/// not done)? None when it is gone.
+/// Is the task exiting (PF_EXITING in its flags: killed or returning from
+/// its last function, its exit not done)? None when it is gone.
 pub fn exiting(host: &Host, tid: u32) -> Option<bool> {
-    const PF_EXITING: u64 = 0x4;
-    let stat = host.read_opt(format!("/proc/{tid}/stat"))?;
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    // After the name: state, ppid, pgrp, session, tty, tpgid, flags.
-    let flags: u64 = rest.split_whitespace().nth(6)?.parse().ok()?;
-    Some(flags & PF_EXITING != 0)
+    let text = host.read_opt(format!("/proc/{tid}/stat"))?;
+    let st = rtmgr_core::proctext::TaskStat::parse(text.as_bytes())?;
+    Some(st.flags & PF_EXITING != 0)
 }
 
 fn state_of(stat: &str) -> Option<char> {

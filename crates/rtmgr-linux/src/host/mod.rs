@@ -274,10 +274,7 @@ impl Host {
         match self.handles.read(abs, &real) {
             // A held thread's file, read as its path would give it.
             Some(text) => text
-                .and_then(|b| {
-                    String::from_utf8(b)
-                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-                })
+                .and_then(read::into_text)
                 .map_err(|e| io_err("read", &real, e)),
             None => self.kernel.read(self, abs),
         }

@@ -82,25 +82,24 @@ pub(crate) fn one_piece_of(abs: &Path) -> Option<u32> {
 /// open: pread(2) from 0, which makes the kernel write it afresh; one call
 /// when it fits in 4 KiB.
 pub(crate) fn read_again(f: &std::fs::File) -> std::io::Result<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; 4096];
-    let mut n = 0;
-    loop {
-        match f.read_at(&mut buf[n..], n as u64) {
-            Ok(k) => {
-                let asked = buf.len() - n;
-                n += k;
-                if k < asked {
-                    break;
-                }
-                buf.resize(buf.len() * 2, 0);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+    read_whole_until(&mut FromStart(f, 0), 4096, true)
+}
+
+/// A file read with pread(2) from offset 0, each read where the last ended.
+struct FromStart<'a>(&'a std::fs::File, u64);
+
+impl std::io::Read for FromStart<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.0.read_at(buf, self.1)?;
+        self.1 += n as u64;
+        Ok(n)
     }
-    buf.truncate(n);
-    Ok(buf)
+}
+
+/// A file's bytes as text (InvalidData when they are not UTF-8).
+pub(crate) fn into_text(buf: Vec<u8>) -> std::io::Result<String> {
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// A whole file, into a 4 KiB buffer first; a task's one-piece file

@@ -15,8 +15,7 @@ pub(super) struct RealKernel;
 /// once (`read_file`: no stat or seek for a size hint /proc does not give,
 /// and one read(2) for a task's one-piece file).
 fn read_small(p: &Path, abs: &Path) -> std::io::Result<String> {
-    let buf = super::read_file(p, abs)?;
-    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    super::read::into_text(super::read_file(p, abs)?)
 }
 
 impl Kernel for RealKernel {
