@@ -24,13 +24,7 @@ const FILES_AT_MOST: usize = 512;
 /// pread(2), not an open, a read and a close (a grant and its release read
 /// a thread's `stat` half a dozen times).
 #[derive(Debug, Default)]
-pub struct TaskHandles(Mutex<Held>);
-
-#[derive(Debug, Default)]
-struct Held {
-    tasks: HashMap<u32, Handle>,
-    files: usize,
-}
+pub struct TaskHandles(Mutex<HashMap<u32, Handle>>);
 
 #[derive(Debug)]
 struct Handle {
@@ -41,17 +35,9 @@ struct Handle {
     files: Vec<(PathBuf, Arc<File>)>,
 }
 
-impl Held {
-    fn forget(&mut self, tid: u32) {
-        if let Some(h) = self.tasks.remove(&tid) {
-            self.files -= h.files.len();
-        }
-    }
-
-    fn retain(&mut self, mut keep: impl FnMut(u32, &Handle) -> bool) {
-        self.tasks.retain(|&tid, h| keep(tid, h));
-        self.files = self.tasks.values().map(|h| h.files.len()).sum();
-    }
+/// How many files the handles hold open.
+fn files(held: &HashMap<u32, Handle>) -> usize {
+    held.values().map(|h| h.files.len()).sum()
 }
 
 impl TaskHandles {
@@ -60,10 +46,10 @@ impl TaskHandles {
     /// caller reads /proc (an exited thread may still be a zombie there).
     pub fn alive(&self, tid: u32, start_time: u64) -> bool {
         let mut held = self.lock();
-        match held.tasks.get(&tid) {
+        match held.get(&tid) {
             Some(h) if h.start_time == start_time && !h.pidfd.exited() => true,
             Some(h) if h.start_time == start_time => {
-                held.forget(tid);
+                held.remove(&tid);
                 false
             }
             _ => false,
@@ -73,20 +59,19 @@ impl TaskHandles {
     /// Is a handle held on a thread that is `tid` now (alive)?
     pub fn holding(&self, tid: u32) -> bool {
         let held = self.lock();
-        held.tasks.get(&tid).is_some_and(|h| !h.pidfd.exited())
+        held.get(&tid).is_some_and(|h| !h.pidfd.exited())
     }
 
     /// Hold `handle`, taken before (tid, start time) was matched in /proc.
     pub fn keep(&self, tid: u32, start_time: u64, handle: Pidfd) {
         let mut held = self.lock();
-        if held.tasks.len() >= HELD_AT_MOST {
+        if held.len() >= HELD_AT_MOST {
             held.retain(|_, h| !h.pidfd.exited());
-            if held.tasks.len() >= HELD_AT_MOST {
-                held.retain(|_, _| false);
+            if held.len() >= HELD_AT_MOST {
+                held.clear();
             }
         }
-        held.forget(tid);
-        held.tasks.insert(
+        held.insert(
             tid,
             Handle {
                 start_time,
@@ -98,7 +83,7 @@ impl TaskHandles {
 
     /// Keep only the handles of the threads `keep(tid, start time)` accepts.
     pub fn retain(&self, keep: impl Fn(u32, u64) -> bool) {
-        self.lock().retain(|tid, h| keep(tid, h.start_time));
+        self.lock().retain(|&tid, h| keep(tid, h.start_time));
     }
 
     /// A held thread's one-piece /proc file `abs` (`read::one_piece`; `real`
@@ -110,7 +95,7 @@ impl TaskHandles {
         let tid = super::read::one_piece_of(abs)?;
         let open = {
             let held = self.lock();
-            let h = held.tasks.get(&tid)?;
+            let h = held.get(&tid)?;
             h.files
                 .iter()
                 .find(|(p, _)| p == abs)
@@ -121,7 +106,7 @@ impl TaskHandles {
             return match super::read::read_again(&f) {
                 Ok(text) if !text.is_empty() => Some(Ok(text)),
                 _ => {
-                    self.lock().forget(tid);
+                    self.lock().remove(&tid);
                     None
                 }
             };
@@ -132,16 +117,15 @@ impl TaskHandles {
         };
         let text = super::read::read_again(&f);
         let mut held = self.lock();
-        let room = held.files < FILES_AT_MOST && text.is_ok();
-        let Some(h) = held.tasks.get_mut(&tid) else {
+        let room = files(&held) < FILES_AT_MOST && text.is_ok();
+        let Some(h) = held.get_mut(&tid) else {
             return Some(text);
         };
         // Alive after the open: the file is that thread's.
         if h.pidfd.exited() {
-            held.forget(tid);
+            held.remove(&tid);
         } else if room {
             h.files.push((abs.to_path_buf(), f));
-            held.files += 1;
         }
         Some(text)
     }
@@ -150,10 +134,10 @@ impl TaskHandles {
     #[cfg(test)]
     pub fn len(&self) -> (usize, usize) {
         let held = self.lock();
-        (held.tasks.len(), held.files)
+        (held.len(), files(&held))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Held> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u32, Handle>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
