@@ -27,6 +27,11 @@
 #   re-reserve now and then, their requests arriving together).
 #   RUNQ=1 (lean clients): each round trip's share the client's own thread
 #   waited runnable for a CPU (schedstat run delay), as reserve_client_runq.
+#   FAVORDYNMODS=1: the daemon sets cgroup2's favordynmods for its lifetime
+#   (its `favordynmods` knob): a grant's cpuset move no longer waits for an
+#   RCU grace period after an idle spell. On kernels from 6.18 the first set
+#   switches the kernel to a per-threadgroup rwsem until reboot: compare
+#   with and without on a fresh boot, the without run first.
 #   CLIENT_PROGRAM=lean: the round trips are made by crates/rtmgr/examples/
 #   grant_client.rs (a few µs of CPU each) instead of forked Python clients
 #   (~0.5 ms each, which 16 or 64 clients queue for on one RT CPU); the
@@ -80,7 +85,7 @@ fi
 take_machine_lock
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} BYSTANDER=${BYSTANDER:-1} RUNQ=${RUNQ:-0} PACE_US=${PACE_US:-0} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
+COMMAND="STATE_PARENT=${STATE_PARENT:-/tmp} CLIENT_PROGRAM=${CLIENT_PROGRAM:-python} BYSTANDER=${BYSTANDER:-1} RUNQ=${RUNQ:-0} PACE_US=${PACE_US:-0} FAVORDYNMODS=${FAVORDYNMODS:-0} CLIENTS=\"$CLIENTS\" CLASSES=\"$CLASSES\" STATES=\"$STATES\" WORKERS=\"$WORKERS\" ROUNDS=$ROUNDS BUDGET_NS=$BUDGET_NS bash bench/grant-latency.sh $*"
 # Where the daemon keeps its state (journals, socket): /run on a usual
 # system is tmpfs; STATE_PARENT=/dev/shm puts it on tmpfs where /run is not.
 STATE=$(mktemp -d "${STATE_PARENT:-/tmp}/rtmgr-grant-latency.XXXXXX")

@@ -9,12 +9,16 @@ DPID=
 # The scratch daemon's config in $STATE/rtmgr.toml: RT CPU $RT_CPU, balancer
 # off, a root rule without rate limit; its grant worker on or off ($1,
 # default on), its metrics at $METRICS_ADDR when set, more [serve] lines
-# from $SERVE_EXTRA (e.g. "reconcile_ms = 60000").
+# from $SERVE_EXTRA (e.g. "reconcile_ms = 60000"); FAVORDYNMODS=1 sets
+# `favordynmods = true` (cgroup2's mount option for the daemon's lifetime;
+# on kernels from 6.18 the per-threadgroup rwsem it switches on stays until
+# reboot).
 write_scratch_config() {
   mkdir -p "$STATE"
   chmod 755 "$STATE"
   cat > "$STATE/rtmgr.toml" <<CFG
 rt_cpus = "$RT_CPU"
+$([ "${FAVORDYNMODS:-0}" = 1 ] && echo "favordynmods = true")
 [serve]
 state_dir = "$STATE/state"
 balancer = false

@@ -85,6 +85,55 @@ pub fn mount_line(line: &str) -> Option<(&str, &str, &str)> {
     Some((mount_point, fstype, options))
 }
 
+/// A cgroup2 mount of /proc/self/mountinfo: where, its per-mount options
+/// (`rw,nosuid,relatime`: a remount must give them again or it drops them)
+/// and its superblock options (`rw,nsdelegate,favordynmods`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup2Mount {
+    pub mount_point: PathBuf,
+    pub mount_options: String,
+    pub super_options: String,
+}
+
+impl Cgroup2Mount {
+    /// Does its superblock carry `option` (e.g. "favordynmods")?
+    pub fn has(&self, option: &str) -> bool {
+        self.super_options.split(',').any(|o| o == option)
+    }
+
+    /// The data of a remount that keeps every cgroup2 option it has and adds
+    /// (`on`) or drops `option`: the kernel sets each root flag from the
+    /// options a remount gives, so one left out is cleared. `rw`/`ro` are the
+    /// superblock's, given as flags, not data.
+    pub fn remount_data(&self, option: &str, on: bool) -> String {
+        let mut kept: Vec<&str> = self
+            .super_options
+            .split(',')
+            .filter(|o| !o.is_empty() && !matches!(*o, "rw" | "ro") && *o != option)
+            .collect();
+        if on {
+            kept.push(option);
+        }
+        kept.join(",")
+    }
+}
+
+/// Every cgroup2 mount of a /proc/self/mountinfo text, in its order.
+pub fn cgroup2_mounts(mountinfo: &str) -> Vec<Cgroup2Mount> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (mount_point, fstype, super_options) = mount_line(line)?;
+            let mount_options = line.split_whitespace().nth(5)?;
+            (fstype == "cgroup2").then(|| Cgroup2Mount {
+                mount_point: PathBuf::from(mount_point),
+                mount_options: mount_options.to_string(),
+                super_options: super_options.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// The cgroup (path relative to the mount) of the hierarchy `layout` names,
 /// from the text of /proc/<tid>/cgroup.
 pub fn task_cgroup(text: &str, layout: &Layout) -> Option<String> {
@@ -116,6 +165,31 @@ pub fn rel_path(layout: &Layout, dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup2_mounts_and_their_remount_data() {
+        let mi = "30 25 0:26 / /sys/fs/cgroup/cpuset rw,relatime shared:9 - cgroup cgroup rw,cpuset\n\
+                  35 25 0:31 / /sys/fs/cgroup/unified rw,nosuid,nodev,relatime shared:14 - cgroup2 cgroup2 rw,nsdelegate\n";
+        let m = cgroup2_mounts(mi);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].mount_point, PathBuf::from("/sys/fs/cgroup/unified"));
+        assert_eq!(m[0].mount_options, "rw,nosuid,nodev,relatime");
+        assert!(m[0].has("nsdelegate") && !m[0].has("favordynmods"));
+        assert_eq!(
+            m[0].remount_data("favordynmods", true),
+            "nsdelegate,favordynmods"
+        );
+        let on = Cgroup2Mount {
+            super_options: "rw,favordynmods,nsdelegate".into(),
+            ..m[0].clone()
+        };
+        assert_eq!(on.remount_data("favordynmods", false), "nsdelegate");
+        assert_eq!(
+            on.remount_data("favordynmods", true),
+            "nsdelegate,favordynmods"
+        );
+        assert!(cgroup2_mounts("garbage\n").is_empty());
+    }
 
     #[test]
     fn mountinfo_and_task_lines() {

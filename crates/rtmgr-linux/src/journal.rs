@@ -111,6 +111,13 @@ pub enum Record {
     /// That task was given back when its balancer run ended (or was found
     /// gone): nothing of it to undo.
     GivenBack { tid: u32 },
+    /// A superblock option about to be added to the filesystem mounted at
+    /// `mount_point` (cgroup2's `favordynmods`); reset removes it again.
+    MountOption {
+        mount_point: PathBuf,
+        option: String,
+        knob: String,
+    },
 }
 
 /// Append-only writer.

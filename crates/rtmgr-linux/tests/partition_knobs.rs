@@ -360,3 +360,98 @@ fn a_preempt_only_plan_switches_the_model_and_nothing_else() {
     partition::reset(&host, Path::new(JOURNAL)).unwrap();
     assert!(before.diff(&snapshot::capture(&host)).is_empty());
 }
+
+fn cgroup2_options(host: &Host) -> Vec<String> {
+    let info = host.read("/proc/self/mountinfo").unwrap();
+    rtmgr_core::cgroupfs::cgroup2_mounts(&info)
+        .into_iter()
+        .map(|m| m.super_options)
+        .collect()
+}
+
+#[test]
+fn favordynmods_for_the_partition_lifetime_then_back() {
+    each_layout(
+        "rt_cpus = \"3\"\nfavordynmods = true",
+        |b| b,
+        |host, r| {
+            assert_eq!(cgroup2_options(host), vec!["rw,favordynmods".to_string()]);
+            let k = knob(r, KnobId::Favordynmods);
+            assert!(k.available, "{k:?}");
+            assert!(k.lines[0].contains("favordynmods set"), "{k:?}");
+        },
+    );
+    // Not asked: the mount stays as it is.
+    each_layout(
+        "rt_cpus = \"3\"",
+        |b| b,
+        |host, r| {
+            assert_eq!(cgroup2_options(host), vec!["rw".to_string()]);
+            let k = knob(r, KnobId::Favordynmods);
+            assert!(k.lines[0].contains("no --favordynmods"), "{k:?}");
+        },
+    );
+}
+
+#[test]
+fn favordynmods_keeps_the_other_options_and_reset_after_a_crash_removes_it() {
+    let m = FakeMachine::new(2).typical_tasks().build();
+    let host = m.host();
+    let info = host.read("/proc/self/mountinfo").unwrap();
+    host.write(
+        "/proc/self/mountinfo",
+        &info.replace("cgroup2 cgroup2 rw", "cgroup2 cgroup2 rw,nsdelegate"),
+    )
+    .unwrap();
+    let plan = plan_for(&host, "rt_cpus = \"1\"\nfavordynmods = true");
+    partition::apply(&host, &plan, &opts()).unwrap();
+    assert_eq!(
+        cgroup2_options(&host),
+        vec!["rw,nsdelegate,favordynmods".to_string()]
+    );
+    // Killed before apply finished: the journal has no `applied` record.
+    let j = host.path(JOURNAL);
+    let text = std::fs::read_to_string(&j).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"op\":\"applied\""))
+        .collect();
+    std::fs::write(&j, kept.join("\n") + "\n").unwrap();
+    let r = partition::reset(&host, Path::new(JOURNAL)).unwrap();
+    assert_eq!(cgroup2_options(&host), vec!["rw,nsdelegate".to_string()]);
+    assert!(
+        r.notes.iter().any(|n| n.contains("favordynmods removed")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn favordynmods_without_a_cgroup2_mount_is_said_and_skipped() {
+    let m = FakeMachine::new(2)
+        .cgroup(FakeCgroup::V1)
+        .typical_tasks()
+        .build();
+    let host = m.host();
+    let info = host.read("/proc/self/mountinfo").unwrap();
+    let v1_only: Vec<&str> = info.lines().filter(|l| !l.contains("cgroup2")).collect();
+    host.write("/proc/self/mountinfo", &(v1_only.join("\n") + "\n"))
+        .unwrap();
+    let plan = plan_for(&host, "rt_cpus = \"1\"\nfavordynmods = true");
+    let (_, r) = partition::apply(&host, &plan, &opts()).unwrap();
+    let k = knob(&r, KnobId::Favordynmods);
+    assert!(
+        !k.available && k.lines[0].contains("no cgroup2 hierarchy"),
+        "{k:?}"
+    );
+    partition::reset(&host, Path::new(JOURNAL)).unwrap();
+}
+
+#[test]
+fn favordynmods_asked_with_the_knob_left_out_is_refused() {
+    let cfg = PartitionConfig::from_toml(
+        "rt_cpus = \"1\"\nfavordynmods = true\nknobs = [\"cgroups\", \"tasks\"]",
+    )
+    .unwrap();
+    let e = validate(&cfg, None, &rtmgr_core::CpuSet::parse_list("0-1").unwrap()).unwrap_err();
+    assert!(e.to_string().contains("\"favordynmods\" knob"), "{e}");
+}

@@ -62,6 +62,30 @@ pub fn unmount(target: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Remount the filesystem at `target` with superblock options `data`,
+/// keeping its per-mount options (`mount_options`, as /proc/self/mountinfo
+/// shows them: a legacy remount sets the mount's flags to those given, so
+/// `nosuid,nodev,noexec` left out would be dropped).
+pub fn remount(target: &Path, mount_options: &str, data: &str) -> io::Result<()> {
+    let mut flags = MountFlags::empty();
+    for o in mount_options.split(',') {
+        flags |= match o {
+            "ro" => MountFlags::RDONLY,
+            "nosuid" => MountFlags::NOSUID,
+            "nodev" => MountFlags::NODEV,
+            "noexec" => MountFlags::NOEXEC,
+            "noatime" => MountFlags::NOATIME,
+            "nodiratime" => MountFlags::NODIRATIME,
+            "relatime" => MountFlags::RELATIME,
+            "strictatime" => MountFlags::STRICTATIME,
+            "sync" => MountFlags::SYNCHRONOUS,
+            _ => MountFlags::empty(),
+        };
+    }
+    rustix::mount::mount_remount(target, flags, data)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

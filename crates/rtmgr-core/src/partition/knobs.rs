@@ -38,11 +38,15 @@ pub enum KnobId {
     Cpufreq,
     /// The PREEMPT_DYNAMIC model (`--preempt`), for the partition's lifetime.
     Preempt,
+    /// cgroup2's `favordynmods` mount option (`--favordynmods`), for the
+    /// partition's lifetime: a cpuset attach stops waiting for an RCU grace
+    /// period after an idle spell.
+    Favordynmods,
 }
 
 impl KnobId {
     /// Every knob, in apply order.
-    pub const ALL: [KnobId; 14] = [
+    pub const ALL: [KnobId; 15] = [
         KnobId::Cgroups,
         KnobId::Tasks,
         KnobId::Irqbalance,
@@ -57,6 +61,7 @@ impl KnobId {
         KnobId::Cpuidle,
         KnobId::Cpufreq,
         KnobId::Preempt,
+        KnobId::Favordynmods,
     ];
 
     /// The stable name (config, journal, crash-test point, report).
@@ -76,6 +81,7 @@ impl KnobId {
             KnobId::Cpuidle => "cpuidle",
             KnobId::Cpufreq => "cpufreq",
             KnobId::Preempt => "preempt",
+            KnobId::Favordynmods => "favordynmods",
         }
     }
 

@@ -69,6 +69,10 @@ pub struct PartitionConfig {
     pub preempt: Option<PreemptMode>,
     /// Beside a running irqbalance: refuse (default) or ban the RT CPUs in it.
     pub irqbalance: Option<IrqbalanceMode>,
+    /// Set cgroup2's `favordynmods` mount option for the partition's lifetime
+    /// (default false): a grant's cpuset move stops waiting for an RCU grace
+    /// period after an idle spell. See docs/partition.md.
+    pub favordynmods: Option<bool>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -101,6 +105,10 @@ pub enum ConfigError {
     NoCgroupsKnob,
     #[error("preempt = {0} needs the \"preempt\" knob, which the knobs list leaves out")]
     PreemptKnobOff(PreemptMode),
+    #[error(
+        "favordynmods = true needs the \"favordynmods\" knob, which the knobs list leaves out"
+    )]
+    FavordynmodsKnobOff,
     #[error("{0:?}: expected a CPU list (e.g. 1 or 2-3), auto, or auto:N with N >= 1")]
     BadAuto(String),
     #[error("--rt-cpus auto:{0}: {1} CPUs are online and at least one must stay NRT (at most auto:{max})", max = .1 - 1)]
@@ -135,6 +143,9 @@ pub struct PartitionPlan {
     pub preempt: Option<PreemptMode>,
     #[serde(default)]
     pub irqbalance: IrqbalanceMode,
+    /// Set cgroup2's `favordynmods` for the partition's lifetime.
+    #[serde(default)]
+    pub favordynmods: bool,
 }
 
 impl PartitionPlan {
@@ -203,6 +214,7 @@ pub fn validate(
         knobs,
         preempt: config.preempt,
         irqbalance: config.irqbalance.unwrap_or_default(),
+        favordynmods: config.favordynmods.unwrap_or(false),
     })
 }
 
@@ -233,6 +245,9 @@ fn enabled_knobs(config: &PartitionConfig) -> Result<Vec<KnobId>, ConfigError> {
         if !knobs.contains(&KnobId::Preempt) {
             return Err(ConfigError::PreemptKnobOff(mode));
         }
+    }
+    if config.favordynmods == Some(true) && !knobs.contains(&KnobId::Favordynmods) {
+        return Err(ConfigError::FavordynmodsKnobOff);
     }
     Ok(knobs)
 }

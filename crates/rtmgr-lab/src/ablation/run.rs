@@ -81,12 +81,14 @@ pub fn run(host: &Host, cfg: &AblateConfig, rep: &mut dyn Reporter) -> Result<Ab
     let program = ev.load_engine.resolve()?;
     let own = own_partition::prepare(host, "rtmgr evaluate --ablate", ev.rt_cpu)?;
     let (online, plan, rt_cpu, opts) = (&own.online, &own.plan, own.rt_cpu, &own.opts);
-    // The preemption knob only counts when a model is asked for (evaluate does not).
+    // The preemption and favordynmods knobs only count when asked for
+    // (evaluate asks for neither).
     let knobs: Vec<KnobId> = plan
         .knobs
         .iter()
         .copied()
         .filter(|k| *k != KnobId::Preempt || plan.preempt.is_some())
+        .filter(|k| *k != KnobId::Favordynmods || plan.favordynmods)
         .collect();
     let mut configs: Vec<Config> = vec![None];
     configs.extend(steps(&knobs).into_iter().map(Some));

@@ -388,6 +388,39 @@ impl Kernel for FakeKernel {
         self.read_debugfs(rel).map(|_| ())
     }
 
+    /// The fake's /proc/self/mountinfo line of `target` gets `rw,<data>` as
+    /// its superblock options (EINVAL when nothing is mounted there).
+    fn remount(&self, host: &Host, target: &Path, _mount_options: &str, data: &str) -> Result<()> {
+        let info = Path::new("/proc/self/mountinfo");
+        let text = read_plain(host, "/proc/self/mountinfo").unwrap_or_default();
+        let want = target.to_string_lossy();
+        let mut found = false;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| match line.split_once(" - ") {
+                Some((left, right)) if left.split_whitespace().nth(4) == Some(&*want) => {
+                    found = true;
+                    let r: Vec<&str> = right.split_whitespace().collect();
+                    let opts = if data.is_empty() {
+                        "rw".to_string()
+                    } else {
+                        format!("rw,{data}")
+                    };
+                    format!(
+                        "{left} - {} {} {opts}",
+                        r.first().unwrap_or(&""),
+                        r.get(1).unwrap_or(&"")
+                    )
+                }
+                _ => line.to_string(),
+            })
+            .collect();
+        if !found {
+            return Err(refused(target, libc::EINVAL));
+        }
+        put(host, info, &(lines.join("\n") + "\n"))
+    }
+
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         None
     }

@@ -125,6 +125,9 @@ pub(crate) trait Kernel: Send + Sync + std::fmt::Debug {
     fn open_debugfs(&self, rel: &str) -> Result<std::fs::File>;
     /// A debugfs file written the same way.
     fn write_debugfs(&self, rel: &str, value: &str) -> Result<()>;
+    /// Remount the filesystem at `target` with superblock options `data`,
+    /// keeping its per-mount options (the fake rewrites its mountinfo line).
+    fn remount(&self, host: &Host, target: &Path, mount_options: &str, data: &str) -> Result<()>;
     /// Can a thread take SCHED_DEADLINE? None when it cannot be tried here.
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>>;
     /// Can a thread take SCHED_FIFO? The errno when not; None when it
@@ -398,6 +401,13 @@ impl Host {
             return self.write(&abs, value);
         }
         self.kernel.write_debugfs(rel, value)
+    }
+
+    /// Remount the filesystem at `target` (a machine path, as
+    /// /proc/self/mountinfo names it) with superblock options `data`, keeping
+    /// its per-mount options `mount_options`.
+    pub fn remount(&self, target: &Path, mount_options: &str, data: &str) -> Result<()> {
+        self.kernel.remount(self, target, mount_options, data)
     }
 
     /// Where a symlink chain leads (sysfs device links), as a machine path;

@@ -119,6 +119,11 @@ impl Kernel for RealKernel {
         })
     }
 
+    fn remount(&self, _host: &Host, target: &Path, mount_options: &str, data: &str) -> Result<()> {
+        rtmgr_sys::ns::remount(target, mount_options, data)
+            .map_err(|e| io_err("remount", target, e))
+    }
+
     fn probe_deadline(&self) -> Option<std::result::Result<(), String>> {
         Some(sched::deadline_available())
     }

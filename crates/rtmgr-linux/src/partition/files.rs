@@ -47,6 +47,7 @@ fn every_cpu_plan(host: &Host) -> PartitionPlan {
         latency_bound_us: 1,
         knobs: KnobId::all(),
         preempt: None,
+        favordynmods: false,
         irqbalance: Default::default(),
     }
 }

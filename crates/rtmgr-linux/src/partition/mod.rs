@@ -13,6 +13,7 @@ mod cpufreq;
 mod cpuidle;
 mod cpusets;
 mod defaults;
+mod favordynmods;
 mod files;
 mod guard;
 pub mod irqbalance;
@@ -61,6 +62,7 @@ const KNOBS: &[&dyn Knob] = &[
     &cpuidle::Cpuidle,
     &cpufreq::Cpufreq,
     &preempt::Preempt,
+    &favordynmods::Favordynmods,
 ];
 
 pub const CGROUP_PREFIX: &str = "rtmgr";

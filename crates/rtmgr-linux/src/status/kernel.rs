@@ -102,6 +102,41 @@ pub(super) fn preemption_item(host: &Host) -> Item {
     }
 }
 
+/// Does moving a thread into a cpuset (each grant) wait for an RCU grace
+/// period after an idle spell? Not when a cgroup mount has `favordynmods` or
+/// the kernel was built to favour it (the `favordynmods` knob).
+pub(super) fn cgroup_attach_item(host: &Host) -> Item {
+    let info = host.read_opt("/proc/self/mountinfo").unwrap_or_default();
+    let mounted = info
+        .lines()
+        .filter_map(rtmgr_core::cgroupfs::mount_line)
+        .find(|(_, fs, opts)| {
+            fs.starts_with("cgroup") && opts.split(',').any(|o| o == "favordynmods")
+        });
+    let built = kernel_config(host)
+        .is_some_and(|c| c.lines().any(|l| l == "CONFIG_CGROUP_FAVOR_DYNMODS=y"));
+    match (mounted, built) {
+        (Some((at, _, _)), _) => item(
+            "cgroup_attach",
+            Verdict::Ok,
+            format!("favordynmods on {at}"),
+            "a grant's move into the RT cpuset does not wait for an RCU grace period",
+        ),
+        (None, true) => item(
+            "cgroup_attach",
+            Verdict::Ok,
+            "CONFIG_CGROUP_FAVOR_DYNMODS=y",
+            "a grant's move into the RT cpuset does not wait for an RCU grace period",
+        ),
+        (None, false) => item(
+            "cgroup_attach",
+            Verdict::Warn,
+            "no cgroup mount with favordynmods",
+            "after an idle spell a thread's move into a cpuset waits for an RCU grace period (5-15 ms on the development VM), and so does the first grant of a burst, with the requests behind it; `favordynmods = true` (or --favordynmods) sets it for the partition's lifetime (docs/partition.md)",
+        ),
+    }
+}
+
 pub(super) fn throttling_item(host: &Host) -> Item {
     let runtime = host
         .read_opt("/proc/sys/kernel/sched_rt_runtime_us")

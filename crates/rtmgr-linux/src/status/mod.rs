@@ -107,6 +107,7 @@ pub fn collect_with(host: &Host, journal: &Path, window: Duration) -> StatusRepo
     items.push(partition::partition_item(host, journal));
     items.push(kernel::preemption_item(host));
     items.push(kernel::throttling_item(host));
+    items.push(kernel::cgroup_attach_item(host));
     items.push(machine::clocksource_item(host));
     items.push(machine::virt_item(host));
     let (preemption_item, host_preemption) = host_preemption::host_preemption_item(host);
@@ -238,6 +239,20 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_attach_is_ok_only_with_favordynmods() {
+        let m = FakeMachine::new(2).typical_tasks().build();
+        assert_eq!(find(&status_of(&m), "cgroup_attach").verdict, Verdict::Warn);
+        let host = m.host();
+        let info = host.read("/proc/self/mountinfo").unwrap();
+        let on = info.replace("cgroup2 cgroup2 rw", "cgroup2 cgroup2 rw,favordynmods");
+        host.write("/proc/self/mountinfo", &on).unwrap();
+        let r = status_of(&m);
+        let i = find(&r, "cgroup_attach");
+        assert_eq!(i.verdict, Verdict::Ok);
+        assert!(i.value.contains("favordynmods on /sys/fs/cgroup"), "{i:?}");
+    }
+
+    #[test]
     fn fake_machine_status_has_every_item() {
         let m = FakeMachine::new(2).typical_tasks().build();
         let r = status_of(&m);
@@ -249,6 +264,7 @@ mod tests {
             "partition",
             "preemption",
             "rt_throttling",
+            "cgroup_attach",
             "clocksource",
             "virtualization",
             "host_preemption",

@@ -67,6 +67,11 @@ pub struct ApplyArgs {
     /// through irqbalance's socket for the partition's lifetime.
     #[arg(long, value_name = "refuse|ban")]
     pub irqbalance: Option<String>,
+    /// Set cgroup2's `favordynmods` mount option for the partition's lifetime:
+    /// moving a thread into a cpuset stops waiting for an RCU grace period
+    /// after an idle spell (slower fork and exit; see `--explain`).
+    #[arg(long)]
+    pub favordynmods: bool,
     /// Print what each knob is for and what it would do here, and change nothing.
     #[arg(long)]
     pub explain: bool,
@@ -162,6 +167,14 @@ fn apply(host: &Host, a: ApplyArgs) -> anyhow::Result<Outcome> {
         a.config.as_ref(),
         a.preempt.as_deref(),
     )?;
+    if a.favordynmods {
+        if !plan.enabled(rtmgr_core::partition::KnobId::Favordynmods) {
+            return bad_input(
+                "--favordynmods needs the \"favordynmods\" knob, which the config's knobs list leaves out",
+            );
+        }
+        plan.favordynmods = true;
+    }
     match a.irqbalance.as_deref().map(str::parse::<IrqbalanceMode>) {
         Some(Ok(mode)) => plan.irqbalance = mode,
         Some(Err(e)) => return bad_input(format!("--irqbalance: {e}")),
