@@ -118,8 +118,8 @@ for f in sorted(glob.glob(os.path.join(out, "cell-*.json"))):
                                 "period_ns": c.get("period_ns"), "reserve_ns": [], "release_ns": [],
                                 "bystander_list_ns": [], "failures": []})
     m["rounds"] += 1
-    for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures"):
-        m[k] += c.get(k, [])
+    for k in ("reserve_ns", "release_ns", "bystander_list_ns", "failures", "reserve_first_ns"):
+        m[k] = m.get(k, []) + c.get(k, [])
     for k in ("reserve_runq_ns", "release_runq_ns"):
         if k in c:
             m[k] = m.get(k, []) + c[k]
@@ -140,6 +140,7 @@ cells = []
 for key in sorted(merged):
     c = merged[key]
     c["reserve"], c["release"] = summary(c.pop("reserve_ns")), summary(c.pop("release_ns"))
+    c["reserve_first"] = summary(c.pop("reserve_first_ns"))
     c["bystander_list"] = summary(c.pop("bystander_list_ns"))
     for op in ("reserve", "release"):
         if op + "_runq_ns" in c:
@@ -203,6 +204,13 @@ if any(c.get("steal_share_by_round") for c in cells):
         st = c.get("steal_share_by_round", {})
         print("  %-5s %-9s %3d %-4s %s" % (c["class"], c["state"], c["clients"], c["grant_worker"],
               "  ".join("%s %.1f-%.1f %%" % (cpu, 100 * min(v), 100 * max(v)) for cpu, v in sorted(st.items()))))
+if any(c.get("reserve_first", {}).get("n") for c in cells):
+    print("each client's first round trip (a new connection, the thread's first move; a cell's clients send theirs at once), ms:")
+    for c in cells:
+        f = c.get("reserve_first", {})
+        if f.get("n"):
+            print("  %-5s %-9s %3d %-4s first: n %3d  p50 %6.2f  max %6.2f" % (
+                c["class"], c["state"], c["clients"], c["grant_worker"], f["n"], f["p50_ns"] / 1e6, f["max_ns"] / 1e6))
 print("p99 per round, min-max over the rounds (ms):")
 for c in cells:
     rng = lambda k: "-" if not c.get(k) else "%.2f-%.2f" % (min(c[k]) / 1e6, max(c[k]) / 1e6)

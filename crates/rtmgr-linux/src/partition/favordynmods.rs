@@ -77,7 +77,14 @@ impl Step<PartitionKnobs> for Favordynmods {
             knob: self.name().into(),
         })?;
         let data = m.remount_data(OPTION, true);
-        match cx.host.remount(&m.mount_point, &m.mount_options, &data) {
+        let done = cx.host.remount(&m.mount_point, &m.mount_options, &data);
+        match done {
+            // Outside the initial cgroup namespace the kernel accepts the
+            // remount and leaves the root's flags as they were.
+            Ok(()) if mounted_with_option(cx.host, &m.mount_point) != Some(true) => cx.unavailable(format!(
+                "cgroup2 at {} was remounted but does not show favordynmods (not in the initial cgroup namespace?): attaches keep waiting for grace periods",
+                m.mount_point.display()
+            )),
             Ok(()) => cx.say(format!(
                 "cgroup2 at {}: favordynmods set (a cpuset attach no longer waits for an RCU grace period)",
                 m.mount_point.display()

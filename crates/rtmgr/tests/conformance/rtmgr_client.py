@@ -555,6 +555,13 @@ def bench(args):
         one = json.loads(line)
         for k in ("reserve_ns", "release_ns", "failures"):
             cell[k] += one[k]
+        # Each client's first round trip (a new connection, the thread's
+        # first move, all sent at once): the lean driver lists them, a
+        # Python client's line starts with its own.
+        if one.get("reserve_first_ns") is not None:
+            cell.setdefault("reserve_first_ns", []).extend(one["reserve_first_ns"])
+        elif one["reserve_ns"]:
+            cell.setdefault("reserve_first_ns", []).append(one["reserve_ns"][0])
         for k in ("reserve_runq_ns", "release_runq_ns"):
             if one.get(k) is not None:
                 cell[k] = cell.get(k, []) + one[k]
@@ -564,6 +571,7 @@ def bench(args):
         cell["bystander_list_ns"] += one["list_ns"]
         cell["failures"] += one["failures"]
     cell["reserve"] = summary(cell["reserve_ns"])
+    cell["reserve_first"] = summary(cell.get("reserve_first_ns", []))
     cell["release"] = summary(cell["release_ns"])
     cell["bystander_list"] = summary(cell["bystander_list_ns"])
     after = daemon_counters(args.socket)
