@@ -73,6 +73,8 @@ fn the_deployment_examples_parse_and_agree() {
     let cfg = ServeConfig::from_toml(toml).unwrap();
     let metrics = cfg.serve.metrics.clone().unwrap();
     assert!(metrics.ends_with(":9464"), "{metrics}");
+    // A node that grants to pods: their cpuset moves do not wait for grace periods.
+    assert_eq!(cfg.partition.favordynmods, Some(true));
     let pod = &kind(&ds, "DaemonSet")["spec"]["template"];
     assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"], "9464");
     assert_eq!(
