@@ -53,6 +53,17 @@ fn knob(r: &ApplyReport, k: KnobId) -> &KnobReport {
         .unwrap_or_else(|| panic!("no report for {k}: {:?}", r.knobs))
 }
 
+/// The journal as a `kill -9` before apply finished leaves it: no `applied` record.
+fn cut_before_applied(host: &Host) {
+    let j = host.path(JOURNAL);
+    let text = std::fs::read_to_string(&j).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"op\":\"applied\""))
+        .collect();
+    std::fs::write(&j, kept.join("\n") + "\n").unwrap();
+}
+
 fn read(host: &Host, p: &str) -> String {
     host.read(p).unwrap().trim().to_string()
 }
@@ -319,13 +330,7 @@ fn reset_puts_the_booted_model_back_after_a_crash_journal() {
     let host = m.host();
     let plan = plan_for(&host, "rt_cpus = \"1\"\npreempt = \"full\"");
     partition::apply(&host, &plan, &opts()).unwrap();
-    let j = host.path(JOURNAL);
-    let text = std::fs::read_to_string(&j).unwrap();
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.contains("\"op\":\"applied\""))
-        .collect();
-    std::fs::write(&j, kept.join("\n") + "\n").unwrap();
+    cut_before_applied(&host);
     assert!(preempt_now(&host).contains("(full)"));
     partition::reset(&host, Path::new(JOURNAL)).unwrap();
     assert!(preempt_now(&host).contains("(voluntary)"));
@@ -409,14 +414,7 @@ fn favordynmods_keeps_the_other_options_and_reset_after_a_crash_removes_it() {
         cgroup2_options(&host),
         vec!["rw,nsdelegate,favordynmods".to_string()]
     );
-    // Killed before apply finished: the journal has no `applied` record.
-    let j = host.path(JOURNAL);
-    let text = std::fs::read_to_string(&j).unwrap();
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.contains("\"op\":\"applied\""))
-        .collect();
-    std::fs::write(&j, kept.join("\n") + "\n").unwrap();
+    cut_before_applied(&host);
     let r = partition::reset(&host, Path::new(JOURNAL)).unwrap();
     assert_eq!(cgroup2_options(&host), vec!["rw,nsdelegate".to_string()]);
     assert!(
