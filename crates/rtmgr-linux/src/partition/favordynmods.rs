@@ -4,7 +4,7 @@
 //! longer waits for an RCU grace period after an idle spell. Journalled; reset
 //! remounts without it.
 
-use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, UndoCx, VerifyCx};
+use super::knob::{ApplyCx, Knob, PartitionKnobs, PreviewCx, RepairCx, UndoCx, VerifyCx};
 use super::Result;
 use crate::drift::{Drift, Fix};
 use crate::journal::Record;
@@ -98,7 +98,8 @@ impl Step<PartitionKnobs> for Favordynmods {
         Ok(())
     }
 
-    /// The option asked for is still on the mount it was set on.
+    /// The option asked for is still on the mount it was set on (repair
+    /// sets it again: its removal is already journalled).
     fn verify(&self, cx: &VerifyCx<'_>) -> Vec<Drift> {
         let mut out = Vec::new();
         for r in cx.records {
@@ -115,7 +116,10 @@ impl Step<PartitionKnobs> for Favordynmods {
                         "cgroup2 at {}: favordynmods was removed since apply",
                         mount_point.display()
                     ),
-                    fix: Fix::Report,
+                    fix: Fix::Owned {
+                        path: mount_point.clone(),
+                        want: OPTION.into(),
+                    },
                 });
             }
         }
@@ -169,6 +173,31 @@ impl Step<PartitionKnobs> for Favordynmods {
 impl Knob for Favordynmods {
     fn id(&self) -> KnobId {
         KnobId::Favordynmods
+    }
+
+    /// Remount with the option again where it was removed since apply.
+    fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
+        let info = cx.host.read_opt("/proc/self/mountinfo").unwrap_or_default();
+        let mut n = 0;
+        for d in drift {
+            let Fix::Owned { path, want } = &d.fix else {
+                continue;
+            };
+            let Some(m) = cgroup2_mounts(&info)
+                .into_iter()
+                .find(|m| &m.mount_point == path)
+            else {
+                continue;
+            };
+            let data = m.remount_data(want, true);
+            n += usize::from(
+                cx.host
+                    .remount(&m.mount_point, &m.mount_options, &data)
+                    .is_ok()
+                    && mounted_with_option(cx.host, &m.mount_point) == Some(true),
+            );
+        }
+        Ok(n)
     }
 
     fn explain(&self) -> &'static str {

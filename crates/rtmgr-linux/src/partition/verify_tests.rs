@@ -281,3 +281,27 @@ fn preempt_model_drift() {
         "none (voluntary) full lazy",
     );
 }
+
+#[test]
+fn favordynmods_removed_by_hand_is_set_again() {
+    let options = |host: &Host| -> Vec<String> {
+        rtmgr_core::cgroupfs::cgroup2_mounts(&read(host, "/proc/self/mountinfo"))
+            .into_iter()
+            .map(|m| m.super_options)
+            .collect()
+    };
+    drifts(
+        KnobId::Favordynmods,
+        "rt_cpus = \"3\"\nfavordynmods = true",
+        |b| b,
+        |_, host| {
+            let info = read(host, "/proc/self/mountinfo");
+            set(
+                host,
+                "/proc/self/mountinfo",
+                &info.replace("rw,favordynmods", "rw"),
+            );
+        },
+        |host| assert_eq!(options(host), vec!["rw,favordynmods".to_string()]),
+    );
+}
