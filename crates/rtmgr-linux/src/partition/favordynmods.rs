@@ -29,22 +29,24 @@ fn mount(host: &Host) -> std::result::Result<Cgroup2Mount, String> {
     })
 }
 
-fn mounted_with_option(host: &Host, mount_point: &Path) -> Option<bool> {
+/// The cgroup2 mount at `mount_point`, as mountinfo shows it now.
+fn mount_at(host: &Host, mount_point: &Path) -> Option<Cgroup2Mount> {
     let info = host.read_opt("/proc/self/mountinfo")?;
     cgroup2_mounts(&info)
         .into_iter()
         .find(|m| m.mount_point == mount_point)
-        .map(|m| m.has(OPTION))
 }
 
-/// What `apply` would do here, or why it does nothing.
-fn plan_line(host: &Host, asked: bool) -> std::result::Result<(Cgroup2Mount, bool), String> {
+fn mounted_with_option(host: &Host, mount_point: &Path) -> Option<bool> {
+    mount_at(host, mount_point).map(|m| m.has(OPTION))
+}
+
+/// The mount `apply` would set the option on, or why it does nothing.
+fn plan_line(host: &Host, asked: bool) -> std::result::Result<Cgroup2Mount, String> {
     if !asked {
         return Err("no --favordynmods given: cgroup attaches keep the mount's mode".into());
     }
-    let m = mount(host)?;
-    let has = m.has(OPTION);
-    Ok((m, has))
+    mount(host)
 }
 
 impl Step<PartitionKnobs> for Favordynmods {
@@ -54,8 +56,8 @@ impl Step<PartitionKnobs> for Favordynmods {
 
     fn apply(&self, cx: &mut ApplyCx<'_>) -> Result<()> {
         let m = match plan_line(cx.host, cx.plan.favordynmods) {
-            Ok((m, false)) => m,
-            Ok((m, true)) => {
+            Ok(m) if !m.has(OPTION) => m,
+            Ok(m) => {
                 cx.say(format!(
                     "cgroup2 at {}: favordynmods already set",
                     m.mount_point.display()
@@ -141,11 +143,7 @@ impl Step<PartitionKnobs> for Favordynmods {
             if knob != self.name() {
                 continue;
             }
-            let info = cx.host.read_opt("/proc/self/mountinfo").unwrap_or_default();
-            let Some(m) = cgroup2_mounts(&info)
-                .into_iter()
-                .find(|m| &m.mount_point == mount_point)
-            else {
+            let Some(m) = mount_at(cx.host, mount_point) else {
                 cx.report.notes.push(format!(
                     "cgroup2 is no longer mounted at {}: favordynmods not removed there",
                     mount_point.display()
@@ -177,16 +175,12 @@ impl Knob for Favordynmods {
 
     /// Remount with the option again where it was removed since apply.
     fn repair(&self, cx: &mut RepairCx<'_>, drift: &[&Drift]) -> Result<usize> {
-        let info = cx.host.read_opt("/proc/self/mountinfo").unwrap_or_default();
         let mut n = 0;
         for d in drift {
             let Fix::Owned { path, want } = &d.fix else {
                 continue;
             };
-            let Some(m) = cgroup2_mounts(&info)
-                .into_iter()
-                .find(|m| &m.mount_point == path)
-            else {
+            let Some(m) = mount_at(cx.host, path) else {
                 continue;
             };
             let data = m.remount_data(want, true);
@@ -216,20 +210,18 @@ impl Knob for Favordynmods {
 
     fn preview(&self, cx: &PreviewCx<'_>) -> KnobReport {
         match plan_line(cx.host, cx.plan.favordynmods) {
-            Ok((m, true)) => cx.report(
-                self.id(),
-                vec![format!(
-                    "cgroup2 at {}: favordynmods already set",
+            Ok(m) => {
+                let what = if m.has(OPTION) {
+                    "already set"
+                } else {
+                    "would be set"
+                };
+                let line = format!(
+                    "cgroup2 at {}: favordynmods {what}",
                     m.mount_point.display()
-                )],
-            ),
-            Ok((m, false)) => cx.report(
-                self.id(),
-                vec![format!(
-                    "cgroup2 at {}: favordynmods would be set",
-                    m.mount_point.display()
-                )],
-            ),
+                );
+                cx.report(self.id(), vec![line])
+            }
             Err(why) if cx.plan.favordynmods => cx.unavailable(self.id(), why),
             Err(why) => cx.report(self.id(), vec![why]),
         }
