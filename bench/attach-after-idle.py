@@ -15,22 +15,20 @@ Measure alone. Prints p50/max per gap and whether favordynmods is mounted.
 import json, os, subprocess, sys, time
 
 
-def cpuset_mount():
+def mounts():
+    """(mount point, file system type, superblock options) of each mount."""
     for line in open("/proc/self/mountinfo"):
         left, _, right = line.partition(" - ")
         fs, _, opts = (right.split() + ["", "", ""])[:3]
-        if fs == "cgroup" and "cpuset" in opts.split(","):
-            return left.split()[4]
-    return None
+        yield left.split()[4], fs, opts.split(",")
+
+
+def cpuset_mount():
+    return next((at for at, fs, opts in mounts() if fs == "cgroup" and "cpuset" in opts), None)
 
 
 def favordynmods_mounted():
-    for line in open("/proc/self/mountinfo"):
-        left, _, right = line.partition(" - ")
-        parts = right.split()
-        if parts and parts[0].startswith("cgroup") and "favordynmods" in parts[2].split(","):
-            return left.split()[4]
-    return None
+    return next((at for at, fs, opts in mounts() if fs.startswith("cgroup") and "favordynmods" in opts), None)
 
 
 def per_threadgroup_since_boot():

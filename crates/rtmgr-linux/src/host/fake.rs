@@ -397,20 +397,17 @@ impl Kernel for FakeKernel {
         let mut found = false;
         let lines: Vec<String> = text
             .lines()
-            .map(|line| match line.split_once(" - ") {
-                Some((left, right)) if left.split_whitespace().nth(4) == Some(&*want) => {
+            .map(|line| match rtmgr_core::cgroupfs::mount_line(line) {
+                Some((mount_point, _, old)) if mount_point == want => {
                     found = true;
-                    let r: Vec<&str> = right.split_whitespace().collect();
                     let opts = if data.is_empty() {
                         "rw".to_string()
                     } else {
                         format!("rw,{data}")
                     };
-                    format!(
-                        "{left} - {} {} {opts}",
-                        r.first().unwrap_or(&""),
-                        r.get(1).unwrap_or(&"")
-                    )
+                    // The superblock options are the line's last field.
+                    let kept = line.strip_suffix(old).unwrap_or(line);
+                    format!("{kept}{opts}")
                 }
                 _ => line.to_string(),
             })
