@@ -293,6 +293,11 @@ fn start_manager(
 ) -> Result<Manager, ServeError> {
     let resources = crate::resources::start(host, resources, &applied.journal, &applied.plan.rt)?;
     let domains = domains::ensure(host, applied)?;
+    // Each grant and release moves threads between these and reads their
+    // CPUs: held open, a move is one write(2) (host/kept_files.rs).
+    host.keep_open_under(
+        std::iter::once(applied.rt_cgroup.clone()).chain(applied.nrt_cgroup.clone()),
+    );
     let (keep, dropped) = startup::split_live(host, &applied.layout, old);
     report.dropped_at_start = dropped.len();
     let journal = grants_journal::GrantJournal::open(host, &cfg.grants_journal())?;

@@ -6,6 +6,7 @@
 
 #[cfg(any(test, feature = "fake"))]
 mod fake;
+mod kept_files;
 mod read;
 mod real;
 mod task_handles;
@@ -149,6 +150,9 @@ pub struct Host {
     /// The possible CPUs, read once (they do not change while the machine
     /// runs; a release reads them to give a thread its affinity back).
     possible_cpus: Arc<std::sync::OnceLock<rtmgr_core::CpuSet>>,
+    /// The daemon's own cgroup files, held open (`keep_open_under`); None
+    /// in a fake tree, whose kernel emulates each write.
+    kept: Option<Arc<kept_files::KeptFiles>>,
 }
 
 impl Host {
@@ -159,6 +163,7 @@ impl Host {
             kernel: Arc::new(real::RealKernel),
             handles: Arc::default(),
             possible_cpus: Arc::default(),
+            kept: Some(Arc::default()),
         }
     }
 
@@ -170,6 +175,7 @@ impl Host {
             kernel: Arc::new(fake::FakeKernel),
             handles: Arc::default(),
             possible_cpus: Arc::default(),
+            kept: None,
         }
     }
 
@@ -274,12 +280,22 @@ impl Host {
     pub fn read(&self, abs: impl AsRef<Path>) -> Result<String> {
         let abs = abs.as_ref();
         let real = self.path(abs);
-        match self.handles.read(abs, &real) {
-            // A held thread's file, read as its path would give it.
+        let held = self.handles.read(abs, &real);
+        // A held thread's file, or one of the daemon's cgroup files.
+        match held.or_else(|| self.kept.as_ref()?.read(&real)) {
             Some(text) => text
                 .and_then(read::into_text)
                 .map_err(|e| io_err("read", &real, e)),
             None => self.kernel.read(self, abs),
+        }
+    }
+
+    /// Hold the control files under these cgroup directories open once
+    /// used (the daemon's own: its grants move threads in and out and read
+    /// their CPUs at every request), and no others; a fake tree holds none.
+    pub fn keep_open_under(&self, dirs: impl IntoIterator<Item = PathBuf>) {
+        if let Some(kept) = &self.kept {
+            kept.keep_under(dirs.into_iter().map(|d| self.path(d)));
         }
     }
 
@@ -295,7 +311,12 @@ impl Host {
 
     /// Write a control file in a single write(2), as sysfs and cgroupfs expect.
     pub fn write(&self, abs: impl AsRef<Path>, value: &str) -> Result<()> {
-        self.kernel.write(self, abs.as_ref(), value)
+        let abs = abs.as_ref();
+        let real = self.path(abs);
+        match self.kept.as_ref().and_then(|k| k.write(&real, value)) {
+            Some(done) => done.map_err(|e| io_err("write", &real, e)),
+            None => self.kernel.write(self, abs, value),
+        }
     }
 
     /// Write a file opened with O_TRUNC, in one write(2): tracefs lists such
