@@ -23,7 +23,17 @@ pub fn mounts(host: &Host) -> Result<Mounts> {
 }
 
 /// The cgroup (path relative to the mount) a task is in, for this layout.
+/// On v1, /proc/<tid>/cpuset: the kernel writes the cpuset hierarchy's
+/// path alone there, faster than every hierarchy's in /proc/<tid>/cgroup
+/// (measured here: 1.2 µs against 5.7 µs back to back, 20 µs against 46
+/// µs after 200 ms of quiet; a grant reads it once or twice). A kernel
+/// without that file (CONFIG_PROC_PID_CPUSET), or a fake tree: `cgroup`.
 pub fn task_cgroup(host: &Host, layout: &Layout, tid: u32) -> Option<String> {
+    if let Layout::V1(_) = layout {
+        if let Some(path) = host.read_opt(format!("/proc/{tid}/cpuset")) {
+            return Some(path.trim_end_matches('\n').to_string());
+        }
+    }
     let text = host.read_opt(format!("/proc/{tid}/cgroup"))?;
     rtmgr_core::cgroupfs::task_cgroup(&text, layout)
 }
@@ -227,5 +237,50 @@ mod tests {
         // Unknown cpuset (a record of the earlier form): written back.
         assert_eq!(mask_to_give_back(&host, &set("0"), None), set("0"));
         assert_eq!(task_cpuset_cpus(&host, &layout, 43), None, "no such task");
+    }
+
+    /// On v1 a task's `cpuset` file is read, its `cgroup` file where it has
+    /// none; on v2 always `cgroup`.
+    #[test]
+    fn a_v1_task_cgroup_is_read_from_its_cpuset_file_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let w = |p: &str, t: &str| {
+            let p = host.path(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w("/proc/42/cgroup", "5:cpuset:/rtmgr-nrt\n0::/user.slice\n");
+        let v1 = Layout::V1("/sys/fs/cgroup/cpuset".into());
+        let v2 = Layout::V2("/sys/fs/cgroup/unified".into());
+        assert_eq!(task_cgroup(&host, &v1, 42).as_deref(), Some("/rtmgr-nrt"));
+        w("/proc/42/cpuset", "/rtmgr-rt/cpu1\n");
+        assert_eq!(
+            task_cgroup(&host, &v1, 42).as_deref(),
+            Some("/rtmgr-rt/cpu1")
+        );
+        assert_eq!(task_cgroup(&host, &v2, 42).as_deref(), Some("/user.slice"));
+        assert_eq!(task_cgroup(&host, &v1, 43), None, "no such task");
+    }
+
+    /// On this machine, a thread's `cpuset` file and the cpuset line of its
+    /// `cgroup` file name the same cgroup (skipped without a v1 cpuset).
+    #[test]
+    fn the_cpuset_file_names_what_the_cgroup_file_does() {
+        let host = Host::real();
+        let Ok(mounts) = mounts(&host) else {
+            return eprintln!("skipped: no /proc/self/mountinfo");
+        };
+        let Some(Layout::V1(mount)) = mounts.layout() else {
+            return eprintln!("skipped: no cgroup v1 cpuset hierarchy here");
+        };
+        let tid = rtmgr_sys::sched::gettid();
+        let Some(cgroup) = host.read_opt(format!("/proc/{tid}/cgroup")) else {
+            return eprintln!("skipped: no /proc/{tid}/cgroup");
+        };
+        let layout = Layout::V1(mount);
+        let from_lines = rtmgr_core::cgroupfs::task_cgroup(&cgroup, &layout);
+        assert!(from_lines.is_some(), "{cgroup}");
+        assert_eq!(task_cgroup(&host, &layout, tid), from_lines);
     }
 }

@@ -44,7 +44,7 @@ fn read_whole_until(
 }
 
 /// A task's file the kernel writes whole at each read's first call
-/// (`single_open`: stat, schedstat, sched, cgroup, status, under
+/// (`single_open`: stat, schedstat, sched, cgroup, cpuset, status, under
 /// /proc/PID or /proc/PID/task/TID): a read(2) that returns less than it
 /// asked for has returned all of it.
 pub(crate) fn one_piece(abs: &Path) -> bool {
@@ -73,7 +73,7 @@ pub(crate) fn one_piece_of(abs: &Path) -> Option<u32> {
     }
     matches!(
         rest[..],
-        ["stat" | "schedstat" | "sched" | "cgroup" | "status"]
+        ["stat" | "schedstat" | "sched" | "cgroup" | "cpuset" | "status"]
     )
     .then_some(task)
 }

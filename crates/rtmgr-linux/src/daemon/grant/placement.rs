@@ -42,15 +42,11 @@ impl Step<GrantSteps> for Cpuset {
         let Some(dir) = target(cx.layout, g) else {
             return Ok(());
         };
-        let want = cgroup::rel_path(cx.layout, dir);
         for t in &g.threads {
             // A thread taken over from a grant still being revoked is there
             // already: an attach costs the kernel's cgroup locks (up to a
-            // grace period, milliseconds) even when it moves nothing. One
-            // the snapshot just found elsewhere is not read again.
-            let found_elsewhere =
-                cx.fresh.contains(&t.tid) && t.cgroup.as_deref() != Some(want.as_str());
-            if !found_elsewhere && in_target(cx, g, t.tid) {
+            // grace period, milliseconds) even when it moves nothing.
+            if !found_elsewhere(cx, g, t) && in_target(cx, g, t.tid) {
                 continue;
             }
             cgroup::attach(cx.host, cx.layout, dir, t.tid)?;
@@ -103,6 +99,16 @@ pub(super) fn put_back(cx: &Cx, t: &ThreadBefore, problems: &mut Vec<String>) {
     note(problems, format!("thread {} cpuset", t.tid), r);
     let r = cx.host.set_affinity(t.tid, &mask_back(cx, t));
     note(problems, format!("thread {} affinity", t.tid), r);
+}
+
+/// Did this grant's snapshot just find the thread outside its cpuset?
+/// Then, until its cpuset step moves it, it is not read again: only that
+/// step moves a thread in.
+pub(super) fn found_elsewhere(cx: &Cx, g: &Grant, t: &ThreadBefore) -> bool {
+    target(cx.layout, g).is_some_and(|dir| {
+        cx.fresh.contains(&t.tid)
+            && t.cgroup.as_deref() != Some(cgroup::rel_path(cx.layout, dir).as_str())
+    })
 }
 
 /// Is the thread in the grant's cpuset already (a thread taken over from a

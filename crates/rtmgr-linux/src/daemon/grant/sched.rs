@@ -253,7 +253,7 @@ impl Step<GrantSteps> for DeadlineWhereItWaits {
             // kernel admits it only with an affinity covering that CPU's
             // root domain. Back to its own cpuset and affinity first; the
             // cpuset step moves it again.
-            if placement::in_target(cx, g, t.tid) {
+            if !placement::found_elsewhere(cx, g, t) && placement::in_target(cx, g, t.tid) {
                 let mut problems = Vec::new();
                 placement::put_back(cx, t, &mut problems);
                 if !problems.is_empty() {
