@@ -150,6 +150,8 @@ pub struct Host {
     /// The possible CPUs, read once (they do not change while the machine
     /// runs; a release reads them to give a thread its affinity back).
     possible_cpus: Arc<std::sync::OnceLock<rtmgr_core::CpuSet>>,
+    /// The kernel's build configuration, read (and decompressed) once.
+    kernel_config: Arc<std::sync::OnceLock<Option<Arc<str>>>>,
     /// The daemon's own cgroup files, held open (`keep_open_under`); None
     /// in a fake tree, whose kernel emulates each write.
     kept: Option<Arc<kept_files::KeptFiles>>,
@@ -163,6 +165,7 @@ impl Host {
             kernel: Arc::new(real::RealKernel),
             handles: Arc::default(),
             possible_cpus: Arc::default(),
+            kernel_config: Arc::default(),
             kept: Some(Arc::default()),
         }
     }
@@ -175,6 +178,7 @@ impl Host {
             kernel: Arc::new(fake::FakeKernel),
             handles: Arc::default(),
             possible_cpus: Arc::default(),
+            kernel_config: Arc::default(),
             kept: None,
         }
     }
@@ -205,6 +209,14 @@ impl Host {
         }
         let set = read()?;
         Ok(self.possible_cpus.get_or_init(|| set).clone())
+    }
+
+    /// The kernel's build configuration as `read` gives it the first time
+    /// (`status::kernel_config`: several status items ask for it).
+    pub fn kernel_config(&self, read: impl FnOnce() -> Option<String>) -> Option<Arc<str>> {
+        self.kernel_config
+            .get_or_init(|| read().map(Arc::from))
+            .clone()
     }
 
     /// Is the thread known as (tid, start time) alive, by a handle held from

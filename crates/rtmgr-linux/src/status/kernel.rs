@@ -65,8 +65,13 @@ pub fn preemption(host: &Host) -> (String, Option<String>) {
     (model.to_string(), mode)
 }
 
-/// The kernel's build configuration, from /proc/config.gz or /boot.
-pub fn kernel_config(host: &Host) -> Option<String> {
+/// The kernel's build configuration, from /proc/config.gz or /boot; read
+/// once per `host`.
+pub fn kernel_config(host: &Host) -> Option<std::sync::Arc<str>> {
+    host.kernel_config(|| read_kernel_config(host))
+}
+
+fn read_kernel_config(host: &Host) -> Option<String> {
     use std::io::Read;
     if let Ok(f) = std::fs::File::open(host.path("/proc/config.gz")) {
         let mut text = String::new();
@@ -209,5 +214,31 @@ pub(super) fn balance_sources_item(host: &Host) -> Item {
             _ => "neither PSI nor schedstat",
         };
         item("balance_sources", Verdict::Warn, value, missing.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read once per host: `rtmgr status` asks three times, and
+    /// /proc/config.gz is decompressed each time it is read.
+    #[test]
+    fn the_kernel_config_is_read_once_per_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        let w = |p: &str, t: &str| {
+            let p = host.path(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w("/proc/sys/kernel/osrelease", "6.18.0-test\n");
+        w("/boot/config-6.18.0-test", "CONFIG_PREEMPT_DYNAMIC=y\n");
+        let first = kernel_config(&host).unwrap();
+        assert!(first.contains("CONFIG_PREEMPT_DYNAMIC=y"));
+        std::fs::remove_file(host.path("/boot/config-6.18.0-test")).unwrap();
+        assert_eq!(kernel_config(&host), Some(first), "not read again");
+        let other = Host::fake(dir.path());
+        assert_eq!(kernel_config(&other), None, "another host reads its own");
     }
 }
