@@ -204,11 +204,7 @@ mod tests {
     fn a_mask_that_was_the_cpusets_is_not_written_back() {
         let dir = tempfile::tempdir().unwrap();
         let host = Host::fake(dir.path());
-        let w = |p: &str, t: &str| {
-            let p = host.path(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, t).unwrap();
-        };
+        let w = |p: &str, t: &str| crate::host::write_fake_file(&host, p, t);
         w("/sys/devices/system/cpu/possible", "0-3\n");
         w("/proc/42/cgroup", "5:cpuset:/rtmgr-nrt/sub\n0::/\n");
         w(
@@ -245,11 +241,7 @@ mod tests {
     fn a_v1_task_cgroup_is_read_from_its_cpuset_file_first() {
         let dir = tempfile::tempdir().unwrap();
         let host = Host::fake(dir.path());
-        let w = |p: &str, t: &str| {
-            let p = host.path(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, t).unwrap();
-        };
+        let w = |p: &str, t: &str| crate::host::write_fake_file(&host, p, t);
         w("/proc/42/cgroup", "5:cpuset:/rtmgr-nrt\n0::/user.slice\n");
         let v1 = Layout::V1("/sys/fs/cgroup/cpuset".into());
         let v2 = Layout::V2("/sys/fs/cgroup/unified".into());

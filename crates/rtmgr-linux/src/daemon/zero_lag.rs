@@ -178,11 +178,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn put(m: &FakeMachine, offset: &str) {
-        let p = m
-            .root()
-            .join(crate::host::FAKE_SCHED_CLOCK_OFFSET.trim_start_matches('/'));
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, offset).unwrap();
+        crate::host::write_fake_file(&m.host(), crate::host::FAKE_SCHED_CLOCK_OFFSET, offset);
     }
 
     fn spent(runtime: i64, deadline: u64) -> Server {

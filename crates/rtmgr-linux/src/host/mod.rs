@@ -490,6 +490,15 @@ pub(crate) fn task_err(op: &'static str, tid: u32, source: std::io::Error) -> Ho
     io_err(op, Path::new(&format!("task {tid}")), source)
 }
 
+/// Tests: write a file of a fake tree at its machine path, its directories
+/// made as needed.
+#[cfg(test)]
+pub(crate) fn write_fake_file(host: &Host, abs: &str, text: &str) {
+    let p = host.path(abs);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

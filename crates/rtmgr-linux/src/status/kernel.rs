@@ -227,11 +227,7 @@ mod tests {
     fn the_kernel_config_is_read_once_per_host() {
         let dir = tempfile::tempdir().unwrap();
         let host = Host::fake(dir.path());
-        let w = |p: &str, t: &str| {
-            let p = host.path(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, t).unwrap();
-        };
+        let w = |p: &str, t: &str| crate::host::write_fake_file(&host, p, t);
         w("/proc/sys/kernel/osrelease", "6.18.0-test\n");
         w("/boot/config-6.18.0-test", "CONFIG_PREEMPT_DYNAMIC=y\n");
         let first = kernel_config(&host).unwrap();

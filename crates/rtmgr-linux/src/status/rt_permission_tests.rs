@@ -7,9 +7,7 @@ use crate::fake::FakeMachine;
 use crate::host::FAKE_FIFO_ERRNO;
 
 fn write(m: &FakeMachine, path: &str, text: &str) {
-    let p = m.root().join(path.trim_start_matches('/'));
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
+    crate::host::write_fake_file(&m.host(), path, text);
 }
 
 /// A kernel with RT group scheduling and RT throttling on; the probe refused.

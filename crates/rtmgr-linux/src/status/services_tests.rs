@@ -5,9 +5,7 @@ use super::*;
 use crate::fake::{irqbalance as fake_irqbalance, FakeMachine};
 
 fn write(m: &FakeMachine, path: &str, text: &str) {
-    let p = m.root().join(path.trim_start_matches('/'));
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
+    crate::host::write_fake_file(&m.host(), path, text);
 }
 
 fn rt1() -> CpuSet {
