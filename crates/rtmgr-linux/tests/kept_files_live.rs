@@ -23,15 +23,20 @@ impl Drop for Sleeper {
     }
 }
 
-/// A scratch cpuset under the RT cgroup, removed when dropped (its task
-/// moved out first), so that the partition's reset can remove its parent.
+/// A scratch cpuset under the RT cgroup, removed when dropped, its task
+/// moved `back` first (also when the test fails inside it), so that the
+/// partition's reset can remove its parent.
 struct Scratch<'a> {
     host: &'a Host,
+    layout: &'a Layout,
     dir: PathBuf,
+    pid: u32,
+    back: &'a Path,
 }
 
 impl Drop for Scratch<'_> {
     fn drop(&mut self) {
+        let _ = cgroup::attach(self.host, self.layout, self.back, self.pid);
         let _ = self.host.rmdir(&self.dir);
     }
 }
@@ -85,7 +90,10 @@ fn held_cgroup_files_move_and_read_like_fresh_ones() {
             cgroup::create(&host, &layout, &dir).unwrap();
             let scratch = Scratch {
                 host: &host,
+                layout: &layout,
                 dir: dir.clone(),
+                pid,
+                back: &back,
             };
             cgroup::configure_v1(&host, &dir, &rt_cpus, &mems).unwrap();
             cgroup::attach(&host, &layout, &dir, pid).unwrap();
