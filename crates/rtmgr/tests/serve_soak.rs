@@ -15,12 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn proc_count(pid: u32, what: &str) -> usize {
+    entries(pid, what, |e| what != "fd" || !held_cgroup_file(e))
+}
+
+/// How many entries of /proc/PID/WHAT `keep` keeps.
+fn entries(pid: u32, what: &str, keep: impl Fn(&std::path::Path) -> bool) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/{what}"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| what != "fd" || !held_cgroup_file(&e.path()))
-                .count()
-        })
+        .map(|d| d.filter_map(Result::ok).filter(|e| keep(&e.path())).count())
         .unwrap_or(0)
 }
 
@@ -35,13 +36,7 @@ fn held_cgroup_file(fd: &std::path::Path) -> bool {
 
 /// How many of the daemon's descriptors are its held cgroup files.
 fn held_cgroup_files(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| held_cgroup_file(&e.path()))
-                .count()
-        })
-        .unwrap_or(0)
+    entries(pid, "fd", held_cgroup_file)
 }
 
 /// The daemon's resident count of `what` (fd, task): the smallest of
