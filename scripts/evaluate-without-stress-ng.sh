@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command on a machine without stress-ng (a fresh Debian, a
 # minimal image): `cargo run --release -p rtmgr -- evaluate --quick` (with
-# RTMGR_EVAL_PROFILE=dev, the debug build) with a PATH
+# RTMGR=PATH, that binary as it is, built already) with a PATH
 # that holds every program of this PATH but stress-ng (symlinks in a temporary
 # directory), then checks of its report: the built-in load engine ran, every
 # round and configuration was measured, every loaded configuration has
@@ -59,11 +59,16 @@ if PATH="$tmp/bin" command -v stress-ng >/dev/null; then
   echo "evaluate-without-stress-ng: stress-ng is still on PATH" >&2
   exit 1
 fi
-# RTMGR_EVAL_PROFILE=dev: the debug build the tests made already (.ci/run,
-# whose 20 minutes a cold release build, 4 min, does not fit in beside them).
-profile=(--release)
-[ "${RTMGR_EVAL_PROFILE:-release}" = dev ] && profile=()
-PATH="$tmp/bin" TMPDIR="$tmp/tmp" cargo run "${profile[@]}" -p rtmgr -- evaluate --quick --out "$tmp/ev"
+# RTMGR=PATH: a binary built already, run as it is: .ci/run gives the debug build
+# the tests made (a cold release build, 4 min, does not fit in its 20 minutes
+# beside them, and `cargo run` without the tests' features rebuilt three crates,
+# 35 s). Without it, the README's command.
+run_rtmgr=(cargo run --release -p rtmgr --)
+if [ -n "${RTMGR:-}" ]; then
+  [ -x "$RTMGR" ] || { echo "evaluate-without-stress-ng: RTMGR=$RTMGR is not an executable" >&2; exit 1; }
+  run_rtmgr=("$(realpath "$RTMGR")")
+fi
+PATH="$tmp/bin" TMPDIR="$tmp/tmp" "${run_rtmgr[@]}" evaluate --quick --out "$tmp/ev"
 report="$tmp/ev/report.json"
 fail() { echo "evaluate-without-stress-ng: $*" >&2; exit 1; }
 grep -q '"schema": "rtmgr.report/3"' "$report" || fail "not a rtmgr.report/3 report"
