@@ -68,6 +68,45 @@ pub fn threads_of(host: &Host, pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The threads of process `pid` whose name (`comm`, as `ps -L` and `top -H`
+/// show it) matches one of `patterns` (`*` any run of characters, `?` any
+/// one), in tid order. Each pattern must match a thread: otherwise the error
+/// names the pattern and lists the process's threads with their names.
+pub fn threads_named(
+    host: &Host,
+    pid: u32,
+    patterns: &[String],
+) -> std::result::Result<Vec<u32>, String> {
+    let named: Vec<(u32, String)> = threads_of(host, pid)
+        .into_iter()
+        .filter_map(|tid| Some((tid, info(host, pid, tid)?.comm)))
+        .collect();
+    if named.is_empty() {
+        return Err(format!("no process {pid}"));
+    }
+    let globs: Vec<wildmatch::WildMatch> = patterns
+        .iter()
+        .map(|p| wildmatch::WildMatch::new(p))
+        .collect();
+    if let Some(unmatched) = patterns
+        .iter()
+        .zip(&globs)
+        .find(|(_, g)| !named.iter().any(|(_, name)| g.matches(name)))
+        .map(|(p, _)| p)
+    {
+        let threads: Vec<String> = named.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        return Err(format!(
+            "process {pid} has no thread named {unmatched:?} (its threads: {})",
+            threads.join(", ")
+        ));
+    }
+    Ok(named
+        .into_iter()
+        .filter(|(_, name)| globs.iter().any(|g| g.matches(name)))
+        .map(|(tid, _)| tid)
+        .collect())
+}
+
 /// One task, or None if it is gone.
 pub fn info(host: &Host, pid: u32, tid: u32) -> Option<TaskInfo> {
     let text = host
@@ -189,6 +228,53 @@ pub fn context_switches(host: &Host, tid: u32) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake /proc with process 812's threads 812 "pipewire", 815
+    /// "data-loop.0", 816 "data-loop.1" and 820 "pw-io".
+    fn fake_process() -> (tempfile::TempDir, Host) {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::fake(dir.path());
+        for (tid, comm) in [
+            (812, "pipewire"),
+            (815, "data-loop.0"),
+            (816, "data-loop.1"),
+            (820, "pw-io"),
+        ] {
+            let stat = format!(
+                "{tid} ({comm}) S 1 812 812 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 4 0 {tid} 0 0"
+            );
+            crate::host::write_fake_file(&host, &format!("/proc/812/task/{tid}/stat"), &stat);
+        }
+        (dir, host)
+    }
+
+    #[test]
+    fn threads_are_picked_by_name_and_a_name_that_matches_none_is_an_error() {
+        let (_dir, host) = fake_process();
+        let names = |ps: &[&str]| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            threads_named(&host, 812, &names(&["data-loop*"])),
+            Ok(vec![815, 816])
+        );
+        assert_eq!(
+            threads_named(&host, 812, &names(&["pw-io", "pipewire"])),
+            Ok(vec![812, 820])
+        );
+        assert_eq!(
+            threads_named(&host, 812, &names(&["data-loop.?"])),
+            Ok(vec![815, 816])
+        );
+        // Whole names only: "data" is not "data-loop.0".
+        let err = threads_named(&host, 812, &names(&["pw-io", "data"])).unwrap_err();
+        assert_eq!(
+            err,
+            "process 812 has no thread named \"data\" (its threads: 812 pipewire, 815 data-loop.0, 816 data-loop.1, 820 pw-io)"
+        );
+        assert_eq!(
+            threads_named(&host, 9, &names(&["x"])),
+            Err("no process 9".into())
+        );
+    }
 
     #[test]
     fn parses_stat_with_odd_comm() {

@@ -52,15 +52,20 @@ pub struct ReserveArgs {
 /// own processes). The reservation ends when that process exits.
 #[derive(clap::Args)]
 pub struct TargetArgs {
-    /// The process (its main thread unless --all-threads or --tid).
+    /// The process (its main thread unless --all-threads, --tid or --thread).
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     pub pid: Option<u32>,
     /// Every thread the process has now.
-    #[arg(long, requires = "pid", conflicts_with = "tid")]
+    #[arg(long, requires = "pid", conflicts_with_all = ["tid", "thread"])]
     pub all_threads: bool,
     /// These threads of the process.
     #[arg(long, value_name = "TID", requires = "pid", num_args = 1..)]
     pub tid: Vec<u32>,
+    /// The process's threads with these names (as `ps -L` shows them; `*` and
+    /// `?` match any characters and any one), e.g. --thread 'data-loop*'.
+    /// Each name must match a thread.
+    #[arg(long, value_name = "NAME", requires = "pid", conflicts_with = "tid", num_args = 1..)]
+    pub thread: Vec<String>,
 }
 
 /// Resources beside CPU time (DROPS §4.3–4.4), served by the daemon's
@@ -140,6 +145,17 @@ pub fn reserve(a: ReserveArgs) -> anyhow::Result<Outcome> {
     r.pid = a.target.pid;
     r.all_threads = a.target.all_threads;
     r.threads = a.target.tid;
+    // (clap's `requires = "pid"` lapses once a command is given: `--pid`
+    // conflicts with it.)
+    if a.target.pid.is_none() && !(r.threads.is_empty() && a.target.thread.is_empty()) {
+        return bad_input("--tid and --thread pick threads of the process given by --pid");
+    }
+    if let (Some(pid), false) = (a.target.pid, a.target.thread.is_empty()) {
+        match rtmgr_linux::tasks::threads_named(&rtmgr_linux::Host::real(), pid, &a.target.thread) {
+            Ok(tids) => r.threads = tids,
+            Err(e) => return bad_input(e),
+        }
+    }
     if let Err(rtmgr_core::protocol::Invalid::Error(e)) = r.validate() {
         return bad_input(e.message);
     }
