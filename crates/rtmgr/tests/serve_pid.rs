@@ -25,26 +25,6 @@ fn periodic_sleeper(uid: Option<u32>) -> Child {
     c.spawn().unwrap()
 }
 
-/// `rtmgr reserve --pid PID --period 10ms --budget 1ms EXTRA…` as `uid`
-/// (None: root): exit code and stderr.
-fn reserve_pid(live: &Live, uid: Option<u32>, pid: u32, extra: &[&str]) -> (Option<i32>, String) {
-    let o = command_as(uid, BIN)
-        .args(["reserve", "--socket"])
-        .arg(live.socket())
-        .args([
-            "--pid",
-            &pid.to_string(),
-            "--period",
-            "10ms",
-            "--budget",
-            "1ms",
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into())
-}
-
 #[test]
 fn root_reserves_for_a_running_process_until_it_exits() {
     let Some(live) = Live::new() else { return };

@@ -86,24 +86,10 @@ fn in_its_loop(pid: u32, tid: u32) {
     );
 }
 
-/// `rtmgr reserve --pid PID THREADS… --period 10ms --budget 1ms` (the
-/// default class, rt0: hard): exit code and stderr.
-fn reserve(live: &Live, pid: u32, threads: &[&str]) -> (Option<i32>, String) {
-    let o = Command::new(BIN)
-        .args(["reserve", "--socket"])
-        .arg(live.socket())
-        .args(["--pid", &pid.to_string()])
-        .args(threads)
-        .args(["--period", "10ms", "--budget", "1ms"])
-        .output()
-        .unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into())
-}
-
 /// Thread `tid` of `pid`, named by `threads` (`--tid TID`, `--thread NAME`),
-/// granted; then it is at SCHED_DEADLINE with the budget, alone on the RT CPU.
+/// granted (rt0, the default class: hard; 1 ms every 10 ms); then it is at SCHED_DEADLINE with the budget, alone on the RT CPU.
 fn grant_and_check(live: &Live, pid: u32, tid: u32, threads: &[&str], what: &str) {
-    let (code, err) = reserve(live, pid, threads);
+    let (code, err) = reserve_pid(live, None, pid, threads);
     assert_eq!(code, Some(0), "{what}: {err}");
     assert!(err.contains(&format!("(threads {tid})")), "{what}: {err}");
     let pending = if err.contains("; pending ") {
@@ -257,7 +243,7 @@ fn an_rt_app_task_runs_its_course_under_a_hard_grant() {
     in_its_loop(pid, tid);
     // A name that is not the task's: one error, with the names there are;
     // nothing asked of the daemon.
-    let (code, err) = reserve(&live, pid, &["--thread", "contro"]);
+    let (code, err) = reserve_pid(&live, None, pid, &["--thread", "contro"]);
     assert_eq!(code, Some(2), "{err}");
     // (Its threads in tid order: a wrapped pid may put the task's first.)
     let (first, second) = if pid < tid {

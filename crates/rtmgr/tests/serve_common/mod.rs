@@ -314,6 +314,31 @@ pub fn thread_exiting_after(after: Duration) -> (std::thread::JoinHandle<()>, u3
     (h, rx.recv().unwrap())
 }
 
+/// `rtmgr reserve --pid PID --period 10ms --budget 1ms EXTRA…` as `uid`
+/// (None: root): exit code and stderr.
+pub fn reserve_pid(
+    live: &Live,
+    uid: Option<u32>,
+    pid: u32,
+    extra: &[&str],
+) -> (Option<i32>, String) {
+    let o = command_as(uid, BIN)
+        .args(["reserve", "--socket"])
+        .arg(live.socket())
+        .args([
+            "--pid",
+            &pid.to_string(),
+            "--period",
+            "10ms",
+            "--budget",
+            "1ms",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into())
+}
+
 /// `program` run as `uid` through setpriv (its groups cleared), or as
 /// this process's user (None).
 pub fn command_as(uid: Option<u32>, program: &str) -> Command {
