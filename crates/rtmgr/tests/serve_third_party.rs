@@ -149,6 +149,17 @@ fn finished(live: &Live, mut child: Child, tid: u32, limit: Duration, what: &str
     out
 }
 
+/// After the program `what` exited: its grant gone, the daemon stopped
+/// cleanly, the machine as before.
+fn gone_with_the_program(live: &Live, d: Daemon, what: &str) {
+    let mut c = live.client();
+    eventually(&format!("the grant gone with {what}"), || {
+        listed(&mut c).is_empty()
+    });
+    assert!(d.stop().success());
+    live.assert_restored(&format!("after {what}"));
+}
+
 /// The thread and loop count of cyclictest's summary line, whose fields it
 /// pads: `T: 0 ( 8339) P: 0 I:1000 C:   4000 Min: …`.
 fn cyclictest_thread_and_count(summary: &str) -> Option<(u32, u64)> {
@@ -197,12 +208,7 @@ fn cyclictest_s_measuring_thread_measures_on_under_a_hard_grant() {
         "cyclictest's summary: {summary}"
     );
     eprintln!("cyclictest under the grant: {}", summary.trim());
-    let mut c = live.client();
-    eventually("the grant gone with cyclictest", || {
-        listed(&mut c).is_empty()
-    });
-    assert!(d.stop().success());
-    live.assert_restored("after cyclictest");
+    gone_with_the_program(&live, d, "cyclictest");
 }
 
 /// An rt-app task file: one periodic task, 200 µs of work every 10 ms for 4 s,
@@ -270,10 +276,7 @@ fn an_rt_app_task_runs_its_course_under_a_hard_grant() {
         .count();
     eprintln!("rt-app under the grant: {rows} activations logged of 400 periods");
     assert!(rows > 50, "rt-app logged {rows} activations:\n{log}");
-    let mut c = live.client();
-    eventually("the grant gone with rt-app", || listed(&mut c).is_empty());
-    assert!(d.stop().success());
-    live.assert_restored("after rt-app");
+    gone_with_the_program(&live, d, "rt-app");
 }
 
 /// `--tid` and `--thread` without `--pid` (a program to run given instead):
