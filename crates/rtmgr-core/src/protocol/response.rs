@@ -251,6 +251,12 @@ pub struct StatusInfo {
     /// start (docs/serve.md "Stranded threads"; 0 from older daemons).
     #[serde(default)]
     pub pending_held: u64,
+    /// Windows of `loop_share::WINDOW_NS` in which the request loop used
+    /// up its SCHED_FIFO budget and ran the rest at SCHED_OTHER, since
+    /// start (docs/serve.md "The loop's share of its CPU"; 0 from older
+    /// daemons).
+    #[serde(default)]
+    pub loop_yields: u64,
     /// The threads pending now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<PendingStatus>,

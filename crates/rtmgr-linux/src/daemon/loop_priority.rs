@@ -26,20 +26,39 @@ pub fn raise(host: &Host, priority: u32, nrt: &CpuSet) -> String {
     if let Err(e) = host.set_affinity(tid, nrt) {
         return format!("request loop left at SCHED_OTHER: pinning it to the NRT CPUs {nrt}: {e}");
     }
+    match fifo(host, priority) {
+        Ok(()) => format!("request loop at SCHED_FIFO {priority} on the NRT CPUs {nrt}"),
+        Err(e) => format!("request loop left at SCHED_OTHER: SCHED_FIFO {priority}: {e}"),
+    }
+}
+
+/// Is the calling thread at SCHED_FIFO (`raise` worked)?
+pub fn is_fifo(host: &Host) -> bool {
+    host.get_attr(rtmgr_sys::sched::gettid())
+        .is_ok_and(|a| a.policy == SCHED_FIFO)
+}
+
+fn fifo(host: &Host, priority: u32) -> Result<(), crate::host::HostError> {
     let attr = SchedAttr {
         policy: SCHED_FIFO,
         flags: SCHED_FLAG_RESET_ON_FORK,
         priority,
         ..SchedAttr::default()
     };
-    match host.set_attr(tid, &attr) {
-        Ok(()) => format!("request loop at SCHED_FIFO {priority} on the NRT CPUs {nrt}"),
-        Err(e) => format!("request loop left at SCHED_OTHER: SCHED_FIFO {priority}: {e}"),
+    host.set_attr(rtmgr_sys::sched::gettid(), &attr)
+}
+
+/// The calling thread back at SCHED_FIFO `priority` after `lower`
+/// (`loop_share.rs`); a refusal is logged, the loop goes on.
+pub fn set_fifo(host: &Host, priority: u32) {
+    if let Err(e) = fifo(host, priority) {
+        tracing::warn!("request loop left at SCHED_OTHER: SCHED_FIFO {priority}: {e}");
     }
 }
 
 /// Back to SCHED_OTHER before the stop's long steps (waiting out deadline
-/// periods, resetting the partition).
+/// periods, resetting the partition), and past its share of the CPU
+/// (`loop_share.rs`).
 pub fn lower(host: &Host) {
     let tid = rtmgr_sys::sched::gettid();
     let attr = SchedAttr {

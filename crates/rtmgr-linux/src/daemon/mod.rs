@@ -30,6 +30,7 @@ mod grant_worker;
 pub mod grants_journal;
 pub mod live;
 mod loop_priority;
+mod loop_share;
 pub mod manager;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -227,6 +228,7 @@ fn run(
     }
     let raised = loop_priority::raise(host, cfg.serve.loop_priority, &applied.plan.nrt);
     tracing::info!("{raised}");
+    m.bound_loop_share(cfg.serve.loop_priority);
     if cfg.serve.grant_worker {
         m.start_grant_worker(cfg.serve.loop_priority, &applied.plan.nrt);
     } else {

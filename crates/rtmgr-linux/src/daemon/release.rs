@@ -79,19 +79,19 @@ impl Manager {
     /// Finish the half-revocations that are due (the server calls it often).
     pub fn finish_deferred(&mut self) -> Vec<String> {
         let now = mono_ns();
-        let (due, wait): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut self.deferred)
-            .into_iter()
-            .partition(|d| d.due_ns <= now);
-        self.deferred = wait;
         self.leaving.retain(|_, due| *due > now);
         let mut problems = Vec::new();
-        let any = !due.is_empty();
-        for d in due {
-            let g = d.grant;
-            let last_of_pid = !self.pid_busy(g.pid);
-            problems.extend(self.undo_placement(g, last_of_pid, Vec::new(), None));
-        }
-        if any {
+        // Looked at each pass of the loop: the records move only when one is due.
+        if self.deferred.iter().any(|d| d.due_ns <= now) {
+            let (due, wait): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut self.deferred)
+                .into_iter()
+                .partition(|d| d.due_ns <= now);
+            self.deferred = wait;
+            for d in due {
+                let g = d.grant;
+                let last_of_pid = !self.pid_busy(g.pid);
+                problems.extend(self.undo_placement(g, last_of_pid, Vec::new(), None));
+            }
             self.compact();
         }
         self.rebuild_due();

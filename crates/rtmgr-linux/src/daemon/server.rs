@@ -150,6 +150,7 @@ pub fn run_with(
                 f.serve(m);
             }
         }
+        m.share_the_cpu();
         // The worker's fd woke the poll when a grant is done.
         deliver(m, &mut conns);
         m.finish_deferred();

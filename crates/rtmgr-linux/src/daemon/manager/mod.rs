@@ -73,6 +73,9 @@ pub struct Manager {
     pub(super) dl_leak: LeakWatch,
     /// Hard grants' threads runnable without running (`stranded.rs`).
     pub(super) stranded: super::stranded::StrandWatch,
+    /// The request loop's bounded share of its CPU at SCHED_FIFO
+    /// (`loop_share.rs`); None at SCHED_OTHER.
+    pub(super) loop_bound: Option<super::loop_share::Bound>,
     /// Hard grants' threads at SCHED_FIFO 1 until they run on their RT CPU (`pending.rs`).
     pub(super) pending: super::pending::PendingWatch,
     /// Threads that left a hard grant with their budget spent, held from
@@ -137,6 +140,7 @@ impl Manager {
             unfinished: Vec::new(),
             dl_leak: LeakWatch::default(),
             stranded: Default::default(),
+            loop_bound: None,
             pending: Default::default(),
             zero_lag: Default::default(),
             journal,
@@ -484,6 +488,7 @@ mod off_loop;
 mod pending;
 mod queries;
 mod revoke;
+mod share;
 mod stranded;
 mod target;
 

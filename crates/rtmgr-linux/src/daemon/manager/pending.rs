@@ -23,10 +23,19 @@ impl Manager {
     /// The longest the server loop may poll, ms: `pending::EVERY_NS` while
     /// threads are pending; `stranded::EVERY_NS` (20 ms) while hard grants
     /// are watched for stranded threads; 100 ms while revocations wait out
-    /// a period or a root domain waits for its rebuild; None (until the next reconciliation) when the
-    /// daemon holds nothing, so that an idle daemon wakes once a
-    /// `reconcile_ms`.
+    /// a period or a root domain waits for its rebuild; by the end of the
+    /// window while the loop has yielded its SCHED_FIFO (`loop_share.rs`);
+    /// None (until the next reconciliation) when the daemon holds nothing,
+    /// so that an idle daemon wakes once a `reconcile_ms`.
     pub fn wake_within_ms(&self) -> Option<u64> {
+        let bound = self.loop_bound.as_ref();
+        let resume = bound.and_then(|b| b.share.wake_within_ms(mono_ns()));
+        let watch = self.watch_within_ms();
+        [resume, watch].into_iter().flatten().min()
+    }
+
+    /// How soon the watched threads need the loop.
+    fn watch_within_ms(&self) -> Option<u64> {
         if let Some(ms) = self.pending.wait_ms() {
             return Some(ms);
         }

@@ -101,6 +101,7 @@ impl Manager {
             pending_fallbacks: self.pending.fallbacks,
             pending_refused: self.pending.refused,
             pending_held: self.pending.held,
+            loop_yields: self.loop_yields(),
             pending: self
                 .pending
                 .threads

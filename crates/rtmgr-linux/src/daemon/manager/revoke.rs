@@ -99,7 +99,8 @@ impl Manager {
             let cx = grant::Cx::new(&self.host, &self.applied.layout, false);
             let problems = grant::revoke_policy(&cx, &g);
             self.hold_spent_after_switch(&g, &reads);
-            asleep |= dl_leak::asleep(&self.host, &g);
+            // One /proc read per thread: not again once one is seen asleep.
+            asleep = asleep || dl_leak::asleep(&self.host, &g);
             self.defer(g, due_ns);
             problems
         } else {
