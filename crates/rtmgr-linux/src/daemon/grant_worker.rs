@@ -37,6 +37,13 @@ pub struct ApplyWork {
 }
 
 impl ApplyWork {
+    /// Quick enough to apply on the request loop (`grant::quick`).
+    pub fn quick(&self) -> bool {
+        let mut cx = grant::Cx::new(&self.host, &self.layout, self.first_of_pid);
+        cx.fresh = self.fresh.clone();
+        grant::quick(&cx, &self.grant)
+    }
+
     /// Apply the grant. EBUSY on the way (the early SCHED_DEADLINE's cpuset
     /// move, or the policy on the RT CPU: the kernel's books differ from
     /// admission's) is undone already; once more without the early step,

@@ -187,6 +187,21 @@ pub fn snapshot(cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> 
     })
 }
 
+/// Does applying this grant leave the kernel's cgroup locks alone? Every
+/// thread is in the grant's cpuset already (one taken over from a grant
+/// still being revoked) or there is no cpuset to join (cgroup v2), and
+/// there is no IRQ to steer and no cache group to join. Its other steps are
+/// system calls of microseconds: the loop may apply it itself, without the
+/// worker's round trip (`Manager::start_grant`).
+pub fn quick(cx: &Cx, g: &Grant) -> bool {
+    g.irq.is_none()
+        && g.resources.cache_group.is_none()
+        && (placement::target(cx.layout, g).is_none()
+            || g.threads.iter().all(|t| {
+                !placement::found_elsewhere(cx, g, t) && placement::in_target(cx, g, t.tid)
+            }))
+}
+
 /// Put a journalled grant into effect, step by step. On error the steps
 /// done, and the failing one (it may have changed some threads), are undone
 /// in reverse and the error says what failed.

@@ -456,3 +456,30 @@ fn a_journalled_grant_of_the_previous_form_is_revoked() {
     assert!(revoke(&cx, &st.live[0]).is_empty());
     assert_eq!(state(&host), before);
 }
+
+/// A grant is quick (applied on the loop) only when no step moves a thread
+/// between cgroups: a thread already in the grant's cpuset, no IRQ, no
+/// cache group.
+#[test]
+fn only_a_grant_that_moves_no_thread_between_cgroups_is_quick() {
+    let (m, layout, mut g) = machine();
+    let host = m.host();
+    let mut cx = Cx::new(&host, &layout, true);
+    cx.fresh = vec![PID];
+    snapshot(&cx, &draft(), &mut g).unwrap();
+    let (irq, cache) = (g.irq.take(), g.resources.cache_group.take());
+    assert!(!quick(&cx, &g), "the thread still to join the RT cpuset");
+    apply(&cx, &g).unwrap();
+    // Taken over by a new grant: not fresh, in the cpuset already.
+    cx.fresh.clear();
+    assert!(quick(&cx, &g));
+    g.irq = irq;
+    assert!(!quick(&cx, &g), "an IRQ to steer");
+    g.irq = None;
+    g.resources.cache_group = cache;
+    assert!(!quick(&cx, &g), "a cache group to join");
+    g.resources.cache_group = None;
+    // Fresh, and found elsewhere by the snapshot: the cpuset step moves it.
+    cx.fresh = vec![PID];
+    assert!(!quick(&cx, &g));
+}

@@ -60,7 +60,8 @@ impl Manager {
     /// it works (the server holds a `reserve` back until it is idle: a
     /// grant prepared while another's steps run held the loop longer, and
     /// another client's answer with it, for no shorter grant; measured in
-    /// docs/protocol.md, "How long an answer takes").
+    /// docs/protocol.md, "How long an answer takes"), or when its steps
+    /// move no thread between cgroups (`grant::quick`).
     pub(in crate::daemon) fn start_grant(
         &mut self,
         token: u64,
@@ -71,6 +72,13 @@ impl Manager {
             return self.grant_admitted(client, ask).map(Answer::Now);
         }
         let (work, done) = self.prepare_grant(client, ask)?;
+        if work.quick() {
+            // No cgroup lock to wait for: the worker's round trip (a
+            // channel, a wake-up, another pass of the loop) would cost more
+            // than the steps (docs/protocol.md, "How long an answer takes").
+            let out = work.run();
+            return self.complete_grant(done, out).map(Answer::Now);
+        }
         self.run_grant(token, work, done);
         Ok(Answer::Later)
     }
