@@ -202,6 +202,16 @@ pub fn quick(cx: &Cx, g: &Grant) -> bool {
             }))
 }
 
+/// Does giving this grant's placement back leave the kernel's cgroup locks
+/// alone? No thread to move back into its cpuset (all taken over by later
+/// grants, or none on cgroup v2), no IRQ and no cache group: the loop may
+/// do it itself (`Manager::undo_placement`).
+pub fn quick_to_undo(layout: &Layout, g: &Grant) -> bool {
+    g.irq.is_none()
+        && g.resources.cache_group.is_none()
+        && (placement::target(layout, g).is_none() || g.threads.is_empty())
+}
+
 /// Put a journalled grant into effect, step by step. On error the steps
 /// done, and the failing one (it may have changed some threads), are undone
 /// in reverse and the error says what failed.

@@ -483,3 +483,23 @@ fn only_a_grant_that_moves_no_thread_between_cgroups_is_quick() {
     cx.fresh = vec![PID];
     assert!(!quick(&cx, &g));
 }
+
+/// Its placement goes back on the loop only when no thread is left to move
+/// back into its cpuset, and no IRQ or cache group goes back.
+#[test]
+fn only_a_placement_with_no_thread_to_move_back_is_quick_to_undo() {
+    let (_m, layout, mut g) = machine();
+    let (irq, cache) = (g.irq.take(), g.resources.cache_group.take());
+    assert!(!quick_to_undo(&layout, &g), "its thread goes back");
+    let thread = g.threads.pop().unwrap();
+    assert!(quick_to_undo(&layout, &g), "taken over by a later grant");
+    g.irq = irq;
+    assert!(!quick_to_undo(&layout, &g), "an IRQ to give back");
+    g.irq = None;
+    g.resources.cache_group = cache;
+    assert!(!quick_to_undo(&layout, &g), "a cache group to leave");
+    g.resources.cache_group = None;
+    g.threads.push(thread);
+    g.cgroup = None;
+    assert!(quick_to_undo(&layout, &g), "no cpuset to leave");
+}

@@ -99,10 +99,11 @@ impl Manager {
     }
 
     /// Give a revoked grant's placement back: on the worker when there is
-    /// one (what failed is then logged, and kept for `partition reset`, when
-    /// it is done), else now. `policy`: what of its policy could not be given
-    /// back; `token`: a release answered when it is done. What could not be
-    /// given back so far.
+    /// one and a thread moves between cgroups (what failed is then logged,
+    /// and kept for `partition reset`, when it is done), else now
+    /// (`grant::quick_to_undo`). `policy`: what of its policy could not be
+    /// given back; `token`: a release answered when it is done. What could
+    /// not be given back so far.
     pub(in crate::daemon) fn undo_placement(
         &mut self,
         g: Grant,
@@ -110,8 +111,10 @@ impl Manager {
         policy: Vec<String>,
         token: Option<u64>,
     ) -> Vec<String> {
-        if self.worker.is_none() {
-            // Inline (tests, the stop): what failed goes to the caller.
+        if self.worker.is_none() || grant::quick_to_undo(&self.applied.layout, &g) {
+            // Inline (tests, the stop, or nothing to move between cgroups:
+            // a deadline grant whose threads later grants took over): what
+            // failed goes to the caller.
             let cx = grant::Cx::new(&self.host, &self.applied.layout, last_of_pid);
             let undone = grant::revoke_placement(&cx, &g);
             return self.placement_undone(g, policy, undone);
