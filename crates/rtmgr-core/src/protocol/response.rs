@@ -253,7 +253,7 @@ pub struct StatusInfo {
     pub pending_held: u64,
     /// Windows of `loop_share::WINDOW_NS` in which the request loop used
     /// up its SCHED_FIFO budget and ran the rest at SCHED_OTHER, since
-    /// start (docs/serve.md "The loop's share of its CPU"; 0 from older
+    /// start (docs/serve.md "What it does while it runs"; 0 from older
     /// daemons).
     #[serde(default)]
     pub loop_yields: u64,
