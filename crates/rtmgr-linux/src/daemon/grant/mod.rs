@@ -194,8 +194,7 @@ pub fn snapshot(cx: &Cx, draft: &Draft, g: &mut Grant) -> Result<(), HostError> 
 /// system calls of microseconds: the loop may apply it itself, without the
 /// worker's round trip (`Manager::start_grant`).
 pub fn quick(cx: &Cx, g: &Grant) -> bool {
-    g.irq.is_none()
-        && g.resources.cache_group.is_none()
+    steers_no_irq_nor_cache(g)
         && (placement::target(cx.layout, g).is_none()
             || g.threads.iter().all(|t| {
                 !placement::found_elsewhere(cx, g, t) && placement::in_target(cx, g, t.tid)
@@ -207,9 +206,13 @@ pub fn quick(cx: &Cx, g: &Grant) -> bool {
 /// grants, or none on cgroup v2), no IRQ and no cache group: the loop may
 /// do it itself (`Manager::undo_placement`).
 pub fn quick_to_undo(layout: &Layout, g: &Grant) -> bool {
-    g.irq.is_none()
-        && g.resources.cache_group.is_none()
-        && (placement::target(layout, g).is_none() || g.threads.is_empty())
+    steers_no_irq_nor_cache(g) && (placement::target(layout, g).is_none() || g.threads.is_empty())
+}
+
+/// No IRQ to steer and no cache group: what `quick` and `quick_to_undo`
+/// both ask beside the cpuset.
+fn steers_no_irq_nor_cache(g: &Grant) -> bool {
+    g.irq.is_none() && g.resources.cache_group.is_none()
 }
 
 /// Put a journalled grant into effect, step by step. On error the steps

@@ -473,12 +473,7 @@ fn only_a_grant_that_moves_no_thread_between_cgroups_is_quick() {
     // Taken over by a new grant: not fresh, in the cpuset already.
     cx.fresh.clear();
     assert!(quick(&cx, &g));
-    g.irq = irq;
-    assert!(!quick(&cx, &g), "an IRQ to steer");
-    g.irq = None;
-    g.resources.cache_group = cache;
-    assert!(!quick(&cx, &g), "a cache group to join");
-    g.resources.cache_group = None;
+    each_makes_it_slow(&mut g, irq, cache, |g| quick(&cx, g));
     // Fresh, and found elsewhere by the snapshot: the cpuset step moves it.
     cx.fresh = vec![PID];
     assert!(!quick(&cx, &g));
@@ -493,13 +488,24 @@ fn only_a_placement_with_no_thread_to_move_back_is_quick_to_undo() {
     assert!(!quick_to_undo(&layout, &g), "its thread goes back");
     let thread = g.threads.pop().unwrap();
     assert!(quick_to_undo(&layout, &g), "taken over by a later grant");
-    g.irq = irq;
-    assert!(!quick_to_undo(&layout, &g), "an IRQ to give back");
-    g.irq = None;
-    g.resources.cache_group = cache;
-    assert!(!quick_to_undo(&layout, &g), "a cache group to leave");
-    g.resources.cache_group = None;
+    each_makes_it_slow(&mut g, irq, cache, |g| quick_to_undo(&layout, g));
     g.threads.push(thread);
     g.cgroup = None;
     assert!(quick_to_undo(&layout, &g), "no cpuset to leave");
+}
+
+/// With `irq` alone, then `cache` alone, the grant is not `quick` any more;
+/// it is left with neither.
+fn each_makes_it_slow(
+    g: &mut Grant,
+    irq: Option<(u32, String)>,
+    cache: Option<PathBuf>,
+    quick: impl Fn(&Grant) -> bool,
+) {
+    g.irq = irq;
+    assert!(!quick(g), "an IRQ to steer");
+    g.irq = None;
+    g.resources.cache_group = cache;
+    assert!(!quick(g), "a cache group");
+    g.resources.cache_group = None;
 }
