@@ -6,25 +6,8 @@
 
 mod serve_common;
 
-use serve_common::{eventually, Live};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-
-fn scrape(addr: SocketAddr) -> Option<String> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: rtmgr\r\n\r\n")
-        .ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200 OK")
-        .then(|| body.to_string())
-}
-
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
+use serve_common::{eventually, scrape, scraped_value as value, Live};
+use std::net::{SocketAddr, TcpListener};
 
 #[test]
 fn a_scrape_of_a_live_daemon_shows_the_guard_and_the_grants() {

@@ -1,7 +1,8 @@
 //! The request loop under a flood of requests (root): clients that reserve
 //! and release in a closed loop, each blocked in `read` for its answers,
 //! keep the loop busy; it yields its SCHED_FIFO for the rest of each window
-//! once past its budget (`status` counts it), every request is still
+//! once past its budget (`status` counts it, and so does the metric
+//! `rtmgr_loop_yields_total` with the feature `metrics`), every request is still
 //! answered, and the loop is back at SCHED_FIFO once the flood is over.
 //! What the bound does for the NRT CPU's other tasks is measured in
 //! docs/protocol.md, not asserted here.
@@ -47,10 +48,21 @@ fn closed_loop(socket: &std::path::Path, run: Duration) -> Result<u32, String> {
 #[test]
 fn a_flood_of_requests_makes_the_loop_yield_and_every_one_is_answered() {
     let Some(live) = Live::new() else { return };
-    // Root without the default rule's rate limit, as the bench runs it.
-    let d = live.start(
-        "[[client]]\nusers = [\"root\"]\nmax_priority = 98\nmax_reservations = 64\nrequests_per_burst = 1000000\nburst_s = 1\n",
+    // With the feature, the yields are scraped too.
+    #[cfg(feature = "metrics")]
+    let metrics = Some(
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap(),
     );
+    #[cfg(not(feature = "metrics"))]
+    let metrics: Option<std::net::SocketAddr> = None;
+    let exporter = metrics.map_or(String::new(), |a| format!("metrics = \"{a}\"\n"));
+    // Root without the default rule's rate limit, as the bench runs it.
+    let d = live.start(&format!(
+        "{exporter}[[client]]\nusers = [\"root\"]\nmax_priority = 98\nmax_reservations = 64\nrequests_per_burst = 1000000\nburst_s = 1\n"
+    ));
     let mut c = live.client();
     assert_eq!(c.status().unwrap().loop_yields, 0, "an idle loop");
     let flood: Vec<_> = (0..8)
@@ -74,6 +86,14 @@ fn a_flood_of_requests_makes_the_loop_yield_and_every_one_is_answered() {
         st.requests,
         live.log()
     );
+    if let Some(addr) = metrics {
+        let text = scrape(addr).expect("a scrape");
+        assert_eq!(
+            scraped_value(&text, "rtmgr_loop_yields_total"),
+            Some(c.status().unwrap().loop_yields as f64),
+            "the metric counts what status says"
+        );
+    }
     // Quiet again: SCHED_FIFO from the next window on.
     eventually("the loop back at SCHED_FIFO", || {
         policy_of(d.pid()) == Some(SCHED_FIFO)

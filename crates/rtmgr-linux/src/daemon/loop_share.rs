@@ -105,8 +105,9 @@ impl Bound {
         })
     }
 
-    /// Look, and change the calling thread's policy if it is time.
-    pub fn look(&mut self, host: &Host) {
+    /// Look, and change the calling thread's policy if it is time; what
+    /// it changed.
+    pub fn look(&mut self, host: &Host) -> Change {
         let change = self.share.look(
             rtmgr_sys::time::mono_ns(),
             rtmgr_sys::time::process_cpu_ns(),
@@ -116,6 +117,7 @@ impl Bound {
             Change::Resume => super::loop_priority::set_fifo(host, self.priority),
             Change::Keep => {}
         }
+        change
     }
 }
 

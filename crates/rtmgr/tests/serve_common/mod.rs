@@ -391,3 +391,22 @@ pub fn end_busy(children: Vec<Child>, tids: &[u32]) {
             .status();
     }
 }
+
+/// `GET /metrics` of a daemon's exporter at `addr`: the body of a 200 answer.
+pub fn scrape(addr: std::net::SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: rtmgr\r\n\r\n")
+        .ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200 OK")
+        .then(|| body.to_string())
+}
+
+/// The value of `series` (name and labels, as written) in a scrape.
+pub fn scraped_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}

@@ -12,11 +12,19 @@ impl Manager {
         self.loop_bound = Bound::new(priority).filter(|_| fifo);
     }
 
-    /// Each pass of the loop: yield or resume SCHED_FIFO when it is time.
+    /// Each pass of the loop: yield or resume SCHED_FIFO when it is time
+    /// (a yield counted in the metrics too).
     pub fn share_the_cpu(&mut self) {
-        if let Some(b) = self.loop_bound.as_mut() {
-            b.look(&self.host);
+        let Some(b) = self.loop_bound.as_mut() else {
+            return;
+        };
+        let yielded = b.look(&self.host) == crate::daemon::loop_share::Change::Yield;
+        #[cfg(feature = "metrics")]
+        if let Some(mx) = self.metrics.as_ref().filter(|_| yielded) {
+            mx.loop_yield();
         }
+        #[cfg(not(feature = "metrics"))]
+        let _ = yielded;
     }
 
     /// Windows in which the loop yielded its SCHED_FIFO, since start.

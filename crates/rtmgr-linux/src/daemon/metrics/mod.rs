@@ -107,6 +107,7 @@ pub struct Metrics {
     drift_repairs: Family<KindLabel, Counter>,
     stranded_repairs: Family<CpuLabel, Counter>,
     pending_fallbacks: Family<CpuLabel, Counter>,
+    loop_yields: Counter,
 }
 
 impl Metrics {
@@ -129,6 +130,7 @@ impl Metrics {
             drift_repairs: Family::default(),
             stranded_repairs: Family::default(),
             pending_fallbacks: Family::default(),
+            loop_yields: Counter::default(),
         };
         let r = &mut m.registry;
         r.register_with_unit(
@@ -183,6 +185,11 @@ impl Metrics {
             "pending_fallbacks",
             "Hard grants' threads granted at SCHED_FIFO 1 until they ran on their RT CPU (the kernel refused SCHED_DEADLINE where they waited), by RT CPU",
             m.pending_fallbacks.clone(),
+        );
+        r.register(
+            "loop_yields",
+            "Windows of 10 ms in which the daemon used up its 8 ms of CPU at SCHED_FIFO and its request loop ran the rest at SCHED_OTHER",
+            m.loop_yields.clone(),
         );
         for cpu in rt.iter() {
             let l = CpuLabel { cpu };
@@ -256,6 +263,12 @@ impl Metrics {
         self.pending_fallbacks
             .get_or_create(&CpuLabel { cpu })
             .inc_by(n);
+    }
+
+    /// The request loop yielded its SCHED_FIFO for the rest of a window
+    /// (`loop_share.rs`).
+    pub fn loop_yield(&self) {
+        self.loop_yields.inc();
     }
 
     /// `n` repairs of drift of one kind (reconcile's names).

@@ -141,6 +141,7 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     m.starvation_boost(2);
     m.stranded(1);
     m.pending_fallback(2, 3);
+    m.loop_yield();
     m.answer_time(AnswerOp::Reserve, 2_000_000);
     m.answer_time(AnswerOp::Reserve, 40_000);
     m.answer_time(AnswerOp::Other, 15_000);
@@ -212,6 +213,7 @@ fn a_scrape_shows_every_rt_cpu_and_what_the_hooks_fed() {
     assert_eq!(v("rtmgr_stranded_repairs_total{cpu=\"2\"}"), 0.0);
     assert_eq!(v("rtmgr_pending_fallbacks_total{cpu=\"1\"}"), 0.0);
     assert_eq!(v("rtmgr_pending_fallbacks_total{cpu=\"2\"}"), 3.0);
+    assert_eq!(v("rtmgr_loop_yields_total"), 1.0);
     assert_eq!(
         v("rtmgr_drift_repairs_total{kind=\"irq_masks_restored\"}"),
         3.0
@@ -268,6 +270,7 @@ fn a_fresh_scrape_has_every_known_series_at_zero() {
         );
     }
     assert_eq!(v("rtmgr_requests_total"), 0.0);
+    assert_eq!(v("rtmgr_loop_yields_total"), 0.0);
     assert_eq!(v("rtmgr_cpu_refusals_total{cpu=\"3\"}"), 0.0);
     for op in ["reserve", "release", "other"] {
         assert_eq!(
