@@ -276,8 +276,14 @@ pub fn assert_policy(tid: u32, policy: u32, pending: &[u32], at: &str) {
         return;
     }
     let t0 = Instant::now();
-    while policy_of(tid) != Some(policy) {
+    loop {
+        // One read a look: read twice, the thread could leave the
+        // placeholder for `policy` in between, and be found at `policy`
+        // where a waiting policy was asked for.
         let now = policy_of(tid);
+        if now == Some(policy) {
+            return;
+        }
         // At the placeholder, or held at its own policy (these threads'
         // is SCHED_OTHER) until its last server's 0-lag time.
         let waiting = [rtmgr_sys::sched::SCHED_FIFO, rtmgr_sys::sched::SCHED_OTHER];
